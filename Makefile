@@ -1,0 +1,18 @@
+# Fresh-machine entry points. Each target creates/refreshes .venv in the repo root.
+PY ?= python3
+VENV := .venv
+TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
+
+$(VENV)/.installed: setup.py
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet $(TORCH_PINS)
+	$(VENV)/bin/pip install --quiet -e '.[test,bench]'
+	touch $@
+
+.PHONY: bench test
+bench: $(VENV)/.installed  ## the main job: torchdali vs torchvision on a synthetic ImageNet-shaped folder
+	$(VENV)/bin/python -m torchdali.bench $(ARGS)
+
+test: $(VENV)/.installed  ## the test suite (GPU tests are skipped without a GPU; run them with ARGS="-m cuda")
+	$(VENV)/bin/python -m pytest tests $(ARGS)

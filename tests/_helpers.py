@@ -1,0 +1,40 @@
+"""Shared test utilities: small image folders and tolerance checks."""
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+import torch
+
+
+def jpeg_bytes(arr: np.ndarray, quality: int = 92, **kwargs) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="JPEG", quality=quality, **kwargs)
+    return buf.getvalue()
+
+
+def make_folder(root, n: int = 24, classes: int = 3, seed: int = 0, lo: int = 24, hi: int = 72) -> str:
+    """A tiny ImageFolder of JPEGs with varied sizes (some odd)."""
+    from torchdali._synthetic import synthetic_image
+
+    rng = np.random.default_rng(seed)
+    root = os.fspath(root)
+    for i in range(n):
+        d = os.path.join(root, f"c{i % classes}")
+        os.makedirs(d, exist_ok=True)
+        h, w = (int(v) for v in rng.integers(lo, hi, size=2))
+        with open(os.path.join(d, f"{i:04d}.jpg"), "wb") as f:
+            f.write(jpeg_bytes(synthetic_image(rng, h, w)))
+    return root
+
+
+def assert_close_uint8(actual: torch.Tensor, expected: torch.Tensor, max_off: int = 2, frac_within_1: float = 0.999):
+    """uint8 images agree: never more than ``max_off`` apart, and ``frac_within_1`` of pixels within 1."""
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    diff = (actual.to(torch.int16) - expected.to(torch.int16)).abs()
+    within = (diff <= 1).double().mean().item()
+    assert diff.max().item() <= max_off, f"max difference {diff.max().item()} > {max_off}"
+    assert within >= frac_within_1, f"only {within:.5f} of pixels within 1"

@@ -1,0 +1,7 @@
+"""torchdali: a GPU-side image input pipeline that keeps PyTorch's data model."""
+from . import datasets, transforms
+from .dataloader import DataLoader
+from .errors import SampleError
+
+__version__ = "0.1.0"
+__all__ = ["DataLoader", "SampleError", "datasets", "transforms", "__version__"]

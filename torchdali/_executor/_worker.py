@@ -1,0 +1,260 @@
+"""What runs in the DataLoader workers: read, tag, and pack (or decode) a batch.
+
+The inner torch DataLoader iterates *tagged* indices ``(seed, epoch, position,
+index)``: the position of a sample in the epoch keys its random parameters, so a
+sample gets the same crop whichever worker reads it. A whole batch leaves the
+worker as a handful of tensors (one bytes blob plus small metadata arrays),
+never one tensor per sample: one shared-memory segment per sample exhausts file
+descriptors at batch 256 with many workers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data._utils.collate import default_collate
+
+from .. import _rng
+from ..errors import SampleError
+from ..transforms._plan import Plan, pack_images, to_hwc
+
+# Sample kinds inside a packed batch.
+ENCODED = 0  # encoded image bytes, to be decoded (GPU path)
+RAW = 1  # already decoded HWC uint8 pixels
+
+
+def sample_path(dataset: Any, index: int) -> str | None:
+    """The file path of ``dataset[index]`` when the dataset knows it."""
+    try:
+        if hasattr(dataset, "path_of"):
+            return str(dataset.path_of(index))
+        samples = getattr(dataset, "samples", None) or getattr(dataset, "imgs", None)
+        if samples is not None:
+            entry = samples[index]
+            return str(entry[0] if isinstance(entry, (tuple, list)) else entry)
+    except Exception:
+        pass
+    return None
+
+
+class TaggedBatchSampler:
+    """Wraps the loader's batch sampler; yields ``[(seed, epoch, position, index), ...]``."""
+
+    def __init__(self, batch_sampler: Any, state: "EpochState") -> None:
+        self.batch_sampler = batch_sampler
+        self.state = state
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self):
+        seed, epoch = self.state.seed, self.state.epoch
+        pos = 0
+        for batch in self.batch_sampler:
+            batch = list(batch)
+            yield [(seed, epoch, pos + i, idx) for i, idx in enumerate(batch)]
+            pos += len(batch)
+
+
+@dataclass
+class EpochState:
+    seed: int = 0
+    epoch: int = 0
+
+
+class TaggedDataset(torch.utils.data.Dataset):
+    """Map-style wrapper: ``ds[(seed, epoch, pos, idx)] -> (tag, path, dataset[idx])``."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, tag: tuple[int, int, int, int]):
+        idx = tag[3]
+        return tag, sample_path(self.dataset, idx), self.dataset[idx]
+
+    def __getitems__(self, tags: list[tuple[int, int, int, int]]):
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if getitems is None:
+            return [self[t] for t in tags]
+        items = getitems([t[3] for t in tags])
+        return [(t, sample_path(self.dataset, t[3]), it) for t, it in zip(tags, items)]
+
+
+class TaggedIterable(torch.utils.data.IterableDataset):
+    """Iterable wrapper: tags samples with ``(seed, epoch, worker*2**40 + count, count)``."""
+
+    def __init__(self, dataset: Any, state: EpochState) -> None:
+        self.dataset = dataset
+        self.state = state
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        wid = info.id if info is not None else 0
+        seed, epoch = self.state.seed, self.state.epoch
+        for count, item in enumerate(self.dataset):
+            yield (seed, epoch, (wid << 40) + count, count), None, item
+
+
+def _split_item(item: Any) -> tuple[Any, Any, bool]:
+    """(data, target, has_target) of a dataset item."""
+    if isinstance(item, (tuple, list)) and len(item) >= 2:
+        target = item[1] if len(item) == 2 else tuple(item[1:])
+        return item[0], target, True
+    return item, None, False
+
+
+def classify(data: Any) -> tuple[int, Any]:
+    """(kind, payload): encoded bytes as a 1-D uint8 tensor, or HWC uint8 pixels."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        buf = bytes(data) if isinstance(data, memoryview) else data
+        if len(buf) == 0:
+            return ENCODED, torch.empty(0, dtype=torch.uint8)
+        return ENCODED, torch.frombuffer(bytearray(buf) if isinstance(buf, bytes) else buf, dtype=torch.uint8)
+    if isinstance(data, np.ndarray):
+        if data.dtype != np.uint8:
+            raise TypeError(f"expected uint8 data, got numpy {data.dtype}")
+        if data.ndim == 1:
+            return ENCODED, torch.from_numpy(np.ascontiguousarray(data))
+        return RAW, to_hwc(data)
+    if isinstance(data, torch.Tensor):
+        if data.dtype != torch.uint8:
+            raise TypeError(f"expected a uint8 tensor, got {data.dtype}")
+        if data.ndim == 1:
+            return ENCODED, data.contiguous()
+        return RAW, to_hwc(data)
+    if hasattr(data, "mode") and hasattr(data, "size") and hasattr(data, "convert"):  # PIL image
+        return RAW, to_hwc(np.asarray(data.convert("RGB")))
+    raise TypeError(
+        f"expected encoded bytes (bytes, bytearray, 1-D uint8 array/tensor) or a decoded uint8 image, "
+        f"got {type(data).__name__}"
+    )
+
+
+@dataclass
+class PackedBatch:
+    """A batch as it leaves a worker.
+
+    ``images`` is set on the CPU path (already decoded and transformed). On the GPU
+    path ``blob`` holds every sample's payload back to back; ``kinds``, ``offsets``,
+    ``lengths`` and ``shapes`` (H, W, C; C=0 when unknown) locate them.
+    """
+
+    indices: np.ndarray
+    paths: list
+    params: torch.Tensor
+    targets: Any
+    has_target: bool
+    images: torch.Tensor | None = None
+    blob: torch.Tensor | None = None
+    kinds: np.ndarray | None = None
+    offsets: np.ndarray | None = None
+    lengths: np.ndarray | None = None
+    shapes: np.ndarray | None = None
+    seconds: float = 0.0  # worker time spent on this batch
+
+
+class PrepareBatch:
+    """The inner DataLoader's ``collate_fn``: turns tagged samples into a PackedBatch.
+
+    ``mode="cpu"``: decode with the CPU decoder and run the reference kernel here,
+    so the work scales with ``num_workers``. ``mode="gpu"``: read JPEG headers and
+    pack the bytes; samples the GPU cannot decode (PNG, CMYK, ...) are decoded here.
+    """
+
+    def __init__(self, plan: Plan, mode: str, collate_fn: Callable | None = None,
+                 channels_last: bool = False) -> None:
+        self.plan = plan
+        self.mode = mode
+        self.collate_fn = collate_fn or default_collate
+        self.channels_last = channels_last
+
+    def __call__(self, samples: Sequence[tuple]) -> PackedBatch:
+        import time
+
+        from ..decode import DecodeError, decode_cpu
+
+        t0 = time.perf_counter()
+        n = len(samples)
+        indices = np.fromiter((s[0][3] for s in samples), dtype=np.int64, count=n)
+        paths = [s[1] for s in samples]
+        seed, epoch = samples[0][0][0], samples[0][0][1]
+        keys = _rng.sample_keys(seed, epoch, np.fromiter((s[0][2] for s in samples), dtype=np.int64, count=n))
+        datas, targets, has_target = [], [], True
+        for (_, path, item) in samples:
+            data, target, has = _split_item(item)
+            datas.append(data)
+            targets.append(target)
+            has_target = has_target and has
+
+        kinds = np.empty(n, dtype=np.int8)
+        payloads: list[torch.Tensor] = []
+        shapes = np.zeros((n, 3), dtype=np.int64)
+        for i, data in enumerate(datas):
+            idx, path = int(indices[i]), paths[i]
+            try:
+                kind, payload = classify(data)
+            except (TypeError, ValueError) as e:
+                raise SampleError.for_sample(idx, path, "unsupported sample", e) from None
+            if kind == ENCODED and self.mode == "gpu":
+                shape = _gpu_decodable_shape(payload)
+                if shape is None:
+                    kind, payload = RAW, _decode_or_raise(decode_cpu, DecodeError, payload, idx, path)
+                else:
+                    shapes[i] = shape
+            elif kind == ENCODED:
+                kind, payload = RAW, _decode_or_raise(decode_cpu, DecodeError, payload, idx, path)
+            if kind == RAW:
+                shapes[i] = payload.shape
+            kinds[i] = kind
+            payloads.append(payload)
+
+        params = self.plan.params(shapes[:, :2], keys)
+        collated = self.collate_fn(targets) if has_target else None
+        batch = PackedBatch(indices=indices, paths=paths, params=params, targets=collated, has_target=has_target)
+        if self.mode == "cpu":
+            from ..csrc_triton import resized_crop_reference
+
+            data, offsets, shp = pack_images(payloads)
+            batch.images = resized_crop_reference(
+                data, offsets, shp, params, self.plan.out_size, self.plan.scale, self.plan.bias,
+                out_dtype=self.plan.out_dtype, channels_last=self.channels_last,
+                antialias=self.plan.antialias, quantize=self.plan.quantize,
+            )
+        else:
+            lengths = np.fromiter((p.numel() for p in payloads), dtype=np.int64, count=n)
+            offsets = np.zeros(n, dtype=np.int64)
+            np.cumsum(lengths[:-1], out=offsets[1:])
+            batch.blob = torch.cat([p.reshape(-1) for p in payloads]) if n else torch.empty(0, dtype=torch.uint8)
+            batch.kinds, batch.offsets, batch.lengths, batch.shapes = kinds, offsets, lengths, shapes
+        batch.seconds = time.perf_counter() - t0
+        return batch
+
+
+def _decode_or_raise(decode_cpu: Callable, decode_error: type, payload: torch.Tensor, idx: int,
+                     path: str | None) -> torch.Tensor:
+    try:
+        return decode_cpu(payload)
+    except decode_error as e:
+        raise SampleError.for_sample(idx, path, "cannot decode image", e) from None
+    except Exception as e:  # decoders raise a zoo of types on corrupt data
+        raise SampleError.for_sample(idx, path, "cannot decode image", f"{type(e).__name__}: {e}") from None
+
+
+def _gpu_decodable_shape(payload: torch.Tensor) -> tuple[int, int, int] | None:
+    """(H, W, 3) when nvJPEG should decode this sample, else None (decode on the CPU)."""
+    from ..decode import jpeg_info
+
+    try:
+        info = jpeg_info(payload.numpy())
+    except ValueError:
+        return None  # corrupt header: the CPU decoder produces the precise error
+    if info is None or info.height <= 0 or info.width <= 0:
+        return None
+    if info.num_components not in (1, 3) or getattr(info, "lossless", False) or getattr(info, "arithmetic", False):
+        return None
+    return (info.height, info.width, 3)

@@ -1,0 +1,65 @@
+"""Per-epoch timing counters: is the training loop input-bound?"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class EpochStats:
+    epoch: int
+    batches: int = 0
+    samples: int = 0
+    wall_s: float = 0.0  # from the first request to the end of the epoch
+    wait_s: float = 0.0  # time the training loop spent blocked on the loader
+    worker_s: float = 0.0  # summed worker time (read + pack, or decode + transform on the CPU path)
+    decode_s: float = 0.0  # GPU path: host time spent issuing decodes
+    kernel_s: float = 0.0  # GPU path: GPU time of the fused kernel
+    skipped: int = 0
+
+    @property
+    def wait_fraction(self) -> float:
+        return self.wait_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["wait_fraction"] = self.wait_fraction
+        d["images_per_s"] = self.samples / self.wall_s if self.wall_s > 0 else 0.0
+        return d
+
+
+@dataclass
+class LoaderStats:
+    """Timings of every epoch this loader has run; ``last`` is the current one."""
+
+    epochs: list[EpochStats] = field(default_factory=list)
+    _t0: float = 0.0
+
+    def start_epoch(self, epoch: int) -> None:
+        self.epochs.append(EpochStats(epoch))
+        self._t0 = time.perf_counter()
+
+    @property
+    def last(self) -> EpochStats | None:
+        return self.epochs[-1] if self.epochs else None
+
+    def add_batch(self, n: int, wait: float, worker: float = 0.0, decode: float = 0.0) -> None:
+        e = self.epochs[-1]
+        e.batches += 1
+        e.samples += n
+        e.wait_s += wait
+        e.worker_s += worker
+        e.decode_s += decode
+        e.wall_s = time.perf_counter() - self._t0
+
+    def end_epoch(self) -> None:
+        if self.epochs:
+            self.epochs[-1].wall_s = time.perf_counter() - self._t0
+
+    def summary(self) -> str:
+        e = self.last
+        if e is None:
+            return "no epoch run yet"
+        d = e.as_dict()
+        return (f"epoch {e.epoch}: {e.samples} images in {e.wall_s:.2f}s ({d['images_per_s']:.0f}/s), "
+                f"waited {e.wait_s:.2f}s ({100 * e.wait_fraction:.1f}%), workers {e.worker_s:.2f}s")

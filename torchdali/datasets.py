@@ -1,0 +1,98 @@
+"""Readers that return encoded bytes and a target, never decoded pixels.
+
+Decoding happens batched, on the GPU (or in the CPU path's workers), so a reader's
+only job is to hand over the file's bytes as a 1-D uint8 tensor.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+import torch
+from torchvision.datasets import DatasetFolder
+from torchvision.datasets.folder import IMG_EXTENSIONS
+
+__all__ = ["ImageFolder", "FileList", "read_file", "IMG_EXTENSIONS"]
+
+
+def read_file(path: str | os.PathLike) -> torch.Tensor:
+    """The file's bytes as a 1-D uint8 tensor."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+class ImageFolder(DatasetFolder):
+    """``torchvision.datasets.ImageFolder`` that returns ``(encoded bytes, target)``.
+
+    ``classes``, ``class_to_idx``, ``samples``, ``targets``, ``extensions``,
+    ``is_valid_file`` and ``allow_empty`` behave exactly as torchvision's (this
+    class is a ``DatasetFolder``); only the loader differs. ``transform`` runs on
+    the bytes tensor if given; image transforms belong to the DataLoader.
+    """
+
+    def __init__(self, root: str | os.PathLike, transform: Callable | None = None,
+                 target_transform: Callable | None = None, loader: Callable = read_file,
+                 is_valid_file: Callable[[str], bool] | None = None, allow_empty: bool = False) -> None:
+        super().__init__(
+            root, loader, IMG_EXTENSIONS if is_valid_file is None else None,
+            transform=transform, target_transform=target_transform,
+            is_valid_file=is_valid_file, allow_empty=allow_empty,
+        )
+        self.imgs = self.samples
+
+    def path_of(self, index: int) -> str:
+        return self.samples[index][0]
+
+
+class FileList(torch.utils.data.Dataset):
+    """Files with targets, given as a list or a text file of ``path [label]`` lines.
+
+    Relative paths are taken from ``root``. Lines starting with ``#`` are skipped.
+    Without labels the target is -1.
+    """
+
+    def __init__(self, files: str | os.PathLike | Sequence[str | tuple[str, int]],
+                 root: str | os.PathLike | None = None,
+                 target_transform: Callable | None = None) -> None:
+        entries: list[tuple[str, int]] = []
+        if isinstance(files, (str, os.PathLike)):
+            list_path = os.fspath(files)
+            root = root if root is not None else os.path.dirname(list_path)
+            with open(list_path, encoding="utf-8") as f:
+                for lineno, line in enumerate(f, 1):
+                    line = line.strip()
+                    if not line or line.startswith("#"):
+                        continue
+                    path, _, label = line.rpartition(" ") if " " in line else (line, "", "")
+                    if not path:
+                        path, label = label, ""
+                    try:
+                        entries.append((path, int(label) if label else -1))
+                    except ValueError:
+                        raise ValueError(f"{list_path}:{lineno}: label {label!r} is not an integer") from None
+        else:
+            for item in files:
+                if isinstance(item, (tuple, list)):
+                    entries.append((os.fspath(item[0]), int(item[1])))
+                else:
+                    entries.append((os.fspath(item), -1))
+        if root is not None:
+            entries = [(p if os.path.isabs(p) else os.path.join(root, p), t) for p, t in entries]
+        self.samples = entries
+        self.targets = [t for _, t in entries]
+        self.target_transform = target_transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, Any]:
+        path, target = self.samples[index]
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return read_file(path), target
+
+    def path_of(self, index: int) -> str:
+        return self.samples[index][0]

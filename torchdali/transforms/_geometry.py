@@ -1,0 +1,193 @@
+"""Symbolic per-sample geometry: how every output pixel maps back to the source.
+
+A Compose of crops, resizes and flips is folded, per sample, into one affine map
+per axis (``source = origin + step * (out + 0.5)``), a clamp region in the source
+(what torchvision's resize sees as the image border) and a valid window in the
+output (outside it the pixel is zero padding). That is exactly what the fused
+kernel consumes, so the whole pipeline runs as one resampling pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+NUM_PARAMS = 12
+
+
+@dataclass
+class BatchGeometry:
+    """Geometry state of a batch, one entry per sample (float64 numpy arrays)."""
+
+    height: np.ndarray  # current (virtual) image height
+    width: np.ndarray
+    origin_y: np.ndarray
+    origin_x: np.ndarray
+    step_y: np.ndarray
+    step_x: np.ndarray
+    lo_y: np.ndarray
+    hi_y: np.ndarray
+    lo_x: np.ndarray
+    hi_x: np.ndarray
+    valid_y0: np.ndarray
+    valid_y1: np.ndarray
+    valid_x0: np.ndarray
+    valid_x1: np.ndarray
+    resampled: bool = False
+
+    @classmethod
+    def identity(cls, sizes: np.ndarray) -> "BatchGeometry":
+        """Geometry of the untouched source images; ``sizes`` is ``[B, 2]`` (H, W)."""
+        sizes = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)
+        h, w = sizes[:, 0].copy(), sizes[:, 1].copy()
+        zeros = np.zeros_like(h)
+        ones = np.ones_like(h)
+        return cls(
+            height=h, width=w,
+            origin_y=zeros.copy(), origin_x=zeros.copy(), step_y=ones.copy(), step_x=ones.copy(),
+            lo_y=zeros.copy(), hi_y=h.copy(), lo_x=zeros.copy(), hi_x=w.copy(),
+            valid_y0=zeros.copy(), valid_y1=h.copy(), valid_x0=zeros.copy(), valid_x1=w.copy(),
+        )
+
+    def __len__(self) -> int:
+        return len(self.height)
+
+    def to_params(self) -> torch.Tensor:
+        """``[B, NUM_PARAMS]`` float32 tensor in the kernel's column order."""
+        cols = (
+            self.origin_y, self.origin_x, self.step_y, self.step_x,
+            self.lo_y, self.hi_y, self.lo_x, self.hi_x,
+            self.valid_y0, self.valid_y1, self.valid_x0, self.valid_x1,
+        )
+        return torch.from_numpy(np.stack(cols, axis=1).astype(np.float32))
+
+
+def _broadcast(value, n: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(value, dtype=np.float64), (n,)).copy()
+
+
+def crop(g: BatchGeometry, top, left, height, width) -> None:
+    """Crop the current images to ``[top, top+height) x [left, left+width)``.
+
+    Boxes may reach outside the image (CenterCrop larger than the image): the part
+    outside becomes zero padding through the valid window.
+    """
+    n = len(g)
+    top, left = _broadcast(top, n), _broadcast(left, n)
+    height, width = _broadcast(height, n), _broadcast(width, n)
+    if not g.resampled:
+        # Before any resampling, a crop also moves the border that a later
+        # resize clamps to (torchvision resizes the cropped image).
+        for lo, hi, origin, step, start, size in (
+            (g.lo_y, g.hi_y, g.origin_y, g.step_y, top, height),
+            (g.lo_x, g.hi_x, g.origin_x, g.step_x, left, width),
+        ):
+            a = origin + step * start
+            b = origin + step * (start + size)
+            np.maximum(lo, np.minimum(a, b), out=lo)
+            np.minimum(hi, np.maximum(a, b), out=hi)
+            np.maximum(hi, lo + 1, out=hi)  # keep at least one source pixel
+    g.origin_y += g.step_y * top
+    g.origin_x += g.step_x * left
+    g.valid_y0 = np.clip(g.valid_y0 - top, 0, height)
+    g.valid_y1 = np.clip(g.valid_y1 - top, 0, height)
+    g.valid_x0 = np.clip(g.valid_x0 - left, 0, width)
+    g.valid_x1 = np.clip(g.valid_x1 - left, 0, width)
+    g.height, g.width = height, width
+
+
+def resize(g: BatchGeometry, height, width) -> None:
+    """Resample the current images to ``height x width``."""
+    n = len(g)
+    height, width = _broadcast(height, n), _broadcast(width, n)
+    sy, sx = g.height / height, g.width / width
+    g.step_y = g.step_y * sy
+    g.step_x = g.step_x * sx
+    # Padding that existed before a resize scales with it (approximates
+    # torchvision, which would blend the zero border into the edge pixels).
+    g.valid_y0, g.valid_y1 = np.round(g.valid_y0 / sy), np.round(g.valid_y1 / sy)
+    g.valid_x0, g.valid_x1 = np.round(g.valid_x0 / sx), np.round(g.valid_x1 / sx)
+    g.height, g.width = height, width
+    g.resampled = True
+
+
+def horizontal_flip(g: BatchGeometry, mask: np.ndarray | bool = True) -> None:
+    """Mirror the selected samples left-right."""
+    m = _broadcast(mask, len(g)).astype(bool)
+    g.origin_x = np.where(m, g.origin_x + g.step_x * g.width, g.origin_x)
+    g.step_x = np.where(m, -g.step_x, g.step_x)
+    g.valid_x0, g.valid_x1 = (
+        np.where(m, g.width - g.valid_x1, g.valid_x0),
+        np.where(m, g.width - g.valid_x0, g.valid_x1),
+    )
+
+
+def vertical_flip(g: BatchGeometry, mask: np.ndarray | bool = True) -> None:
+    """Mirror the selected samples top-bottom."""
+    m = _broadcast(mask, len(g)).astype(bool)
+    g.origin_y = np.where(m, g.origin_y + g.step_y * g.height, g.origin_y)
+    g.step_y = np.where(m, -g.step_y, g.step_y)
+    g.valid_y0, g.valid_y1 = (
+        np.where(m, g.height - g.valid_y1, g.valid_y0),
+        np.where(m, g.height - g.valid_y0, g.valid_y1),
+    )
+
+
+def resized_output_size(height: np.ndarray, width: np.ndarray, size: list[int], max_size: int | None):
+    """torchvision's output size rule for ``Resize`` (``int``/1-element = shorter side)."""
+    if len(size) == 2:
+        return _broadcast(size[0], len(height)), _broadcast(size[1], len(height))
+    short = np.minimum(height, width)
+    long = np.maximum(height, width)
+    new_short = np.full_like(short, float(size[0]))
+    new_long = np.floor(size[0] * long / short)
+    if max_size is not None:
+        over = new_long > max_size
+        new_short = np.where(over, np.floor(max_size * new_short / new_long), new_short)
+        new_long = np.where(over, float(max_size), new_long)
+    w_short = width <= height
+    new_w = np.where(w_short, new_short, new_long)
+    new_h = np.where(w_short, new_long, new_short)
+    return new_h, new_w
+
+
+def center_crop_box(height: np.ndarray, width: np.ndarray, crop_h: int, crop_w: int):
+    """torchvision's CenterCrop anchor, padding symmetrically when the crop is larger."""
+    # np.round rounds half to even like Python's round, which torchvision uses.
+    top = np.where(crop_h > height, -np.floor((crop_h - height) / 2), np.round((height - crop_h) / 2.0))
+    left = np.where(crop_w > width, -np.floor((crop_w - width) / 2), np.round((width - crop_w) / 2.0))
+    return top, left
+
+
+def random_resized_crop_box(height, width, scale, ratio, u: np.ndarray):
+    """Vectorised torchvision RandomResizedCrop box sampling.
+
+    ``u`` holds 40 uniforms per sample: ten attempts of (area, log-ratio, top, left).
+    The first attempt that fits wins; otherwise the central-crop fallback.
+    """
+    n = len(height)
+    area = height * width
+    log_r0, log_r1 = np.log(ratio[0]), np.log(ratio[1])
+    u = u.reshape(n, 10, 4)
+    target_area = area[:, None] * (scale[0] + (scale[1] - scale[0]) * u[..., 0])
+    aspect = np.exp(log_r0 + (log_r1 - log_r0) * u[..., 1])
+    w = np.round(np.sqrt(target_area * aspect))
+    h = np.round(np.sqrt(target_area / aspect))
+    ok = (w > 0) & (w <= width[:, None]) & (h > 0) & (h <= height[:, None])
+    first = np.argmax(ok, axis=1)
+    found = ok[np.arange(n), first]
+    hs, ws = h[np.arange(n), first], w[np.arange(n), first]
+    top = np.floor(u[np.arange(n), first, 2] * (height - hs + 1))
+    left = np.floor(u[np.arange(n), first, 3] * (width - ws + 1))
+
+    in_ratio = width / height
+    rmin, rmax = min(ratio), max(ratio)
+    fw = np.where(in_ratio < rmin, width, np.where(in_ratio > rmax, np.round(height * rmax), width))
+    fh = np.where(in_ratio < rmin, np.round(width / rmin), np.where(in_ratio > rmax, height, height))
+    ftop = np.floor((height - fh) / 2)
+    fleft = np.floor((width - fw) / 2)
+    return (
+        np.where(found, top, ftop), np.where(found, left, fleft),
+        np.where(found, hs, fh), np.where(found, ws, fw),
+    )
