@@ -34,38 +34,59 @@ def synthetic_image(rng: np.random.Generator, height: int, width: int) -> np.nda
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def make_image_folder(root: str | os.PathLike, num_images: int, num_classes: int = 10, seed: int = 0,
-                      size_range: Sequence[int] = (300, 560), quality: Sequence[int] = (85, 96),
-                      progress: bool = True) -> str:
-    """Write ``num_images`` JPEGs (4:2:0) into ``root/class_k/`` unless already there.
-
-    Returns ``root``. A marker file records the parameters so a folder made with
-    other settings is rebuilt rather than silently reused.
-    """
+def _write_one(args: tuple) -> int:
     from PIL import Image
 
+    root, i, num_classes, seed, size_range, quality = args
+    rng = np.random.default_rng([seed, i])
+    h, w = (int(v) for v in rng.integers(size_range[0], size_range[1], size=2))
+    buf = io.BytesIO()
+    Image.fromarray(synthetic_image(rng, h, w)).save(
+        buf, format="JPEG", quality=int(rng.integers(quality[0], quality[1] + 1)), subsampling="4:2:0")
+    path = os.path.join(root, f"class_{i % num_classes:03d}", f"img_{i:07d}.jpg")
+    with open(path, "wb") as f:
+        f.write(buf.getvalue())
+    return len(buf.getvalue())
+
+
+def make_image_folder(root: str | os.PathLike, num_images: int, num_classes: int = 10, seed: int = 0,
+                      size_range: Sequence[int] = (300, 560), quality: Sequence[int] = (85, 96),
+                      progress: bool = True, processes: int | None = None) -> str:
+    """Write ``num_images`` JPEGs (4:2:0) into ``root/class_k/`` unless already there.
+
+    Image ``i`` depends only on ``(seed, i)``, so the folder is the same whatever
+    the number of processes. Returns ``root``. A marker file records the
+    parameters so a folder made with other settings is rebuilt, not reused.
+    """
     root = os.fspath(root)
     marker = os.path.join(root, ".torchdali-synthetic")
     spec = f"{num_images} {num_classes} {seed} {tuple(size_range)} {tuple(quality)}"
     if os.path.exists(marker) and open(marker).read() == spec:
         return root
-    os.makedirs(root, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    it = range(num_images)
+    for c in range(num_classes):
+        os.makedirs(os.path.join(root, f"class_{c:03d}"), exist_ok=True)
+    jobs = [(root, i, num_classes, seed, tuple(size_range), tuple(quality)) for i in range(num_images)]
+    processes = processes or min(os.cpu_count() or 1, 16)
+    bar = None
     if progress:
         from tqdm import tqdm
 
-        it = tqdm(it, desc=f"making {num_images} JPEGs in {root}", unit="img")
-    for i in it:
-        cls = f"class_{i % num_classes:03d}"
-        os.makedirs(os.path.join(root, cls), exist_ok=True)
-        h, w = (int(v) for v in rng.integers(size_range[0], size_range[1], size=2))
-        arr = synthetic_image(rng, h, w)
-        buf = io.BytesIO()
-        Image.fromarray(arr).save(buf, format="JPEG", quality=int(rng.integers(quality[0], quality[1] + 1)),
-                                  subsampling="4:2:0")
-        with open(os.path.join(root, cls, f"img_{i:07d}.jpg"), "wb") as f:
-            f.write(buf.getvalue())
+        bar = tqdm(total=num_images, desc=f"making {num_images} JPEGs in {root}", unit="img")
+    if processes > 1 and num_images >= 64:
+        import multiprocessing as mp
+
+        with mp.get_context("spawn" if mp.get_start_method(allow_none=True) == "spawn" else "fork").Pool(
+                processes) as pool:
+            for _ in pool.imap_unordered(_write_one, jobs, chunksize=16):
+                if bar is not None:
+                    bar.update(1)
+    else:
+        for job in jobs:
+            _write_one(job)
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
     with open(marker, "w") as f:
         f.write(spec)
     return root
