@@ -246,7 +246,12 @@ def _decode_or_raise(decode_cpu: Callable, decode_error: type, payload: torch.Te
 
 
 def _gpu_decodable_shape(payload: torch.Tensor) -> tuple[int, int, int] | None:
-    """(H, W, 3) when nvJPEG should decode this sample, else None (decode on the CPU)."""
+    """(H, W, 3) when nvJPEG should decode this sample, else None (decode on the CPU).
+
+    CMYK/YCCK, RGB-coded, lossless, arithmetic-coded and 12-bit JPEGs go to the
+    CPU, and so does a file that does not end in an EOI marker: nvJPEG may decode
+    a truncated stream without complaint, the CPU decoder names the problem.
+    """
     from ..decode import jpeg_info
 
     try:
@@ -255,6 +260,10 @@ def _gpu_decodable_shape(payload: torch.Tensor) -> tuple[int, int, int] | None:
         return None  # corrupt header: the CPU decoder produces the precise error
     if info is None or info.height <= 0 or info.width <= 0:
         return None
-    if info.num_components not in (1, 3) or getattr(info, "lossless", False) or getattr(info, "arithmetic", False):
+    if (info.num_components not in (1, 3) or info.lossless or info.arithmetic or info.precision != 8
+            or info.is_cmyk or info.is_ycck or info.is_rgb_coded):
+        return None
+    tail = payload[-2:].numpy() if payload.numel() >= 2 else None
+    if tail is None or tail[0] != 0xFF or tail[1] != 0xD9:
         return None
     return (info.height, info.width, 3)

@@ -1,0 +1,719 @@
+"""Tests for torchdali.decode: header probing, CPU decoding, nvJPEG binding.
+
+CPU tests run everywhere; tests marked ``cuda`` need a GPU (and exercise the real
+nvJPEG library: hardware engines where the GPU has them).
+"""
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from torchdali.decode import (
+    FLAG_CMYK,
+    FLAG_CORRUPT,
+    FLAG_GPU_UNSUITABLE,
+    FLAG_ORIENTED,
+    FLAG_PROGRESSIVE,
+    FLAG_RESTART,
+    FLAG_RGB_CODED,
+    FORMAT_BMP,
+    FORMAT_GIF,
+    FORMAT_JPEG,
+    FORMAT_PNG,
+    FORMAT_TIFF,
+    FORMAT_UNKNOWN,
+    FORMAT_WEBP,
+    STATUS_NEEDS_CPU,
+    STATUS_OK,
+    STATUS_SIZE_MISMATCH,
+    DecodeError,
+    NvjpegDecoder,
+    NvjpegError,
+    decode_cpu,
+    image_format,
+    image_info_batch,
+    jpeg_info,
+    load_nvjpeg,
+    nvjpeg_version,
+    status_name,
+)
+from torchdali.decode import _nvjpeg
+
+# torchvision >= 0.29 flags its image codecs as deprecated on every call.
+pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def smooth_rgb(h: int, w: int, seed: int = 0) -> np.ndarray:
+    """A smooth test picture: JPEG round trips stay close, unlike noise."""
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    r = 128 + 100 * np.sin(x / 17.0 + seed)
+    g = 128 + 100 * np.cos(y / 23.0 + 2 * seed)
+    b = 255 * (x + y) / (h + w + 1)
+    return np.clip(np.stack([r, g, b], -1), 0, 255).astype(np.uint8)
+
+
+def encode(img: Image.Image, fmt: str, **kw) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+def jpeg(h: int, w: int, mode: str = "RGB", seed: int = 0, **kw) -> bytes:
+    img = Image.fromarray(smooth_rgb(h, w, seed))
+    if mode != "RGB":
+        img = img.convert(mode)
+    kw.setdefault("quality", 92)
+    return encode(img, "JPEG", **kw)
+
+
+def pil_rgb(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as im:
+        return np.asarray(im.convert("RGB"))
+
+
+def pack(blobs: list[bytes]) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+    lengths = np.array([len(b) for b in blobs], dtype=np.int64)
+    offsets = np.zeros(len(blobs), dtype=np.int64)
+    if len(blobs) > 1:
+        np.cumsum(lengths[:-1], out=offsets[1:])
+    buf = torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8) if blobs else torch.zeros(0, dtype=torch.uint8)
+    return buf, offsets, lengths
+
+
+def restart_kwargs() -> dict:
+    """Pillow >= 11 can write restart markers; skip where it cannot."""
+    try:
+        encode(Image.new("RGB", (16, 16)), "JPEG", restart_marker_blocks=2)
+    except TypeError:  # pragma: no cover - old Pillow
+        pytest.skip("this Pillow cannot write restart markers")
+    return {"restart_marker_blocks": 2}
+
+
+# (id, height, width, mode, save kwargs)
+JPEG_CASES = [
+    ("420", 64, 80, "RGB", {"subsampling": 2}),
+    ("422", 64, 80, "RGB", {"subsampling": 1}),
+    ("444", 64, 80, "RGB", {"subsampling": 0}),
+    ("gray", 48, 40, "L", {}),
+    ("cmyk", 32, 24, "CMYK", {}),
+    ("progressive", 64, 80, "RGB", {"progressive": True}),
+    ("1x1", 1, 1, "RGB", {}),
+    ("7x13", 13, 7, "RGB", {"subsampling": 2}),
+    ("odd_333x517", 517, 333, "RGB", {"subsampling": 2}),
+]
+EXPECTED_SUBSAMPLING = {"420": "420", "422": "422", "444": "444", "gray": "gray", "cmyk": "444",
+                        "progressive": "420", "1x1": "420", "7x13": "420", "odd_333x517": "420"}
+
+
+# ------------------------------------------------------------------------------ jpeg_info
+
+
+@pytest.mark.parametrize("name,h,w,mode,kw", JPEG_CASES, ids=[c[0] for c in JPEG_CASES])
+def test_jpeg_info_matches_pil(name, h, w, mode, kw):
+    data = jpeg(h, w, mode, **kw)
+    info = jpeg_info(data)
+    with Image.open(io.BytesIO(data)) as im:
+        assert (info.width, info.height) == im.size
+        assert info.ncomp == len(im.getbands()) == info.num_components
+    assert info.subsampling == EXPECTED_SUBSAMPLING[name]
+    assert info.progressive == bool(kw.get("progressive"))
+    assert info.sof == (0xC2 if kw.get("progressive") else 0xC0)
+    assert info.precision == 8 and not info.lossless and not info.arithmetic
+    assert info.baseline == (not kw.get("progressive"))
+    assert info.is_cmyk == (mode == "CMYK")
+    if mode == "CMYK":
+        assert info.adobe_transform is not None  # libjpeg writes an Adobe marker for CMYK
+    assert info.restart_interval == 0 and not info.has_restart_markers
+    assert info.orientation is None
+    assert len(info.sampling) == info.ncomp == len(info.component_ids)
+
+
+def test_jpeg_info_restart_markers():
+    data = jpeg(64, 80, **restart_kwargs())
+    info = jpeg_info(data)
+    assert info.restart_interval == 2 and info.has_restart_markers
+    assert (info.height, info.width) == (64, 80)
+
+
+def test_jpeg_info_exif_orientation():
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    exif[0x010F] = "maker"
+    data = jpeg(20, 30, exif=exif.tobytes())
+    assert jpeg_info(data).orientation == 6
+    batch = image_info_batch(*pack([data]))
+    assert batch.orientation[0] == 6 and batch.flags[0] & FLAG_ORIENTED
+
+
+def test_jpeg_info_adobe_rgb_flagged():
+    data = jpeg(16, 16)
+    # Splice an Adobe APP14 segment with transform 0 (components are R, G, B) after SOI.
+    adobe = b"\xff\xee" + struct.pack(">H", 14) + b"Adobe" + struct.pack(">HHHB", 100, 0, 0, 0)
+    info = jpeg_info(data[:2] + adobe + data[2:])
+    assert info.adobe_transform == 0 and info.is_rgb_coded
+    batch = image_info_batch(*pack([data[:2] + adobe + data[2:]]))
+    assert batch.flags[0] & FLAG_RGB_CODED and batch.flags[0] & FLAG_GPU_UNSUITABLE
+
+
+@pytest.mark.parametrize("data", [b"", b"\xff", b"\x89PNG\r\n\x1a\n" + b"\0" * 20, b"hello world", b"\xd8\xff"])
+def test_jpeg_info_not_jpeg(data):
+    assert jpeg_info(data) is None
+
+
+def _sof_offset(data: bytes) -> int:
+    pos = data.find(b"\xff\xc0")
+    assert pos > 0
+    return pos
+
+
+def test_jpeg_info_truncated_before_sof_raises():
+    data = jpeg(40, 50)
+    sof = _sof_offset(data)
+    for cut in (2, 3, 4, 20, sof, sof + 1, sof + 5, sof + 12):
+        with pytest.raises(ValueError, match="truncated|SOF"):
+            jpeg_info(data[:cut])
+
+
+def test_jpeg_info_truncated_after_header_still_parses():
+    data = jpeg(40, 50)
+    info = jpeg_info(data[: len(data) // 2])  # cut inside the entropy-coded data
+    assert (info.height, info.width, info.ncomp) == (40, 50, 3)
+
+
+def test_jpeg_info_corrupt_raises():
+    data = jpeg(16, 16)
+    # APP0 (right after SOI) with an impossible segment length of 1
+    bad_len = data[:4] + b"\x00\x01" + data[6:]
+    with pytest.raises(ValueError, match="invalid length"):
+        jpeg_info(bad_len)
+    with pytest.raises(ValueError, match="start-of-scan"):
+        jpeg_info(b"\xff\xd8\xff\xda\x00\x08" + b"\x00" * 40)
+    with pytest.raises(ValueError, match="end-of-image"):
+        jpeg_info(b"\xff\xd8\xff\xd9")
+    sof = _sof_offset(data)
+    zero_width = bytearray(data)
+    zero_width[sof + 7:sof + 9] = b"\x00\x00"
+    with pytest.raises(ValueError, match="width"):
+        jpeg_info(bytes(zero_width))
+
+
+def test_jpeg_info_skips_junk_and_fill_bytes():
+    data = jpeg(16, 24)
+    # fill bytes before a marker are legal; libjpeg also tolerates junk between segments
+    app0_end = 4 + struct.unpack(">H", data[4:6])[0]
+    padded = data[:app0_end] + b"\xff\xff\xff" + data[app0_end:]
+    junk = data[:app0_end] + b"\x00\x12" + data[app0_end:]
+    for variant in (padded, junk):
+        info = jpeg_info(variant)
+        assert (info.height, info.width) == (16, 24)
+
+
+def test_jpeg_info_input_types():
+    data = jpeg(21, 34)
+    arr = np.frombuffer(data, dtype=np.uint8)
+    expected = jpeg_info(data)
+    for obj in (bytearray(data), memoryview(data), arr, torch.from_numpy(arr.copy()), arr[::1]):
+        assert jpeg_info(obj) == expected
+    with pytest.raises(TypeError):
+        jpeg_info(arr.astype(np.int32))
+
+
+# ------------------------------------------------------------------------------ image_format
+
+
+def _samples() -> dict[str, bytes]:
+    rgb = smooth_rgb(13, 7)
+    rgba = np.concatenate([rgb, np.full((13, 7, 1), 200, np.uint8)], -1)
+    return {
+        "jpeg": jpeg(13, 7),
+        "png": encode(Image.fromarray(rgb), "PNG"),
+        "png_rgba": encode(Image.fromarray(rgba), "PNG"),
+        "gif": encode(Image.fromarray(rgb).convert("P"), "GIF"),
+        "bmp": encode(Image.fromarray(rgb), "BMP"),
+        "webp_lossy": encode(Image.fromarray(rgb), "WEBP", quality=90),
+        "webp_lossless": encode(Image.fromarray(rgb), "WEBP", lossless=True),
+        "webp_alpha": encode(Image.fromarray(rgba), "WEBP", lossless=True),
+        "tiff": encode(Image.fromarray(rgb), "TIFF"),
+    }
+
+
+def test_image_format_sniffing():
+    s = _samples()
+    assert image_format(s["jpeg"]) == "jpeg"
+    assert image_format(s["png"]) == image_format(s["png_rgba"]) == "png"
+    assert image_format(s["gif"]) == "gif"
+    assert image_format(s["bmp"]) == "bmp"
+    assert image_format(s["webp_lossy"]) == image_format(s["webp_lossless"]) == "webp"
+    assert image_format(s["tiff"]) == "tiff"
+    for junk in (b"", b"\xff", b"\xff\xd8", b"hello world", b"RIFF\0\0\0\0WAVE"):
+        assert image_format(junk) == "unknown"
+    assert image_format(np.frombuffer(s["png"], np.uint8)) == "png"
+    assert image_format(torch.frombuffer(bytearray(s["gif"]), dtype=torch.uint8)) == "gif"
+
+
+def test_image_info_batch_mixed():
+    s = _samples()
+    corrupt = s["jpeg"][:_sof_offset(s["jpeg"]) + 4]
+    cmyk = jpeg(9, 11, "CMYK")
+    prog = jpeg(10, 12, progressive=True)
+    names = list(s) + ["corrupt", "cmyk", "progressive", "garbage", "empty"]
+    blobs = list(s.values()) + [corrupt, cmyk, prog, b"not an image", b""]
+    buf, offsets, lengths = pack(blobs)
+    for container in (buf, buf.numpy(), bytes(buf.numpy())):
+        info = image_info_batch(container, offsets, torch.from_numpy(lengths))
+        assert all(a.dtype == np.int32 and a.shape == (len(blobs),) for a in info)
+        by = dict(zip(names, zip(info.height, info.width, info.ncomp, info.format, info.flags)))
+        for name in ("jpeg", "png", "png_rgba", "gif", "bmp", "webp_lossy", "webp_lossless", "webp_alpha"):
+            assert by[name][:2] == (13, 7), name
+        assert by["tiff"][3] == FORMAT_TIFF
+        assert [by[n][3] for n in ("jpeg", "png", "gif", "bmp", "webp_lossy")] == [
+            FORMAT_JPEG, FORMAT_PNG, FORMAT_GIF, FORMAT_BMP, FORMAT_WEBP]
+        assert by["png"][2] == 3 and by["png_rgba"][2] == 4 and by["webp_alpha"][2] == 4
+        assert by["webp_lossy"][2] == 3 and by["webp_lossless"][2] == 3
+        assert by["jpeg"][4] == 0 and by["jpeg"][2] == 3
+        assert by["corrupt"][3] == FORMAT_JPEG and by["corrupt"][4] == FLAG_CORRUPT and by["corrupt"][0] == 0
+        assert by["cmyk"][4] & FLAG_CMYK and by["cmyk"][4] & FLAG_GPU_UNSUITABLE and by["cmyk"][:2] == (9, 11)
+        assert by["progressive"][4] & FLAG_PROGRESSIVE and not by["progressive"][4] & FLAG_GPU_UNSUITABLE
+        assert by["garbage"][3] == by["empty"][3] == FORMAT_UNKNOWN
+    with pytest.raises(ValueError, match="outside"):
+        image_info_batch(buf, offsets + 1, lengths)
+
+
+def test_image_info_batch_stays_inside_each_sample():
+    s = _samples()
+    # a short sample must not borrow magic bytes or header bytes from its neighbour
+    blobs = [b"RIFF", s["webp_lossy"], s["jpeg"][:3], s["jpeg"], b"\x89PNG", s["png"]]
+    info = image_info_batch(*pack(blobs))
+    assert list(info.format) == [FORMAT_UNKNOWN, FORMAT_WEBP, FORMAT_JPEG, FORMAT_JPEG, FORMAT_UNKNOWN, FORMAT_PNG]
+    assert info.flags[2] == FLAG_CORRUPT and info.height[2] == 0
+    assert info.height[3] == 13 and info.height[5] == 13
+
+
+def test_image_info_batch_restart_flag():
+    data = jpeg(32, 32, **restart_kwargs())
+    info = image_info_batch(*pack([data]))
+    assert info.flags[0] & FLAG_RESTART
+
+
+# ------------------------------------------------------------------------------ decode_cpu
+
+
+def _check_hwc(img: torch.Tensor, h: int, w: int) -> None:
+    assert img.dtype == torch.uint8 and tuple(img.shape) == (h, w, 3) and img.is_contiguous()
+
+
+def test_decode_cpu_png_exact():
+    rgb = smooth_rgb(13, 7, seed=3)
+    rgba = np.concatenate([rgb, np.arange(13 * 7, dtype=np.uint8).reshape(13, 7, 1)], -1)
+    cases = {
+        "rgb": Image.fromarray(rgb),
+        "rgba": Image.fromarray(rgba),
+        "gray": Image.fromarray(rgb[..., 1]),
+        "palette": Image.fromarray(rgb).convert("P"),
+        "gray_alpha": Image.fromarray(rgb).convert("LA"),
+    }
+    for name, img in cases.items():
+        data = encode(img, "PNG")
+        out = decode_cpu(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+        _check_hwc(out, 13, 7)
+        np.testing.assert_array_equal(out.numpy(), pil_rgb(data), err_msg=name)
+
+
+def test_decode_cpu_png_16bit():
+    values = ((np.arange(13 * 7, dtype=np.int64).reshape(13, 7) * 719) % 65536).astype(np.uint16)
+    img = Image.frombytes("I;16", (7, 13), values.astype("<u2").tobytes())
+    out = decode_cpu(encode(img, "PNG"))
+    _check_hwc(out, 13, 7)
+    expected = (values >> 8).astype(np.uint8)
+    for c in range(3):
+        np.testing.assert_array_equal(out[..., c].numpy(), expected)
+
+
+@pytest.mark.parametrize("name,h,w,mode,kw", JPEG_CASES, ids=[c[0] for c in JPEG_CASES])
+def test_decode_cpu_jpeg_close_to_pil(name, h, w, mode, kw):
+    data = jpeg(h, w, mode, **kw)
+    out = decode_cpu(np.frombuffer(data, np.uint8))
+    _check_hwc(out, h, w)
+    diff = np.abs(out.numpy().astype(np.int16) - pil_rgb(data).astype(np.int16))
+    assert diff.mean() < 2, (name, diff.mean())
+    if mode == "L":
+        o = out.numpy()
+        assert (o[..., 0] == o[..., 1]).all() and (o[..., 1] == o[..., 2]).all()
+
+
+def test_decode_cpu_restart_markers():
+    data = jpeg(64, 80, **restart_kwargs())
+    out = decode_cpu(data)
+    assert np.abs(out.numpy().astype(int) - pil_rgb(data).astype(int)).mean() < 2
+
+
+def test_decode_cpu_other_formats():
+    s = _samples()
+    for name in ("gif", "bmp", "webp_lossless", "webp_alpha", "tiff"):
+        out = decode_cpu(s[name])
+        _check_hwc(out, 13, 7)
+        np.testing.assert_array_equal(out.numpy(), pil_rgb(s[name]), err_msg=name)
+    out = decode_cpu(s["webp_lossy"])
+    _check_hwc(out, 13, 7)
+    assert np.abs(out.numpy().astype(int) - pil_rgb(s["webp_lossy"]).astype(int)).mean() < 2
+
+
+def test_decode_cpu_gif_first_frame():
+    a = Image.fromarray(smooth_rgb(12, 10)).convert("P")
+    b = Image.fromarray(255 - smooth_rgb(12, 10)).convert("P")
+    data = encode(a, "GIF", save_all=True, append_images=[b])
+    out = decode_cpu(data)
+    _check_hwc(out, 12, 10)
+    np.testing.assert_array_equal(out.numpy(), pil_rgb(data))  # PIL shows frame 0 after open
+
+
+def test_decode_cpu_input_types():
+    data = jpeg(9, 10)
+    ref = decode_cpu(data)
+    arr = np.frombuffer(data, np.uint8)
+    strided = torch.from_numpy(np.repeat(arr, 2))[::2]  # non-contiguous view
+    for obj in (bytearray(data), memoryview(data), arr, torch.from_numpy(arr.copy()), strided):
+        assert torch.equal(decode_cpu(obj), ref)
+    with pytest.raises(TypeError):
+        decode_cpu(torch.zeros(2, 3, dtype=torch.uint8))
+    with pytest.raises(TypeError):
+        decode_cpu("file.jpg")
+
+
+def test_decode_cpu_errors():
+    with pytest.raises(DecodeError, match="empty file"):
+        decode_cpu(torch.zeros(0, dtype=torch.uint8))
+    with pytest.raises(DecodeError, match="unrecognised image format"):
+        decode_cpu(b"definitely not an image")
+    data = jpeg(40, 50)
+    with pytest.raises(DecodeError, match="jpeg"):
+        decode_cpu(data[: len(data) // 2])
+    with pytest.raises(DecodeError, match="jpeg"):
+        decode_cpu(data[:_sof_offset(data) + 4])
+    png = encode(Image.fromarray(smooth_rgb(8, 8)), "PNG")
+    with pytest.raises(DecodeError, match="png"):
+        decode_cpu(png[:40])
+    assert issubclass(DecodeError, RuntimeError)
+
+
+# ------------------------------------------------------------------------------ nvJPEG, no GPU needed
+
+
+@pytest.mark.skipif(torch.version.cuda is None, reason="CPU-only torch build")
+def test_load_nvjpeg_finds_library():
+    lib = load_nvjpeg()
+    assert "libnvjpeg" in lib._name
+    assert lib is load_nvjpeg()  # cached
+    major = int(torch.version.cuda.split(".")[0])
+    assert lib._name.endswith(f".so.{major}")
+    version = nvjpeg_version()
+    assert version[0] == major and all(isinstance(v, int) for v in version)
+    for name in ("nvjpegDecodeBatched", "nvjpegGetImageInfo", "nvjpegDecode", "nvjpegDecodeBatchedSupported"):
+        assert getattr(lib, name).restype is not None and getattr(lib, name).argtypes
+
+
+def test_load_nvjpeg_failure_lists_places(monkeypatch, tmp_path):
+    missing = str(tmp_path / "nowhere" / "libnvjpeg.so.99")
+    monkeypatch.setattr(_nvjpeg, "_lib", None)
+    monkeypatch.setattr(_nvjpeg, "_lib_error", None)
+    monkeypatch.setattr(_nvjpeg, "_cuda_majors", lambda: [99])
+    monkeypatch.setattr(_nvjpeg, "_search_plan", lambda major: [
+        ("pip nvidia-nvjpeg", missing, "glob"),
+        ("dynamic loader", "libnvjpeg.so.99", "soname"),
+    ])
+    with pytest.raises(RuntimeError) as err:
+        load_nvjpeg()
+    msg = str(err.value)
+    assert missing in msg and "libnvjpeg.so.99" in msg
+    assert "pip install nvidia-nvjpeg" in msg and "nvidia-nvjpeg-cu12" in msg
+    with pytest.raises(RuntimeError):  # the failure is cached too
+        load_nvjpeg()
+
+
+def test_search_plan_covers_all_sources(monkeypatch):
+    monkeypatch.setenv("CUDA_HOME", "/opt/cudaX")
+    monkeypatch.setenv("TORCHDALI_NVJPEG_LIBRARY", "/custom/libnvjpeg.so.13")
+    plan = _nvjpeg._search_plan(13)
+    patterns = [p for _, p, _ in plan]
+    assert patterns[0] == "/custom/libnvjpeg.so.13"
+    text = "\n".join(patterns)
+    assert "cu13/lib/libnvjpeg.so.13" in text or "'nvidia' is not importable" in text
+    assert "torchvision.libs" in text
+    assert "/opt/cudaX/lib64/libnvjpeg.so.13" in text
+    assert "/usr/local/cuda/lib64/libnvjpeg.so.13" in text
+    assert plan[-1] == ("dynamic loader", "libnvjpeg.so.13", "soname")
+
+
+def test_status_names_and_error():
+    assert status_name(STATUS_OK) == "OK"
+    assert status_name(STATUS_NEEDS_CPU) == "NEEDS_CPU"
+    assert status_name(STATUS_SIZE_MISMATCH) == "SIZE_MISMATCH"
+    assert status_name(3) == "NVJPEG_STATUS_BAD_JPEG"
+    err = NvjpegError(7, "nvjpegCreateEx")
+    assert err.status == 7 and err.call == "nvjpegCreateEx"
+    assert "NVJPEG_STATUS_ARCH_MISMATCH" in str(err) and "nvjpegCreateEx" in str(err)
+
+
+def test_nvjpeg_image_layout():
+    import ctypes
+
+    assert ctypes.sizeof(_nvjpeg.NvjpegImage) == 64
+    assert _nvjpeg.NvjpegImage.channel.offset == 0 and _nvjpeg.NvjpegImage.pitch.offset == 32
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error")
+def test_decoder_needs_gpu():
+    with pytest.raises(RuntimeError, match="CUDA"):
+        NvjpegDecoder(0)
+
+
+# ------------------------------------------------------------------------------ nvJPEG on a GPU
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    dec = NvjpegDecoder(0)
+    yield dec
+    dec.close()
+
+
+def gpu_decode(dec: NvjpegDecoder, blobs: list[bytes], sizes=None, rois=None, pinned: bool = True):
+    """Decode ``blobs`` in one batch on a side stream; returns (statuses, CPU HWC tensors or None)."""
+    buf, offsets, lengths = pack(blobs)
+    if pinned:
+        buf = buf.pin_memory()
+    if sizes is None:
+        sizes = []
+        for b in blobs:
+            try:
+                info = jpeg_info(b)
+            except ValueError:
+                info = None
+            sizes.append((info.height, info.width) if info else (1, 1))
+    sizes = np.asarray(sizes, dtype=np.int64).reshape(-1, 2)
+    out_hw = sizes.copy()
+    if rois is not None:
+        r = np.asarray(rois, dtype=np.int64)
+        on = r[:, 2] > 0
+        out_hw = np.where(on[:, None], r[:, [3, 2]], sizes)
+    nbytes = out_hw[:, 0] * out_hw[:, 1] * 3
+    out_offsets = np.zeros(len(blobs), dtype=np.int64)
+    if len(blobs) > 1:
+        np.cumsum(nbytes[:-1], out=out_offsets[1:])
+    out = torch.full((int(nbytes.sum()) + 1,), 77, dtype=torch.uint8, device=dec.device)
+    stream = torch.cuda.Stream(dec.device)
+    stream.wait_stream(torch.cuda.current_stream(dec.device))  # `out` was filled on the current stream
+    status = dec.decode_batch(buf, offsets, lengths, sizes, out, out_offsets, stream, rois=rois)
+    stream.synchronize()
+    assert out[-1].item() == 77  # nothing written past the last image
+    host = out.cpu()
+    images = []
+    for i, st in enumerate(status):
+        o, (h, w) = int(out_offsets[i]), out_hw[i]
+        images.append(host[o:o + h * w * 3].view(int(h), int(w), 3) if st == STATUS_OK else None)
+    return status, images
+
+
+def assert_close(gpu: torch.Tensor, ref: torch.Tensor, tol: float = 2.0, what: str = "") -> None:
+    assert gpu.shape == ref.shape, (what, gpu.shape, ref.shape)
+    diff = (gpu.to(torch.int16) - ref.to(torch.int16)).abs().float().mean().item()
+    assert diff < tol, f"{what}: mean abs diff {diff:.3f}"
+
+
+GPU_CASES = [c for c in JPEG_CASES if c[0] not in ("cmyk", "1x1")]
+
+
+@pytest.mark.cuda
+def test_gpu_hardware_engines_reported(decoder):
+    name = torch.cuda.get_device_name(decoder.device)
+    print(f"{name}: {decoder!r}, flags={decoder.handle_flags}, reason={decoder.hardware_unavailable_reason}")
+    assert decoder.hybrid_backend in ("gpu_hybrid", "default")
+    if any(k in name for k in ("A100", "A30", "H100", "H200", "H20", "B200", "GB200")):
+        assert decoder.has_hardware and decoder.hardware_engines != 0
+    if decoder.has_hardware:
+        assert decoder.hardware_engines > 0 or decoder.hardware_engines == -1
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name,h,w,mode,kw", GPU_CASES, ids=[c[0] for c in GPU_CASES])
+def test_gpu_matches_cpu(decoder, name, h, w, mode, kw):
+    data = jpeg(h, w, mode, **kw)
+    status, images = gpu_decode(decoder, [data])
+    assert status == [STATUS_OK], decoder.last_errors
+    assert_close(images[0], decode_cpu(data), what=name)
+    print(name, decoder.last_stats)
+
+
+@pytest.mark.cuda
+def test_gpu_restart_markers(decoder):
+    data = jpeg(96, 128, **restart_kwargs())
+    status, images = gpu_decode(decoder, [data])
+    assert status == [STATUS_OK], decoder.last_errors
+    assert_close(images[0], decode_cpu(data), what="restart")
+
+
+@pytest.mark.cuda
+def test_gpu_mixed_batch(decoder):
+    cases = GPU_CASES + [("restart", 72, 88, "RGB", restart_kwargs()), ("tiny", 1, 1, "RGB", {})]
+    blobs = [jpeg(h, w, mode, seed=i, **kw) for i, (_, h, w, mode, kw) in enumerate(cases)]
+    # non-JPEG and CMYK samples in the middle must come back as "needs CPU"
+    png = encode(Image.fromarray(smooth_rgb(10, 12)), "PNG")
+    cmyk = jpeg(24, 20, "CMYK")
+    blobs = blobs[:3] + [png, cmyk] + blobs[3:]
+    names = [c[0] for c in cases[:3]] + ["png", "cmyk"] + [c[0] for c in cases[3:]]
+    status, images = gpu_decode(decoder, blobs)
+    print(decoder.last_stats, decoder.last_errors)
+    for name, st, data, img in zip(names, status, blobs, images):
+        if name in ("png", "cmyk"):
+            assert st == STATUS_NEEDS_CPU, (name, st)
+            assert decoder.describe(st, names.index(name)).startswith("NEEDS_CPU")
+        elif name == "tiny":
+            assert st in (STATUS_OK, STATUS_NEEDS_CPU) or st > 0  # 1x1: whatever nvJPEG says, no crash
+            if st == STATUS_OK:
+                assert_close(img, decode_cpu(data), tol=4, what=name)
+        else:
+            assert st == STATUS_OK, (name, st, decoder.last_errors)
+            assert_close(img, decode_cpu(data), what=name)
+    if decoder.has_hardware:
+        assert decoder.last_stats["hardware"] > 0
+
+
+@pytest.mark.cuda
+def test_gpu_corrupt_image_does_not_poison_batch(decoder):
+    good = [jpeg(64, 80, seed=i) for i in range(4)]
+    header_corrupt = good[0][:_sof_offset(good[0]) + 6]
+    entropy_truncated = good[1][: len(good[1]) * 2 // 3]
+    blobs = [good[0], header_corrupt, good[1], entropy_truncated, good[2], good[3]]
+    sizes = [(64, 80)] * len(blobs)
+    status, images = gpu_decode(decoder, blobs, sizes=sizes)
+    print(status, decoder.last_errors)
+    assert status[1] != STATUS_OK
+    assert 1 in decoder.last_errors
+    for i in (0, 2, 4, 5):
+        assert status[i] == STATUS_OK, (i, decoder.last_errors)
+        assert_close(images[i], decode_cpu(blobs[i]), what=f"image {i}")
+    # nvJPEG may or may not notice a truncated entropy segment; either way later batches work
+    status, images = gpu_decode(decoder, good)
+    assert status == [STATUS_OK] * 4
+    for img, data in zip(images, good):
+        assert_close(img, decode_cpu(data))
+
+
+@pytest.mark.cuda
+def test_gpu_batch_failure_retries_one_by_one():
+    blobs = [jpeg(48, 64, seed=i) for i in range(3)] + [jpeg(40, 40, progressive=True)]
+    with NvjpegDecoder(0) as dec:
+        dec._fail_batched_for_testing = True  # every batched call "fails": exercises the retry path
+        status, images = gpu_decode(dec, blobs)
+        assert status == [STATUS_OK] * 4, dec.last_errors
+        for img, data in zip(images, blobs):
+            assert_close(img, decode_cpu(data))
+        dec._fail_batched_for_testing = False
+        status, _ = gpu_decode(dec, blobs)
+        assert status == [STATUS_OK] * 4
+
+
+@pytest.mark.cuda
+def test_gpu_size_mismatch_is_reported(decoder):
+    data = jpeg(40, 50)
+    status, _ = gpu_decode(decoder, [data, data], sizes=[(40, 50), (41, 50)])
+    assert status == [STATUS_OK, STATUS_SIZE_MISMATCH]
+    assert "40x50" in decoder.last_errors[1]
+
+
+@pytest.mark.cuda
+def test_gpu_roi(decoder):
+    blobs = [jpeg(120, 160, seed=1), jpeg(120, 160, seed=2, progressive=True), jpeg(90, 70, seed=3, subsampling=0)]
+    rois = [(16, 8, 64, 48), (30, 20, 50, 60), (0, 0, -1, -1)]
+    status, images = gpu_decode(decoder, blobs, rois=rois)
+    print(decoder.last_stats)
+    assert status == [STATUS_OK] * 3, decoder.last_errors
+    for data, (x, y, w, h), img in zip(blobs, rois, images):
+        ref = decode_cpu(data)
+        if w > 0:
+            ref = ref[y:y + h, x:x + w]
+        assert_close(img, ref, what=f"roi {(x, y, w, h)}")
+
+
+@pytest.mark.cuda
+def test_gpu_hybrid_backend_only():
+    blobs = [jpeg(h, w, mode, seed=i, **kw) for i, (_, h, w, mode, kw) in enumerate(GPU_CASES)]
+    with NvjpegDecoder(0, backend="hybrid") as dec:
+        assert not dec.has_hardware
+        status, images = gpu_decode(dec, blobs)
+        assert status == [STATUS_OK] * len(blobs), dec.last_errors
+        for img, data in zip(images, blobs):
+            assert_close(img, decode_cpu(data))
+
+
+@pytest.mark.cuda
+def test_gpu_fancy_upsampling():
+    blobs = [jpeg(64, 80, seed=i, subsampling=s) for i, s in enumerate((2, 1, 0, 2))]
+    refs = [decode_cpu(b).to(torch.int16) for b in blobs]
+    for fancy in (False, True):
+        with NvjpegDecoder(0, fancy_upsampling=fancy) as dec:
+            status, images = gpu_decode(dec, blobs)
+            assert status == [STATUS_OK] * 4, dec.last_errors
+            diffs = [(img.to(torch.int16) - ref).abs().float().mean().item() for img, ref in zip(images, refs)]
+            print(f"fancy={fancy} flags={dec.handle_flags} stats={dec.last_stats} "
+                  f"mean abs diff vs libjpeg (420, 422, 444, 420): {[round(d, 3) for d in diffs]}")
+            assert max(diffs) < 2
+            if dec.has_hardware:
+                # Would fail if the flag made the engines refuse ordinary baseline images.
+                assert dec.last_stats["hardware"] == 4
+
+
+@pytest.mark.cuda
+def test_gpu_chunking_pageable_input_and_pointer_pairs():
+    blobs = [jpeg(30 + i, 40 + 2 * i, seed=i, progressive=(i % 4 == 3)) for i in range(11)]
+    with NvjpegDecoder(0, max_batch=4) as dec:
+        status, images = gpu_decode(dec, blobs, pinned=False)
+        assert status == [STATUS_OK] * len(blobs), dec.last_errors
+        for img, data in zip(images, blobs):
+            assert_close(img, decode_cpu(data))
+        # the same through a list of (pointer, length) pairs
+        buf, offsets, lengths = pack(blobs)
+        buf = buf.pin_memory()
+        pairs = [(buf.data_ptr() + int(o), int(n)) for o, n in zip(offsets, lengths)]
+        sizes = [(jpeg_info(b).height, jpeg_info(b).width) for b in blobs]
+        nbytes = [h * w * 3 for h, w in sizes]
+        out_offsets = np.concatenate([[0], np.cumsum(nbytes)[:-1]])
+        out = torch.empty(sum(nbytes), dtype=torch.uint8, device=dec.device)
+        status = dec.decode_batch(pairs, sizes=sizes, out=out, out_offsets=out_offsets)
+        torch.cuda.current_stream(dec.device).synchronize()
+        assert status == [STATUS_OK] * len(blobs)
+        for i, data in enumerate(blobs):
+            h, w = sizes[i]
+            img = out[out_offsets[i]:out_offsets[i] + h * w * 3].view(h, w, 3).cpu()
+            assert_close(img, decode_cpu(data))
+
+
+@pytest.mark.cuda
+def test_gpu_argument_checks_and_close(decoder):
+    data = jpeg(16, 16)
+    buf, offsets, lengths = pack([data])
+    out = torch.empty(16 * 16 * 3, dtype=torch.uint8, device=decoder.device)
+    with pytest.raises(ValueError, match="needs bytes"):
+        decoder.decode_batch(buf, offsets, lengths, [(16, 16)], out[:-1], [0])
+    with pytest.raises(ValueError, match="host memory"):
+        decoder.decode_batch(buf.to(decoder.device), offsets, lengths, [(16, 16)], out, [0])
+    with pytest.raises(ValueError, match="out is on"):
+        decoder.decode_batch(buf, offsets, lengths, [(16, 16)], out.cpu(), [0])
+    with pytest.raises(TypeError, match="uint8"):
+        decoder.decode_batch(buf, offsets, lengths, [(16, 16)], out.float(), [0])
+    with pytest.raises(ValueError, match="outside its"):
+        decoder.decode_batch(buf, offsets, lengths, [(16, 16)], out, [0], rois=[(8, 8, 9, 4)])
+    assert decoder.decode_batch(buf[:0], offsets[:0], lengths[:0], np.zeros((0, 2)), out, []) == []
+    dec = NvjpegDecoder(0)
+    dec.close()
+    dec.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        dec.decode_batch(buf, offsets, lengths, [(16, 16)], out, [0])

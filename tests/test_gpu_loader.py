@@ -1,0 +1,156 @@
+"""The GPU path end to end (run on a GPU machine: pytest -m cuda)."""
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import torchdali as td
+from torchdali import transforms as T
+
+from ._helpers import jpeg_bytes, make_folder
+
+pytestmark = pytest.mark.cuda
+
+RECIPE = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip()])
+
+
+def _batches(loader):
+    out = []
+    for images, targets in loader:
+        out.append((images.cpu(), targets.cpu()))
+    return out
+
+
+def _mean_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.float() - b.float()).abs().mean().item()
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return make_folder(tmp_path_factory.mktemp("gpu"), n=40, lo=60, hi=180)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_gpu_output_matches_cpu_path_with_same_seed(folder, num_workers):
+    ds = td.datasets.ImageFolder(folder)
+    kw = dict(batch_size=8, shuffle=True, num_workers=num_workers, transforms=RECIPE, seed=3)
+    gpu = td.DataLoader(ds, device="cuda", generator=torch.Generator().manual_seed(0), **kw)
+    cpu = td.DataLoader(ds, device="cpu", generator=torch.Generator().manual_seed(0), **kw)
+    g, c = _batches(gpu), _batches(cpu)
+    assert len(g) == len(c) == len(gpu)
+    for (gi, gt), (ci, ct) in zip(g, c):
+        assert torch.equal(gt, ct)
+        assert gi.shape == ci.shape == (8, 3, 48, 48) and gi.dtype == torch.uint8
+        for k in range(gi.shape[0]):
+            # nvJPEG and libjpeg-turbo differ by about a level; the geometry must be identical
+            assert _mean_abs(gi[k], ci[k]) < 2.5, k
+
+
+def test_float_normalized_channels_last_output_on_device(folder):
+    ds = td.datasets.ImageFolder(folder)
+    tf = T.Compose([T.Resize(64), T.CenterCrop(56), T.ToDtype(torch.bfloat16, scale=True),
+                    T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+    gpu = td.DataLoader(ds, batch_size=16, transforms=tf, device="cuda", memory_format=torch.channels_last)
+    cpu = td.DataLoader(ds, batch_size=16, transforms=tf, device="cpu")
+    for (gi, gt), (ci, ct) in zip(gpu, cpu):
+        assert gi.is_cuda and gt.is_cuda and gi.dtype == torch.bfloat16
+        assert gi.is_contiguous(memory_format=torch.channels_last)
+        assert _mean_abs(gi.cpu(), ci) < 0.05
+
+
+def _cmyk_jpeg(arr: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(arr).convert("CMYK").save(buf, format="JPEG", quality=92)
+    return buf.getvalue()
+
+
+def _png(arr: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_png_and_cmyk_fall_back_to_cpu_inside_a_gpu_batch(tmp_path):
+    from torchdali._synthetic import synthetic_image
+
+    rng = np.random.default_rng(1)
+    files = []
+    for i in range(12):
+        arr = synthetic_image(rng, 70 + i, 90 - i)
+        kind = ("jpg", "png", "cmyk", "gray")[i % 4]
+        data = {"jpg": lambda: jpeg_bytes(arr), "png": lambda: _png(arr), "cmyk": lambda: _cmyk_jpeg(arr),
+                "gray": lambda: jpeg_bytes(arr[:, :, 0])}[kind]()
+        path = tmp_path / f"{i:02d}_{kind}.{ 'png' if kind == 'png' else 'jpg'}"
+        path.write_bytes(data)
+        files.append((str(path), i))
+    ds = td.datasets.FileList(files)
+    tf = T.Compose([T.Resize((40, 44))])
+    g = _batches(td.DataLoader(ds, batch_size=12, transforms=tf, device="cuda"))
+    c = _batches(td.DataLoader(ds, batch_size=12, transforms=tf, device="cpu"))
+    for k in range(12):
+        limit = 1.0 if k % 4 in (1, 2) else 2.5  # PNG/CMYK decode on the CPU in both paths
+        assert _mean_abs(g[0][0][k], c[0][0][k]) < limit, files[k]
+
+
+def test_corrupt_jpeg_names_the_sample_and_the_decoder_keeps_working(tmp_path):
+    root = make_folder(tmp_path / "c", n=16, classes=1, lo=60, hi=120)
+    ds = td.datasets.ImageFolder(root)
+    victim = ds.samples[9][0]
+    good = open(victim, "rb").read()
+    # keep the header (so the worker sends it to nvJPEG) and wreck the entropy-coded data
+    sos = good.find(b"\xff\xda")
+    bad = good[: sos + 20] + bytes(np.random.default_rng(0).integers(0, 256, 64, dtype=np.uint8)) + b"\xff\xd9"
+    open(victim, "wb").write(bad)
+    loader = td.DataLoader(ds, batch_size=4, transforms=T.Compose([T.Resize((32, 32))]), device="cuda")
+    cpu = td.DataLoader(ds, batch_size=4, transforms=T.Compose([T.Resize((32, 32))]), device="cpu")
+    seen = 0
+    with pytest.raises(td.SampleError) as info:
+        for _ in loader:
+            seen += 1
+    assert "sample 9" in str(info.value) and victim in str(info.value)
+    assert seen == 2  # batches before the bad one were delivered
+    open(victim, "wb").write(good)
+    for (gi, _), (ci, _) in zip(_batches(loader), _batches(cpu)):  # same decoder, next epoch
+        for k in range(gi.shape[0]):
+            assert _mean_abs(gi[k], ci[k]) < 2.5
+    torch.cuda.synchronize()  # the CUDA context is still healthy
+
+
+def test_gpu_memory_flat_over_20_epochs(folder):
+    ds = td.datasets.ImageFolder(folder)
+    loader = td.DataLoader(ds, batch_size=8, num_workers=2, persistent_workers=True,
+                           transforms=T.Compose([RECIPE, T.ToDtype(torch.float32, scale=True)]), device="cuda")
+    allocated = []
+    for epoch in range(20):
+        for images, _ in loader:
+            images.sum()
+        torch.cuda.synchronize()
+        allocated.append(torch.cuda.memory_allocated())
+    reserved = torch.cuda.memory_reserved()
+    assert max(allocated[2:]) - min(allocated[2:]) <= 1 << 20, allocated
+    for _ in loader:
+        pass
+    assert torch.cuda.memory_reserved() <= reserved + (8 << 20)
+
+
+def test_break_out_of_the_loop_shuts_the_thread_down(folder):
+    import threading
+
+    ds = td.datasets.ImageFolder(folder)
+    loader = td.DataLoader(ds, batch_size=4, num_workers=2, transforms=RECIPE, device="cuda")
+    before = {t.name for t in threading.enumerate()}
+    it = iter(loader)
+    next(it)
+    it.close()
+    del it
+    alive = [t for t in threading.enumerate() if t.name == "torchdali-executor"]
+    assert not alive, alive
+    assert {t.name for t in threading.enumerate()} - before <= {"QueueFeederThread"}

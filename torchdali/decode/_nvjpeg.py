@@ -1,0 +1,988 @@
+"""ctypes binding to libnvjpeg and a batched GPU JPEG decoder built on it.
+
+No compiled extension: the shared library is found at run time (pip wheel, the copy
+torchvision ships, or the CUDA toolkit) and every function used gets an explicit
+ctypes prototype taken from ``nvjpeg.h``.  Output memory always comes from torch;
+nvJPEG only allocates its own scratch buffers.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import importlib.util
+import os
+import threading
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+__all__ = [
+    "NvjpegError",
+    "NvjpegDecoder",
+    "NvjpegImage",
+    "load_nvjpeg",
+    "nvjpeg_version",
+    "status_name",
+    "STATUS_OK",
+    "STATUS_NEEDS_CPU",
+    "STATUS_SIZE_MISMATCH",
+]
+
+# --------------------------------------------------------------------------------------
+# Constants from nvjpeg.h
+# --------------------------------------------------------------------------------------
+
+_NVJPEG_STATUS = {
+    0: "NVJPEG_STATUS_SUCCESS",
+    1: "NVJPEG_STATUS_NOT_INITIALIZED",
+    2: "NVJPEG_STATUS_INVALID_PARAMETER",
+    3: "NVJPEG_STATUS_BAD_JPEG",
+    4: "NVJPEG_STATUS_JPEG_NOT_SUPPORTED",
+    5: "NVJPEG_STATUS_ALLOCATOR_FAILURE",
+    6: "NVJPEG_STATUS_EXECUTION_FAILED",
+    7: "NVJPEG_STATUS_ARCH_MISMATCH",
+    8: "NVJPEG_STATUS_INTERNAL_ERROR",
+    9: "NVJPEG_STATUS_IMPLEMENTATION_NOT_SUPPORTED",
+    10: "NVJPEG_STATUS_INCOMPLETE_BITSTREAM",
+}
+_NVJPEG_HINTS = {
+    6: "a CUDA call inside nvJPEG failed (no usable GPU, driver too old for this nvJPEG, "
+       "or out of device memory)",
+    7: "this GPU does not support the requested backend",
+    5: "nvJPEG could not allocate memory",
+}
+
+NVJPEG_BACKEND_DEFAULT = 0
+NVJPEG_BACKEND_HYBRID = 1
+NVJPEG_BACKEND_GPU_HYBRID = 2
+NVJPEG_BACKEND_HARDWARE = 3
+
+NVJPEG_OUTPUT_RGBI = 5
+
+NVJPEG_CSS_444 = 0
+NVJPEG_CSS_GRAY = 6
+NVJPEG_CSS_UNKNOWN = -1
+
+NVJPEG_FLAGS_DEFAULT = 0
+NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION = 1 << 5
+
+# nvjpegJpegEncoding_t values nvJPEG's lossy decoders handle (baseline, extended, progressive).
+_LOSSY_ENCODINGS = frozenset((0xC0, 0xC1, 0xC2))
+
+# libraryPropertyType
+_MAJOR_VERSION, _MINOR_VERSION, _PATCH_LEVEL = 0, 1, 2
+
+# Per-image statuses returned by NvjpegDecoder.decode_batch (positive values are
+# nvjpegStatus_t codes of the call that failed).
+STATUS_OK = 0
+STATUS_NEEDS_CPU = -1
+STATUS_SIZE_MISMATCH = -2
+
+
+def status_name(code: int) -> str:
+    """Readable name of a decode_batch status or an nvjpegStatus_t code."""
+    if code == STATUS_OK:
+        return "OK"
+    if code == STATUS_NEEDS_CPU:
+        return "NEEDS_CPU"
+    if code == STATUS_SIZE_MISMATCH:
+        return "SIZE_MISMATCH"
+    return _NVJPEG_STATUS.get(code, f"NVJPEG_STATUS_{code}")
+
+
+class NvjpegError(RuntimeError):
+    """An nvJPEG call returned a status other than NVJPEG_STATUS_SUCCESS."""
+
+    def __init__(self, status: int, call: str, detail: str = ""):
+        self.status = int(status)
+        self.call = call
+        self.status_name = status_name(self.status)
+        msg = f"{call} failed with {self.status_name} ({self.status})"
+        hint = _NVJPEG_HINTS.get(self.status)
+        if hint:
+            msg += f": {hint}"
+        if detail:
+            msg += f" [{detail}]"
+        super().__init__(msg)
+
+
+class NvjpegImage(ctypes.Structure):
+    """``nvjpegImage_t``: four channel pointers then four pitches (64 bytes)."""
+
+    _fields_ = [
+        ("channel", ctypes.c_void_p * 4),
+        ("pitch", ctypes.c_size_t * 4),
+    ]
+
+
+# decode_batch builds arrays of nvjpegImage_t as an (N, 8) uint64 numpy array, which
+# relies on this exact layout.
+assert ctypes.sizeof(NvjpegImage) == 64 and NvjpegImage.pitch.offset == 32
+
+# --------------------------------------------------------------------------------------
+# Library loading and prototypes
+# --------------------------------------------------------------------------------------
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int
+_U = ctypes.c_uint
+_SZ = ctypes.c_size_t
+_PI = ctypes.POINTER(ctypes.c_int)
+_PU = ctypes.POINTER(ctypes.c_uint)
+_PP = ctypes.POINTER(ctypes.c_void_p)
+_PIMG = ctypes.POINTER(NvjpegImage)
+
+# Every pointer to an array or opaque object is declared c_void_p so raw addresses
+# (Python ints from numpy/torch) pass straight through; enums are C ints.
+_REQUIRED = {
+    "nvjpegGetProperty": (_I, _PI),
+    "nvjpegCreateEx": (_I, _P, _P, _U, _PP),
+    "nvjpegDestroy": (_P,),
+    "nvjpegJpegStateCreate": (_P, _PP),
+    "nvjpegJpegStateDestroy": (_P,),
+    "nvjpegGetImageInfo": (_P, _P, _SZ, _PI, _PI, _PI, _PI),
+    "nvjpegDecode": (_P, _P, _P, _SZ, _I, _PIMG, _P),
+    "nvjpegDecodeBatchedInitialize": (_P, _P, _I, _I, _I),
+    "nvjpegDecodeBatched": (_P, _P, _P, _P, _P, _P),
+    "nvjpegJpegStreamCreate": (_P, _PP),
+    "nvjpegJpegStreamDestroy": (_P,),
+    "nvjpegJpegStreamParse": (_P, _P, _SZ, _I, _I, _P),
+    "nvjpegJpegStreamParseHeader": (_P, _P, _SZ, _P),
+    "nvjpegJpegStreamGetJpegEncoding": (_P, _PI),
+    "nvjpegJpegStreamGetSamplePrecision": (_P, _PU),
+    "nvjpegJpegStreamGetFrameDimensions": (_P, _PU, _PU),
+    "nvjpegJpegStreamGetComponentsNum": (_P, _PU),
+    "nvjpegDecodeBatchedSupported": (_P, _P, _PI),
+    "nvjpegDecodeParamsCreate": (_P, _PP),
+    "nvjpegDecodeParamsDestroy": (_P,),
+    "nvjpegDecodeParamsSetOutputFormat": (_P, _I),
+    "nvjpegDecodeParamsSetROI": (_P, _I, _I, _I, _I),
+}
+# Newer entry points; used when present.
+_OPTIONAL = {
+    "nvjpegGetHardwareDecoderInfo": (_P, _PU, _PU),
+    "nvjpegDecodeBatchedSupportedEx": (_P, _P, _P, _PI),
+    "nvjpegDecodeBatchedEx": (_P, _P, _P, _P, _P, _P, _P),
+    "nvjpegDecodeBatchedPreAllocate": (_P, _P, _I, _I, _I, _I, _I),
+}
+
+_load_lock = threading.Lock()
+_lib: Optional[ctypes.CDLL] = None
+_lib_error: Optional[str] = None
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    missing = [name for name in _REQUIRED if not hasattr(lib, name)]
+    if missing:
+        raise OSError(f"missing symbols {', '.join(missing)} (nvJPEG too old?)")
+    for table in (_REQUIRED, _OPTIONAL):
+        for name, argtypes in table.items():
+            if not hasattr(lib, name):
+                continue
+            fn = getattr(lib, name)
+            fn.argtypes = list(argtypes)
+            fn.restype = ctypes.c_int
+
+
+def _cuda_majors() -> List[int]:
+    version = getattr(torch.version, "cuda", None)
+    if version:
+        return [int(version.split(".")[0])]
+    return [13, 12]  # CPU-only torch: nothing to match, try the current majors
+
+
+def _search_plan(major: int) -> List[Tuple[str, str, str]]:
+    """(origin, pattern, kind) in search order; kind is "glob", "soname" or "note"."""
+    plan: List[Tuple[str, str, str]] = []
+    override = os.environ.get("TORCHDALI_NVJPEG_LIBRARY")
+    if override:
+        plan.append(("$TORCHDALI_NVJPEG_LIBRARY", override, "glob"))
+    try:
+        import nvidia  # namespace package of the NVIDIA pip wheels
+
+        roots = [os.path.abspath(p) for p in getattr(nvidia, "__path__", [])]
+    except ImportError:
+        roots = []
+    if roots:
+        for root in roots:
+            # nvidia-nvjpeg 13.x: nvidia/cu13/lib; nvidia-nvjpeg-cu12: nvidia/nvjpeg/lib
+            plan.append(("pip nvidia-nvjpeg", os.path.join(root, f"cu{major}", "lib", f"libnvjpeg.so.{major}"), "glob"))
+            plan.append(("pip nvidia-nvjpeg-cu12", os.path.join(root, "nvjpeg", "lib", f"libnvjpeg.so.{major}"), "glob"))
+    else:
+        plan.append(("pip wheels", "python package 'nvidia' is not importable", "note"))
+    try:
+        spec = importlib.util.find_spec("torchvision")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        for loc in spec.submodule_search_locations:
+            libs = os.path.join(os.path.dirname(os.path.abspath(loc)), "torchvision.libs")
+            plan.append(("torchvision", os.path.join(libs, f"libnvjpeg*.so.{major}"), "glob"))
+    else:
+        plan.append(("torchvision", "torchvision is not installed", "note"))
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root:
+            for sub in ("lib64", "lib", os.path.join("targets", "*-linux", "lib")):
+                plan.append((f"${var}", os.path.join(root, sub, f"libnvjpeg.so.{major}"), "glob"))
+    plan.append(("CUDA toolkit", f"/usr/local/cuda/lib64/libnvjpeg.so.{major}", "glob"))
+    plan.append(("CUDA toolkit", f"/usr/local/cuda-{major}*/lib64/libnvjpeg.so.{major}", "glob"))
+    plan.append(("dynamic loader", f"libnvjpeg.so.{major}", "soname"))
+    return plan
+
+
+def _try_load(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path)
+    _declare(lib)
+    return lib
+
+
+def load_nvjpeg() -> ctypes.CDLL:
+    """Load libnvjpeg for torch's CUDA major version, with prototypes declared.
+
+    Search order: ``$TORCHDALI_NVJPEG_LIBRARY``, the NVIDIA pip wheels (found through
+    the ``nvidia`` namespace package), the copy in ``torchvision.libs``, the CUDA
+    toolkit (``$CUDA_HOME``, ``$CUDA_PATH``, ``/usr/local/cuda``) and finally the
+    dynamic loader's own path.  The result (or the failure) is cached.  The returned
+    object's ``_name`` is the path that was loaded.
+    """
+    global _lib, _lib_error
+    if _lib is not None:
+        return _lib
+    with _load_lock:
+        if _lib is not None:
+            return _lib
+        if _lib_error is not None:
+            raise RuntimeError(_lib_error)
+        tried: List[str] = []
+        for major in _cuda_majors():
+            for origin, pattern, kind in _search_plan(major):
+                if kind == "note":
+                    tried.append(f"{origin}: {pattern}")
+                    continue
+                if kind == "soname":
+                    candidates = [pattern]
+                else:
+                    candidates = sorted(glob.glob(pattern))
+                    if not candidates:
+                        tried.append(f"{origin}: {pattern} (not found)")
+                        continue
+                for path in candidates:
+                    try:
+                        _lib = _try_load(path)
+                        return _lib
+                    except OSError as exc:
+                        tried.append(f"{origin}: {path} ({exc})")
+        cuda = getattr(torch.version, "cuda", None)
+        wanted = " or ".join(f"libnvjpeg.so.{m}" for m in _cuda_majors())
+        _lib_error = (
+            f"could not load {wanted} (torch is built for CUDA {cuda or 'none: CPU-only build'}).\n"
+            "Tried:\n  - " + "\n  - ".join(tried) + "\n"
+            "Fix: `pip install nvidia-nvjpeg` (torch built for CUDA 13) or "
+            "`pip install nvidia-nvjpeg-cu12` (torch built for CUDA 12), or install the CUDA "
+            "toolkit and set CUDA_HOME, or set TORCHDALI_NVJPEG_LIBRARY to a libnvjpeg.so path."
+        )
+        raise RuntimeError(_lib_error)
+
+
+def nvjpeg_version() -> Tuple[int, int, int]:
+    """(major, minor, patch) of the loaded libnvjpeg; needs no GPU."""
+    lib = load_nvjpeg()
+    out = []
+    value = ctypes.c_int()
+    for prop in (_MAJOR_VERSION, _MINOR_VERSION, _PATCH_LEVEL):
+        status = lib.nvjpegGetProperty(prop, ctypes.byref(value))
+        if status:
+            raise NvjpegError(status, "nvjpegGetProperty")
+        out.append(value.value)
+    return out[0], out[1], out[2]
+
+
+# --------------------------------------------------------------------------------------
+# Decoder
+# --------------------------------------------------------------------------------------
+
+
+def _device_index(device: Union[int, str, torch.device, None]) -> int:
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"NvjpegDecoder needs a CUDA device, got {device}")
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _as_int64(x, name: str, shape: Optional[Tuple[int, ...]] = None) -> np.ndarray:
+    """``x`` as an int64 numpy array; ``shape`` None means any 1-D length."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    arr = np.asarray(x)
+    if shape is None:
+        if arr.ndim != 1:
+            raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+    else:
+        if arr.size == 0:
+            arr = arr.reshape(shape)
+        if arr.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
+    if arr.size and arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers, got {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+class _StateSet:
+    """nvJPEG states used by one decode_batch call, reused ``pipeline_depth`` calls later."""
+
+    __slots__ = ("hw", "hy", "single", "params", "event", "recorded", "hw_batch", "hy_batch", "inflight")
+
+    def __init__(self) -> None:
+        self.hw: Optional[int] = None  # nvjpegJpegState_t on the hardware handle
+        self.hy: Optional[int] = None  # batched state on the hybrid handle
+        self.single: Optional[int] = None  # nvjpegDecode state on the hybrid handle
+        self.params: List[int] = []  # nvjpegDecodeParams_t for ROI decodes on the hardware handle
+        self.event: Optional[torch.cuda.Event] = None  # recorded after the call's work
+        self.recorded = False
+        self.hw_batch = 0  # batch size ``hw`` is initialised for; 0 forces nvjpegDecodeBatchedInitialize
+        self.hy_batch = 0
+        self.inflight: tuple = ()  # objects the queued work reads or writes
+
+
+class NvjpegDecoder:
+    """Batched JPEG decoder on one GPU: nvJPEG hardware engines first, CUDA hybrid otherwise.
+
+    Every image is decoded to interleaved RGB (HWC, pitch ``3 * width``) into a slice
+    of one caller-provided uint8 CUDA buffer.  Images the hardware backend accepts
+    (``nvjpegDecodeBatchedSupported``) go through one ``nvjpegDecodeBatched`` call on
+    the hardware handle; the rest (progressive JPEGs, and whatever else the engines
+    refuse) through the GPU-hybrid handle.  Images nvJPEG cannot take
+    (not JPEG, CMYK/YCCK, lossless, 12-bit, header errors) are reported as
+    ``STATUS_NEEDS_CPU`` for the caller to decode with :func:`decode_cpu`.
+
+    Args:
+        device: CUDA device (index, ``torch.device`` or None for the current device).
+        backend: "auto" (hardware engines when present, hybrid for the rest),
+            "hardware" (as auto, but raise if there are no engines), "hybrid" (GPU
+            hybrid only) or "default" (``NVJPEG_BACKEND_DEFAULT`` only).
+        max_batch: most images passed to one nvJPEG batched call; larger batches are
+            split.
+        fancy_upsampling: create the handles with NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION
+            (nvJPEG >= 12.1) so chroma is interpolated like libjpeg-turbo does and GPU
+            and CPU decodes of 4:2:0/4:2:2 images agree more closely.  Off by default,
+            as DALI has it; dropped silently where nvjpegCreateEx refuses the flag
+            (``self.handle_flags`` says what each handle got).
+        gpu_grayscale: decode 1-component JPEGs on the GPU (nvJPEG replicates luma into
+            R, G and B).  With False they are reported as needing the CPU.
+        pipeline_depth: sets of nvJPEG states used in turn.  A call reuses the states
+            of the call ``pipeline_depth`` calls earlier and first waits (on the host)
+            until that call's GPU work has finished, so with the default of 2 the host
+            side of batch N+1 overlaps the GPU decode of batch N.
+
+    Calls are serialised by a lock; for parallel host-side work use one decoder per
+    thread.
+    """
+
+    def __init__(
+        self,
+        device: Union[int, str, torch.device, None] = None,
+        backend: str = "auto",
+        max_batch: int = 256,
+        *,
+        fancy_upsampling: bool = False,
+        gpu_grayscale: bool = True,
+        pipeline_depth: int = 2,
+    ):
+        self._closed = True  # until every handle exists; close() tolerates partial init
+        self._hw = self._hy = self._jstream = None
+        self._sets: List[_StateSet] = []
+        if int(pipeline_depth) < 1:
+            raise ValueError(f"pipeline_depth must be >= 1, got {pipeline_depth}")
+        if backend not in ("auto", "hardware", "hybrid", "default"):
+            raise ValueError(f"backend must be 'auto', 'hardware', 'hybrid' or 'default', got {backend!r}")
+        if int(max_batch) < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if not torch.cuda.is_available():
+            raise RuntimeError("NvjpegDecoder needs a CUDA GPU, but torch.cuda.is_available() is False")
+        self._lib = load_nvjpeg()
+        index = _device_index(device)
+        self.device = torch.device("cuda", index)
+        self.max_batch = int(max_batch)
+        self.gpu_grayscale = bool(gpu_grayscale)
+        self.hardware_engines = 0
+        self.hardware_cores_per_engine = 0
+        self.hardware_unavailable_reason: Optional[str] = None
+        self.backend = backend
+        self.hybrid_backend = ""
+        #: nvjpegCreateEx flags each handle was created with ("hardware", "hybrid")
+        self.handle_flags: Dict[str, int] = {}
+        #: per-index failure reasons of the most recent decode_batch call
+        self.last_errors: Dict[int, str] = {}
+        #: how the most recent decode_batch call routed its images
+        self.last_stats: Dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._next_set = 0
+        self._fail_batched_for_testing = False
+        lib = self._lib
+        self._has_ex = hasattr(lib, "nvjpegDecodeBatchedEx") and hasattr(lib, "nvjpegDecodeBatchedSupportedEx")
+        wanted_flags = NVJPEG_FLAGS_DEFAULT
+        if fancy_upsampling:
+            try:
+                if nvjpeg_version()[:2] >= (12, 1):
+                    wanted_flags |= NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION
+            except NvjpegError:
+                pass
+        self._closed = False
+        try:
+            with torch.cuda.device(index):
+                # Make the primary context current on this thread before nvJPEG (which
+                # carries its own CUDA runtime) creates anything on it.
+                torch.cuda.synchronize(index)
+                self._create(backend, wanted_flags, int(pipeline_depth))
+        except BaseException:
+            self.close()
+            raise
+
+    # ---------------------------------------------------------------- construction
+
+    def _create_handle(self, backend: int, flags: int) -> Tuple[int, Optional[int], int]:
+        """(status, handle, flags used): retries without optional flags on refusal."""
+        lib = self._lib
+        handle = ctypes.c_void_p()
+        status = lib.nvjpegCreateEx(backend, None, None, flags, ctypes.byref(handle))
+        if status != 0 and flags:
+            handle = ctypes.c_void_p()
+            status = lib.nvjpegCreateEx(backend, None, None, NVJPEG_FLAGS_DEFAULT, ctypes.byref(handle))
+            flags = NVJPEG_FLAGS_DEFAULT
+        return status, (handle.value if status == 0 else None), flags
+
+    @staticmethod
+    def _new(create_fn, handle: int, what: str) -> int:
+        obj = ctypes.c_void_p()
+        status = create_fn(handle, ctypes.byref(obj))
+        if status:
+            raise NvjpegError(status, what)
+        return obj.value
+
+    def _create(self, backend: str, flags: int, depth: int) -> None:
+        lib = self._lib
+        if backend in ("auto", "hardware"):
+            status, handle, used = self._create_handle(NVJPEG_BACKEND_HARDWARE, flags)
+            if status == 0:
+                engines, cores = -1, -1
+                if hasattr(lib, "nvjpegGetHardwareDecoderInfo"):
+                    n_eng, n_core = ctypes.c_uint(), ctypes.c_uint()
+                    st = lib.nvjpegGetHardwareDecoderInfo(handle, ctypes.byref(n_eng), ctypes.byref(n_core))
+                    engines, cores = (n_eng.value, n_core.value) if st == 0 else (0, 0)
+                if engines == 0:
+                    lib.nvjpegDestroy(handle)
+                    self.hardware_unavailable_reason = "nvjpegGetHardwareDecoderInfo reports no decode engines"
+                else:
+                    self._hw = handle
+                    self.hardware_engines, self.hardware_cores_per_engine = engines, cores
+                    self.handle_flags["hardware"] = used
+            else:
+                self.hardware_unavailable_reason = f"nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE) returned {status_name(status)}"
+            if backend == "hardware" and self._hw is None:
+                raise RuntimeError(
+                    f"the nvJPEG hardware decoder is not available on {torch.cuda.get_device_name(self.device)}: "
+                    f"{self.hardware_unavailable_reason}. Use backend='auto' to fall back to the CUDA decoder."
+                )
+        order = [(NVJPEG_BACKEND_DEFAULT, "default")] if backend == "default" else [
+            (NVJPEG_BACKEND_GPU_HYBRID, "gpu_hybrid"), (NVJPEG_BACKEND_DEFAULT, "default")]
+        status = 0
+        for code, name in order:
+            status, handle, used = self._create_handle(code, flags)
+            if status == 0:
+                self._hy = handle
+                self.hybrid_backend = name
+                self.handle_flags["hybrid"] = used
+                break
+        if self._hy is None:
+            raise NvjpegError(status, "nvjpegCreateEx", f"device {self.device}")
+        info_handle = self._hw if self._hw is not None else self._hy
+        self._jstream = self._new(lib.nvjpegJpegStreamCreate, info_handle, "nvjpegJpegStreamCreate")
+        for _ in range(depth):
+            ss = _StateSet()
+            self._sets.append(ss)  # appended first so close() frees a half-built set
+            ss.hy = self._new(lib.nvjpegJpegStateCreate, self._hy, "nvjpegJpegStateCreate")
+            ss.single = self._new(lib.nvjpegJpegStateCreate, self._hy, "nvjpegJpegStateCreate")
+            if self._hw is not None:
+                ss.hw = self._new(lib.nvjpegJpegStateCreate, self._hw, "nvjpegJpegStateCreate")
+                if hasattr(lib, "nvjpegDecodeBatchedPreAllocate"):
+                    # A hint only; it lets the hardware backend keep a memory pool instead
+                    # of reallocating for every batch.  Failure is harmless.
+                    lib.nvjpegDecodeBatchedPreAllocate(self._hw, ss.hw, 1, 1, 1, NVJPEG_CSS_444, NVJPEG_OUTPUT_RGBI)
+            ss.event = torch.cuda.Event()
+        # Scratch output cells reused by the per-image header queries.
+        self._c_ncomp = ctypes.c_int()
+        self._c_css = ctypes.c_int()
+        self._c_w = (ctypes.c_int * 4)()
+        self._c_h = (ctypes.c_int * 4)()
+        self._c_enc = ctypes.c_int()
+        self._c_prec = ctypes.c_uint()
+        self._c_sup = ctypes.c_int()
+
+    def _params(self, ss: _StateSet, k: int) -> int:
+        """k-th decode-params object of a state set (created on demand)."""
+        while len(ss.params) <= k:
+            handle = self._new(self._lib.nvjpegDecodeParamsCreate, self._hw, "nvjpegDecodeParamsCreate")
+            ss.params.append(handle)
+            status = self._lib.nvjpegDecodeParamsSetOutputFormat(handle, NVJPEG_OUTPUT_RGBI)
+            if status:
+                raise NvjpegError(status, "nvjpegDecodeParamsSetOutputFormat")
+        return ss.params[k]
+
+    # ---------------------------------------------------------------- properties
+
+    @property
+    def has_hardware(self) -> bool:
+        """True when batches go to the hardware JPEG engines."""
+        return self._hw is not None
+
+    def describe(self, status: int, index: Optional[int] = None) -> str:
+        """Why an image got ``status``; with ``index``, the specific reason from the last call."""
+        if index is not None and index in self.last_errors:
+            return f"{status_name(status)}: {self.last_errors[index]}"
+        if status == STATUS_NEEDS_CPU:
+            return "NEEDS_CPU: nvJPEG cannot decode this image (not a JPEG nvJPEG handles); use the CPU decoder"
+        if status == STATUS_SIZE_MISMATCH:
+            return "SIZE_MISMATCH: nvJPEG reads a different frame size than the caller gave"
+        if status == STATUS_OK:
+            return "OK"
+        return f"{status_name(status)}: nvJPEG failed to decode the image"
+
+    def __repr__(self) -> str:
+        hw = (f"hardware engines={self.hardware_engines}x{self.hardware_cores_per_engine}"
+              if self._hw is not None else "no hardware decoder")
+        return f"NvjpegDecoder(device={self.device}, {hw}, hybrid={self.hybrid_backend}, closed={self._closed})"
+
+    # ---------------------------------------------------------------- decoding
+
+    def _check_out(self, out: torch.Tensor) -> None:
+        if not isinstance(out, torch.Tensor) or out.dtype != torch.uint8 or out.dim() != 1:
+            raise TypeError("out must be a 1-D uint8 CUDA tensor")
+        if out.device != self.device:
+            raise ValueError(f"out is on {out.device}, the decoder on {self.device}")
+        if not out.is_contiguous():
+            raise ValueError("out must be contiguous")
+
+    def _empty(self, nbytes: int) -> torch.Tensor:
+        return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+
+    @staticmethod
+    def _host_pointers(data, offsets, lengths) -> Tuple[np.ndarray, np.ndarray]:
+        """(pointers, lengths) as uint64 arrays for every encoded image."""
+        if isinstance(data, (torch.Tensor, np.ndarray)):
+            if offsets is None or lengths is None:
+                raise ValueError("a packed input buffer needs offsets and lengths")
+            if isinstance(data, torch.Tensor):
+                if data.device.type != "cpu":
+                    raise ValueError(f"encoded input must be in host memory (pinned or pageable), got {data.device}")
+                if data.dtype != torch.uint8 or data.dim() != 1 or not data.is_contiguous():
+                    raise ValueError("the packed input must be a contiguous 1-D uint8 tensor")
+                base, total = data.data_ptr(), data.numel()
+            else:
+                if data.dtype != np.uint8 or data.ndim != 1 or not data.flags.c_contiguous:
+                    raise ValueError("the packed input must be a contiguous 1-D uint8 array")
+                base, total = data.ctypes.data, data.size
+            off = _as_int64(offsets, "offsets")
+            ln = _as_int64(lengths, "lengths", off.shape)
+            if off.size and ((off < 0).any() or (ln < 0).any() or (off + ln > total).any()):
+                raise ValueError(f"offsets/lengths point outside the packed input of {total} bytes")
+            return (off + base).astype(np.uint64), ln.astype(np.uint64)
+        if offsets is not None or lengths is not None:
+            raise ValueError("offsets/lengths only apply to a packed tensor or array input")
+        pairs = np.asarray(list(data), dtype=np.uint64)
+        if pairs.size == 0:
+            pairs = pairs.reshape(0, 2)
+        if pairs.ndim != 2 or pairs.shape[1] != 2:
+            raise ValueError("buffers must be a sequence of (pointer, length) pairs")
+        return np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1])
+
+    def decode_batch(
+        self,
+        data: Union[torch.Tensor, np.ndarray, Sequence[Tuple[int, int]]],
+        offsets=None,
+        lengths=None,
+        sizes=None,
+        out: Optional[torch.Tensor] = None,
+        out_offsets=None,
+        stream: Union[torch.cuda.Stream, int, None] = None,
+        *,
+        rois=None,
+    ) -> List[int]:
+        """Decode a batch of encoded images into ``out`` as interleaved RGB.
+
+        Args:
+            data: the encoded images in host memory: either one packed uint8 tensor
+                (pinned or pageable) or numpy array with ``offsets``/``lengths``
+                (int64, one per image), or a sequence of ``(pointer, length)`` pairs.
+            sizes: ``(N, 2)`` ints, ``(height, width)`` of each image as its header
+                says (see :func:`jpeg_info`).  nvJPEG's own reading must agree, which
+                guards the output buffer; a disagreement gives STATUS_SIZE_MISMATCH.
+            out: 1-D uint8 CUDA tensor on this decoder's device.
+            out_offsets: ``(N,)`` byte offsets into ``out``; image ``i`` occupies
+                ``h * w * 3`` bytes there (HWC, row pitch ``3 * w``) where ``(h, w)``
+                is its size, or its ROI size when ``rois`` is given.
+            stream: CUDA stream (``torch.cuda.Stream`` or a raw ``cudaStream_t`` int) to
+                decode on; default: the current stream of the decoder's device.
+            rois: optional ``(N, 4)`` ints ``(x, y, w, h)``: decode only that window.
+                Rows with ``w <= 0`` or ``h <= 0`` decode the whole image.  The hardware
+                engines crop while decoding where nvJPEG supports it; elsewhere the
+                image is decoded whole into scratch memory and the window copied.
+
+        Returns:
+            One status per image: STATUS_OK (0), STATUS_NEEDS_CPU (-1: decode it with
+            ``decode_cpu``), STATUS_SIZE_MISMATCH (-2), or the positive nvjpegStatus_t
+            of the call that failed.  ``self.last_errors[i]`` says why image ``i``
+            was not decoded.  Failed images leave their slice of ``out`` undefined.
+
+        The work is queued on ``stream``; the caller must keep ``data`` and ``out``
+        alive (and ``data`` unmodified) until that stream has passed this point (an
+        event recorded on it after the call has completed, or a synchronize).  The
+        decoder also holds references to both until its next call.
+        """
+        if sizes is None or out is None or out_offsets is None:
+            raise TypeError("decode_batch needs sizes, out and out_offsets")
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("NvjpegDecoder is closed")
+            ptrs, lens = self._host_pointers(data, offsets, lengths)
+            n = int(ptrs.shape[0])
+            hw_sizes = _as_int64(sizes, "sizes", (n, 2))
+            heights = hw_sizes[:, 0]
+            widths = hw_sizes[:, 1]
+            out_off = _as_int64(out_offsets, "out_offsets", (n,))
+            self._check_out(out)
+            roi = None
+            if rois is not None:
+                roi = _as_int64(rois, "rois", (n, 4))
+                has_roi = (roi[:, 2] > 0) & (roi[:, 3] > 0)
+                if has_roi.any():
+                    x, y, rw, rh = roi[:, 0], roi[:, 1], roi[:, 2], roi[:, 3]
+                    bad = has_roi & ((x < 0) | (y < 0) | (x + rw > widths) | (y + rh > heights))
+                    if bad.any():
+                        i = int(np.flatnonzero(bad)[0])
+                        raise ValueError(f"roi {tuple(roi[i])} of image {i} lies outside its "
+                                         f"{heights[i]}x{widths[i]} frame")
+                    roi = np.where(has_roi[:, None], roi, np.array([0, 0, -1, -1], dtype=np.int64))
+                else:
+                    roi = None
+            if roi is None:
+                out_h, out_w = heights, widths
+            else:
+                roi_on = roi[:, 2] > 0
+                out_h = np.where(roi_on, roi[:, 3], heights)
+                out_w = np.where(roi_on, roi[:, 2], widths)
+            nbytes = out_h * out_w * 3
+            if n and ((out_off < 0).any() or (out_off + nbytes > out.numel()).any()):
+                i = int(np.flatnonzero((out_off < 0) | (out_off + nbytes > out.numel()))[0])
+                raise ValueError(f"image {i} needs bytes [{out_off[i]}, {out_off[i] + nbytes[i]}) of out, "
+                                 f"which has {out.numel()}")
+            self.last_errors = {}
+            self.last_stats = {}
+            if n == 0:
+                return []
+            if stream is None:
+                stream = torch.cuda.current_stream(self.device)
+            elif isinstance(stream, int):
+                stream = torch.cuda.ExternalStream(stream, device=self.device)
+            if stream.device != self.device:
+                raise ValueError(f"stream is on {stream.device}, the decoder on {self.device}")
+            status = np.zeros(n, dtype=np.int32)
+            dst = (out_off + out.data_ptr()).astype(np.uint64)
+            ss = self._sets[self._next_set]
+            self._next_set = (self._next_set + 1) % len(self._sets)
+            with torch.cuda.device(self.device):
+                if ss.recorded:
+                    # These states must not be reinitialised or reused while the batch
+                    # that last used them still runs on the GPU.
+                    ss.event.synchronize()
+                    ss.inflight = ()
+                scratch: list = []
+                try:
+                    self._decode(ss, ptrs, lens, heights, widths, roi, out, out_off, dst, status, stream, scratch)
+                finally:
+                    ss.event.record(stream)
+                    ss.recorded = True
+                    ss.inflight = (data, out, scratch)
+            return status.tolist()
+
+    def _classify(self, ss: _StateSet, ptrs, lens, heights, widths, roi, status) -> Tuple[List[int], List[int], List[int]]:
+        """Header checks for every image: (hardware indices, their params, hybrid indices)."""
+        lib = self._lib
+        errors = self.last_errors
+        get_info = lib.nvjpegGetImageInfo
+        parse_header = lib.nvjpegJpegStreamParseHeader
+        get_encoding = lib.nvjpegJpegStreamGetJpegEncoding
+        get_precision = lib.nvjpegJpegStreamGetSamplePrecision
+        supported = lib.nvjpegDecodeBatchedSupported
+        supported_ex = getattr(lib, "nvjpegDecodeBatchedSupportedEx", None)
+        set_roi = lib.nvjpegDecodeParamsSetROI
+        hw = self._hw
+        info_handle = hw if hw is not None else self._hy
+        js = self._jstream
+        p_ncomp, p_css = ctypes.byref(self._c_ncomp), ctypes.byref(self._c_css)
+        c_w, c_h = self._c_w, self._c_h
+        p_enc, p_prec, p_sup = ctypes.byref(self._c_enc), ctypes.byref(self._c_prec), ctypes.byref(self._c_sup)
+        c_ncomp, c_css, c_enc, c_prec, c_sup = self._c_ncomp, self._c_css, self._c_enc, self._c_prec, self._c_sup
+        gray_ok = self.gpu_grayscale
+        use_ex = roi is not None and self._has_ex and hw is not None
+        ptr_l, len_l = ptrs.tolist(), lens.tolist()
+        h_l, w_l = heights.tolist(), widths.tolist()
+        roi_l = roi.tolist() if roi is not None else None
+        hw_idx: List[int] = []
+        hw_params: List[int] = []
+        hy_idx: List[int] = []
+        for i in range(len(ptr_l)):
+            p, length = ptr_l[i], len_l[i]
+            if length == 0 or h_l[i] <= 0 or w_l[i] <= 0:
+                status[i] = STATUS_NEEDS_CPU
+                errors[i] = "empty input" if length == 0 else "no output size given"
+                continue
+            st = get_info(info_handle, p, length, p_ncomp, p_css, c_w, c_h)
+            if st:
+                status[i] = STATUS_NEEDS_CPU
+                errors[i] = f"nvjpegGetImageInfo: {status_name(st)}"
+                continue
+            nc = c_ncomp.value
+            if nc != 3 and not (nc == 1 and gray_ok):
+                status[i] = STATUS_NEEDS_CPU
+                errors[i] = f"{nc}-component JPEG"
+                continue
+            if c_css.value == NVJPEG_CSS_UNKNOWN:
+                status[i] = STATUS_NEEDS_CPU
+                errors[i] = "unknown chroma subsampling"
+                continue
+            if c_w[0] != w_l[i] or c_h[0] != h_l[i]:
+                status[i] = STATUS_SIZE_MISMATCH
+                errors[i] = f"nvJPEG reads {c_h[0]}x{c_w[0]}, caller gave {h_l[i]}x{w_l[i]}"
+                continue
+            st = parse_header(info_handle, p, length, js)
+            if st:
+                status[i] = STATUS_NEEDS_CPU
+                errors[i] = f"nvjpegJpegStreamParseHeader: {status_name(st)}"
+                continue
+            st = get_encoding(js, p_enc)
+            if st or c_enc.value not in _LOSSY_ENCODINGS:
+                status[i] = STATUS_NEEDS_CPU
+                errors[i] = f"JPEG encoding 0x{c_enc.value:02X} (SOF) not handled by nvJPEG's lossy decoders"
+                continue
+            st = get_precision(js, p_prec)
+            if st or c_prec.value != 8:
+                status[i] = STATUS_NEEDS_CPU
+                errors[i] = f"{c_prec.value}-bit samples"
+                continue
+            if hw is not None:
+                if use_ex:
+                    prm = self._params(ss, len(hw_idx))
+                    x, y, rw, rh = roi_l[i]
+                    st = set_roi(prm, x, y, rw, rh)
+                    if st == 0:
+                        st = supported_ex(hw, js, prm, p_sup)
+                    if st == 0 and c_sup.value == 0:
+                        hw_idx.append(i)
+                        hw_params.append(prm)
+                        continue
+                elif roi_l is None or roi_l[i][2] <= 0:
+                    st = supported(hw, js, p_sup)
+                    if st == 0 and c_sup.value == 0:
+                        hw_idx.append(i)
+                        continue
+            hy_idx.append(i)
+        return hw_idx, hw_params, hy_idx
+
+    @staticmethod
+    def _claim(state: int, used: set, stream) -> None:
+        """Wait for earlier work of this call on ``state`` before reusing it.
+
+        nvJPEG keeps per-state staging buffers that queued GPU work may still read;
+        nvjpegDecodeBatchedInitialize also requires earlier batches to be finished.
+        Only chunked batches (more than max_batch images) and single-image retries
+        reuse a state within one call.
+        """
+        if state in used:
+            stream.synchronize()
+        used.add(state)
+
+    def _batched(self, ss: _StateSet, which: str, idx: List[int], ptrs, lens, dsts, pitches, params,
+                 stream, used: set) -> int:
+        """One nvjpegDecodeBatched(Ex) call for images ``idx``; returns its status."""
+        lib = self._lib
+        if which == "hw":
+            handle, state, attr = self._hw, ss.hw, "hw_batch"
+        else:
+            handle, state, attr = self._hy, ss.hy, "hy_batch"
+        k = len(idx)
+        if self._fail_batched_for_testing:
+            setattr(ss, attr, 0)
+            return 8  # NVJPEG_STATUS_INTERNAL_ERROR
+        self._claim(state, used, stream)
+        stream_handle = stream.cuda_stream
+        sel = np.asarray(idx, dtype=np.int64)
+        data_arr = np.ascontiguousarray(ptrs[sel])
+        len_arr = np.ascontiguousarray(lens[sel])
+        images = np.zeros((k, 8), dtype=np.uint64)  # nvjpegImage_t[k]: channel[4], pitch[4]
+        images[:, 0] = dsts
+        images[:, 4] = pitches
+        if getattr(ss, attr) != k:
+            st = lib.nvjpegDecodeBatchedInitialize(handle, state, k, 1, NVJPEG_OUTPUT_RGBI)
+            if st:
+                setattr(ss, attr, 0)
+                return st
+            setattr(ss, attr, k)
+        if params is not None:
+            param_arr = np.asarray(params, dtype=np.uint64)
+            st = lib.nvjpegDecodeBatchedEx(handle, state, data_arr.ctypes.data, len_arr.ctypes.data,
+                                           images.ctypes.data, param_arr.ctypes.data, stream_handle)
+        else:
+            st = lib.nvjpegDecodeBatched(handle, state, data_arr.ctypes.data, len_arr.ctypes.data,
+                                         images.ctypes.data, stream_handle)
+        if st:
+            # "If the batch decoding fails, call nvjpegDecodeBatchedInitialize() again."
+            setattr(ss, attr, 0)
+        return st
+
+    def _single(self, ss: _StateSet, ptr: int, length: int, dst: int, pitch: int, stream, used: set) -> int:
+        self._claim(ss.single, used, stream)
+        img = NvjpegImage()
+        img.channel[0] = dst
+        img.pitch[0] = pitch
+        return self._lib.nvjpegDecode(self._hy, ss.single, ptr, length, NVJPEG_OUTPUT_RGBI,
+                                      ctypes.byref(img), stream.cuda_stream)
+
+    def _decode(self, ss: _StateSet, ptrs, lens, heights, widths, roi, out, out_off, dst, status, stream,
+                scratch) -> None:
+        hw_idx, hw_params, hy_idx = self._classify(ss, ptrs, lens, heights, widths, roi, status)
+        errors = self.last_errors
+        stats = self.last_stats
+        stats["needs_cpu"] = int((status == STATUS_NEEDS_CPU).sum())
+        used: set = set()
+        retry: List[int] = []
+        step = self.max_batch
+        for start in range(0, len(hw_idx), step):
+            chunk = hw_idx[start:start + step]
+            sel = np.asarray(chunk, dtype=np.int64)
+            if roi is not None:
+                roi_on = roi[sel, 2] > 0
+                pitch = 3 * np.where(roi_on, roi[sel, 2], widths[sel])
+            else:
+                pitch = 3 * widths[sel]
+            params = hw_params[start:start + step] if hw_params else None
+            st = self._batched(ss, "hw", chunk, ptrs, lens, dst[sel], pitch.astype(np.uint64), params, stream, used)
+            if st:
+                retry.extend(chunk)
+                errors.update((i, f"hardware batch failed ({status_name(st)}), retried alone") for i in chunk)
+        stats["hardware"] = len(hw_idx) - len(retry)
+        stats["hardware_retried"] = len(retry)
+        stats["hybrid"] = len(hy_idx)
+        fallback = hy_idx + retry
+        if not fallback:
+            return
+        # Hybrid decodes always produce the whole frame; images with a ROI are decoded
+        # into scratch memory and the window is copied out afterwards.
+        crops = []
+        fb = np.asarray(fallback, dtype=np.int64)
+        fb_dst = dst[fb].copy()
+        fb_pitch = (3 * widths[fb]).astype(np.uint64)
+        if roi is not None:
+            need = [j for j, i in enumerate(fallback) if roi[i, 2] > 0]
+            if need:
+                frame = [int(heights[fallback[j]] * widths[fallback[j]] * 3) for j in need]
+                with torch.cuda.stream(stream):
+                    tmp = self._empty(sum(frame))
+                scratch.append(tmp)
+                base = tmp.data_ptr()
+                pos = 0
+                for j, size in zip(need, frame):
+                    fb_dst[j] = base + pos
+                    crops.append((fallback[j], pos))
+                    pos += size
+        single_only = set(retry)
+        batch = [j for j, i in enumerate(fallback) if i not in single_only]
+        singles = [j for j, i in enumerate(fallback) if i in single_only]
+        if len(batch) == 1:
+            singles = batch + singles
+            batch = []
+        for start in range(0, len(batch), step):
+            js = batch[start:start + step]
+            chunk = [fallback[j] for j in js]
+            st = self._batched(ss, "hy", chunk, ptrs, lens, fb_dst[js], fb_pitch[js], None, stream, used)
+            if st:
+                singles.extend(js)
+                errors.update((i, f"hybrid batch failed ({status_name(st)}), retried alone") for i in chunk)
+        for j in singles:
+            i = fallback[j]
+            st = self._single(ss, int(ptrs[i]), int(lens[i]), int(fb_dst[j]), int(fb_pitch[j]), stream, used)
+            if st:
+                status[i] = st
+                errors[i] = f"nvjpegDecode: {status_name(st)}"
+            else:
+                errors.pop(i, None)
+        if crops:
+            tmp = scratch[-1]
+            with torch.cuda.stream(stream):
+                for i, pos in crops:
+                    if status[i]:
+                        continue
+                    h, w = int(heights[i]), int(widths[i])
+                    x, y, rw, rh = (int(v) for v in roi[i])
+                    frame = tmp[pos:pos + h * w * 3].view(h, w, 3)
+                    o = int(out_off[i])
+                    out[o:o + rh * rw * 3].view(rh, rw, 3).copy_(frame[y:y + rh, x:x + rw])
+
+    # ---------------------------------------------------------------- teardown
+
+    def close(self) -> None:
+        """Wait for queued work, then destroy nvJPEG states and handles.  Idempotent."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            self._release()
+            return
+        with lock:
+            self._release()
+
+    def _release(self) -> None:
+        self._closed = True
+        lib = getattr(self, "_lib", None)
+        sets = getattr(self, "_sets", [])
+        objects = []
+        for ss in sets:
+            objects += [("nvjpegDecodeParamsDestroy", p) for p in ss.params]
+            objects += [("nvjpegJpegStateDestroy", ss.hw), ("nvjpegJpegStateDestroy", ss.single),
+                        ("nvjpegJpegStateDestroy", ss.hy)]
+        objects += [
+            ("nvjpegJpegStreamDestroy", getattr(self, "_jstream", None)),
+            ("nvjpegDestroy", getattr(self, "_hw", None)),
+            ("nvjpegDestroy", getattr(self, "_hy", None)),
+        ]
+        if lib is None or not any(obj for _, obj in objects):
+            return
+        for ss in sets:
+            try:
+                if ss.recorded:
+                    ss.event.synchronize()
+            except Exception:  # interpreter shutdown or a dead context: free what we can
+                pass
+        for name, obj in objects:
+            if obj:
+                try:
+                    getattr(lib, name)(obj)
+                except Exception:
+                    pass
+        self._sets = []
+        self._jstream = self._hw = self._hy = None
+
+    def __enter__(self) -> "NvjpegDecoder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
