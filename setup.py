@@ -35,7 +35,7 @@ setup(
         "cu12": ["nvidia-nvjpeg-cu12>=12,<13; platform_system == 'Linux'"],
         "bench": ["pillow", "matplotlib"],
         "lightning": ["lightning>=2.0"],
-        "test": ["pytest", "pillow", "matplotlib"],
+        "test": ["pytest", "pillow", "matplotlib", "lightning>=2.0"],
     },
     entry_points={"console_scripts": ["torchdali-bench=torchdali.bench:main"]},
 )

@@ -66,11 +66,13 @@ def main() -> None:
     p.add_argument("--devices", type=int, default=1)
     p.add_argument("--strategy", default="auto")
     p.add_argument("--accelerator", default="auto")
+    p.add_argument("--num-images", type=int, default=512, help="size of the synthetic dataset")
     args = p.parse_args()
     if args.data is None:
         from torchdali._synthetic import make_image_folder
 
-        args.data = make_image_folder(os.path.join(".torchdali_data", "synthetic-512"), 512)
+        args.data = make_image_folder(os.path.join(".torchdali_data", f"synthetic-{args.num_images}"),
+                                      args.num_images)
     trainer = pl.Trainer(max_steps=args.steps, devices=args.devices, strategy=args.strategy,
                          accelerator=args.accelerator, logger=False, enable_checkpointing=False,
                          enable_model_summary=False, limit_val_batches=0)

@@ -1,0 +1,114 @@
+"""Fused kernel throughput against the GPU's device-to-device copy bandwidth.
+
+    python benchmarks/kernel_bandwidth.py [--batch 256] [--json out.json]
+
+Bytes counted: each sample's source pixels inside its crop box (read once) plus
+the output batch (written once). The ratio to a large device-to-device copy
+(bytes read + written) says how close the kernel is to memory speed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from torchdali import _rng  # noqa: E402
+from torchdali import transforms as T  # noqa: E402
+from torchdali.csrc_triton import fused_resized_crop  # noqa: E402
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def time_ms(fn, iters: int = 50, warmup: int = 5) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b))
+    return out
+
+
+def copy_bandwidth() -> float:
+    """GB/s of a 2 GiB device-to-device copy, counting bytes read + written."""
+    src = torch.empty(2 << 30, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    ms = float(np.median(time_ms(lambda: dst.copy_(src), iters=10)))
+    return 2 * src.numel() / ms / 1e6
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    rng = np.random.default_rng(0)
+    n = args.batch
+    sizes = np.stack([rng.integers(330, 530, n), rng.integers(330, 530, n)], 1)  # ~0.19 MP like ImageNet
+    shapes = torch.tensor(np.concatenate([sizes, np.full((n, 1), 3)], 1), dtype=torch.int64)
+    numel = shapes.prod(1)
+    offsets = torch.zeros(n, dtype=torch.int64)
+    offsets[1:] = numel.cumsum(0)[:-1]
+    # several input sets so repeated runs are not served from L2
+    sets = [torch.randint(0, 256, (int(numel.sum()),), dtype=torch.uint8, device="cuda") for _ in range(4)]
+    results = {"device": torch.cuda.get_device_name(), "batch": n, "copy_GBps": copy_bandwidth(), "recipes": {}}
+    recipes = {
+        "train RRC224+flip fp32": T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                                             T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)]),
+        "train RRC224+flip fp16 channels_last": T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                                                           T.ToDtype(torch.float16, scale=True),
+                                                           T.Normalize(MEAN, STD)]),
+        "val Resize256+CenterCrop224 fp32": T.Compose([T.Resize(256), T.CenterCrop(224),
+                                                       T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)]),
+        "train RRC224 uint8": T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()]),
+    }
+    for name, tf in recipes.items():
+        plan = T.compile_transforms(tf)
+        g = plan.geometry(sizes, _rng.sample_keys(0, 0, np.arange(n)))
+        params = g.to_params().cuda()
+        read = float(((g.hi_y - g.lo_y) * (g.hi_x - g.lo_x) * 3).sum())
+        cl = "channels_last" in name
+        out = torch.empty(n, 3, *plan.out_size, dtype=plan.out_dtype, device="cuda")
+        if cl:
+            out = out.contiguous(memory_format=torch.channels_last)
+        written = out.numel() * out.element_size()
+        off_d, shp_d = offsets.cuda(), shapes.cuda()
+        k = [0]
+
+        def run():
+            k[0] = (k[0] + 1) % len(sets)
+            fused_resized_crop(sets[k[0]], off_d, shp_d, params, plan.out_size, plan.scale, plan.bias,
+                               out_dtype=plan.out_dtype, channels_last=cl, antialias=plan.antialias,
+                               quantize=plan.quantize, out=out)
+
+        ms = time_ms(run)
+        med = float(np.median(ms))
+        gbps = (read + written) / med / 1e6
+        results["recipes"][name] = {
+            "ms_median": med, "ms_min": float(np.min(ms)), "ms_max": float(np.max(ms)),
+            "MB_read": read / 1e6, "MB_written": written / 1e6, "GBps": gbps,
+            "fraction_of_copy": gbps / results["copy_GBps"], "images_per_s": n / med * 1e3,
+        }
+    print(f"{results['device']}: device-to-device copy {results['copy_GBps']:.0f} GB/s (read + written)")
+    print(f"{'recipe':<40} {'ms':>7} {'GB/s':>7} {'of copy':>8} {'images/s':>10}")
+    for name, r in results["recipes"].items():
+        print(f"{name:<40} {r['ms_median']:>7.3f} {r['GBps']:>7.0f} {100 * r['fraction_of_copy']:>7.1f}% "
+              f"{r['images_per_s']:>10.0f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
