@@ -10,6 +10,7 @@ into one ``[B, 3, H, W]`` tensor on ``device``.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import time
 from typing import Any, Callable
@@ -17,11 +18,20 @@ from typing import Any, Callable
 import torch
 import torch.utils.data as tud
 
-from ._executor._worker import EpochState, PrepareBatch, TaggedBatchSampler, TaggedDataset, TaggedIterable
+from ._executor._worker import (
+    EpochState,
+    PrepareBatch,
+    TaggedBatchSampler,
+    TaggedDataset,
+    TaggedIterable,
+    check_on_error,
+)
 from ._stats import LoaderStats
 from .transforms import compile_transforms
 
 __all__ = ["DataLoader"]
+
+_log = logging.getLogger("torchdali")
 
 _HAS_IN_ORDER = "in_order" in inspect.signature(tud.DataLoader.__init__).parameters
 
@@ -58,6 +68,12 @@ class DataLoader(tud.DataLoader):
         prefetch_depth: batches prepared ahead on the GPU (ring of slots).
         distributed: build a ``DistributedSampler`` from the torchrun environment
             (RANK, WORLD_SIZE) and use the GPU given by LOCAL_RANK.
+        on_error: what a sample that cannot be read or decoded does. ``"raise"``
+            (default): raise ``SampleError`` naming its index, path and the
+            decoder's reason. ``"skip"``: replace it by another sample of the same
+            epoch (the batch keeps its size), log it once and count it in
+            ``stats()``. A callable ``(index, path, exception)`` returns a
+            replacement ``(data, target)`` or None to skip.
     """
 
     def __init__(
@@ -86,6 +102,7 @@ class DataLoader(tud.DataLoader):
         memory_format: torch.memory_format = torch.contiguous_format,
         prefetch_depth: int = 2,
         distributed: bool = False,
+        on_error: str | Callable = "raise",
     ) -> None:
         if distributed and sampler is None and batch_sampler is None:
             from .distributed import distributed_sampler
@@ -110,6 +127,7 @@ class DataLoader(tud.DataLoader):
         if memory_format not in (torch.contiguous_format, torch.channels_last):
             raise ValueError(f"memory_format must be torch.contiguous_format or torch.channels_last, "
                              f"got {memory_format}")
+        check_on_error(on_error)
         if prefetch_depth < 1:
             raise ValueError(f"prefetch_depth must be >= 1, got {prefetch_depth}")
         # The fields below are torchdali's; names match the __init__ arguments so
@@ -123,7 +141,10 @@ class DataLoader(tud.DataLoader):
         self.__dict__["prefetch_depth"] = prefetch_depth
         self.__dict__["distributed"] = distributed
         self.__dict__["in_order"] = in_order
-        self.__dict__["_epoch_state"] = EpochState()
+        self.__dict__["on_error"] = on_error
+        self.__dict__["_epoch_state"] = EpochState(spares=on_error != "raise")
+        self.__dict__["_resume"] = None
+        self.__dict__["_logged_bad"] = set()
         self.__dict__["_epochs_started"] = 0
         self.__dict__["_inner"] = None
         self.__dict__["_stats"] = LoaderStats()
@@ -134,8 +155,14 @@ class DataLoader(tud.DataLoader):
 
     def _get_iterator(self):
         state = self._epoch_state
+        resume, self.__dict__["_resume"] = self._resume, None
+        if resume is not None:
+            self._restore_rng(resume["rng_state"])
+            state.skip_batches = resume["batches_done"]
+        self.__dict__["_epoch_rng_state"] = self._rng_state()
         state.seed = self._effective_seed()
         state.epoch = self._epochs_started
+        self.__dict__["_batches_done"] = state.skip_batches
         self.__dict__["_epochs_started"] = self._epochs_started + 1
         inner = self._inner_loader()
         if self.device.type == "cuda":
@@ -148,6 +175,36 @@ class DataLoader(tud.DataLoader):
     def stats(self) -> LoaderStats:
         """Per-epoch timings: how long the loop waited for data and what each stage took."""
         return self._stats
+
+    def state_dict(self) -> dict:
+        """Where the loader is, to resume mid-epoch with ``load_state_dict``.
+
+        The resumed stream equals the uninterrupted one bitwise: the epoch's index
+        order is replayed from the saved RNG state, batches already consumed are
+        skipped without being read, and per-sample parameters are keyed by position.
+        """
+        done = self.__dict__.get("_batches_done", 0)
+        if "_epoch_rng_state" in self.__dict__ and 0 < done < len(self):  # mid-epoch
+            epoch, rng_state = self._epochs_started - 1, self.__dict__["_epoch_rng_state"]
+        else:  # between epochs: the next one starts from the current RNG state
+            epoch, rng_state, done = self._epochs_started, self._rng_state(), 0
+        return {
+            "epoch": epoch,
+            "batches_done": done,
+            "seed": self._effective_seed(),
+            "rng_state": rng_state,
+            "sampler_epoch": getattr(self.sampler, "epoch", None),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a ``state_dict()``: the next ``iter()`` resumes that epoch."""
+        if state["seed"] != self._effective_seed():
+            raise ValueError(f"state_dict was saved with seed {state['seed']}, this loader has "
+                             f"{self._effective_seed()}; pass the same seed= to resume exactly")
+        self.__dict__["_epochs_started"] = state["epoch"]
+        self.__dict__["_resume"] = state
+        if state.get("sampler_epoch") is not None and hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(state["sampler_epoch"])
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch used for per-sample random parameters (and the sampler's, if it has one)."""
@@ -164,12 +221,32 @@ class DataLoader(tud.DataLoader):
             base = base * 1_000_003 + torch.distributed.get_rank()
         return int(base)
 
+    def _rng_state(self) -> torch.Tensor:
+        return (self.generator.get_state() if self.generator is not None else torch.get_rng_state()).clone()
+
+    def _restore_rng(self, state: torch.Tensor) -> None:
+        if self.generator is not None:
+            self.generator.set_state(state)
+        else:
+            torch.set_rng_state(state)
+
+    def _on_batch(self, batch: Any) -> None:
+        """Book-keeping for a delivered batch: position for state_dict, skipped samples."""
+        self.__dict__["_batches_done"] = self.__dict__.get("_batches_done", 0) + 1
+        for index, path, reason in batch.skipped:
+            self._stats.last.skipped += 1
+            if (index, path) not in self._logged_bad:
+                self._logged_bad.add((index, path))
+                _log.warning("skipped bad sample (on_error=%r): %s", "skip" if not callable(self.on_error)
+                             else getattr(self.on_error, "__name__", "callable"), reason)
+
     def _inner_loader(self) -> tud.DataLoader:
         if self._inner is not None:
             return self._inner
         mode = "gpu" if self.device.type == "cuda" else "cpu"
         prepare = PrepareBatch(self.plan, mode, collate_fn=self.collate_fn,
-                               channels_last=self.memory_format == torch.channels_last)
+                               channels_last=self.memory_format == torch.channels_last,
+                               on_error=self.on_error, dataset=self.dataset)
         kwargs: dict[str, Any] = dict(
             num_workers=self.num_workers, collate_fn=prepare, timeout=self.timeout,
             worker_init_fn=self.worker_init_fn, multiprocessing_context=self.multiprocessing_context,
@@ -218,4 +295,5 @@ class _CpuIterator:
             self._stats.end_epoch()
             raise
         self._stats.add_batch(len(batch.indices), wait=time.perf_counter() - t0, worker=batch.seconds)
+        self._loader._on_batch(batch)
         return _unpack(batch, batch.images)

@@ -53,9 +53,12 @@ class BatchExecutor:
     """
 
     def __init__(self, plan: Any, device: torch.device, channels_last: bool, depth: int,
-                 dataset: Any = None) -> None:
+                 dataset: Any = None, on_error: Any = "raise") -> None:
         from ..decode import NvjpegDecoder
+        from ._worker import PrepareBatch
 
+        # CPU decoding for the rare sample nvJPEG rejects, and the on_error policy
+        self.fallback = PrepareBatch(plan, "cpu", on_error=on_error, dataset=dataset)
         self.plan = plan
         self.device = device
         self.channels_last = channels_last
@@ -128,6 +131,35 @@ class BatchExecutor:
             slot.event = ready
         return images, targets, ready, time.perf_counter() - t0
 
+    def _replace(self, batch: PackedBatch, failed: list, decoded: torch.Tensor, shapes: np.ndarray,
+                 out_offsets: np.ndarray) -> torch.Tensor:
+        """Apply on_error to samples that failed on the GPU and on the CPU: their
+        replacements are decoded on the CPU and appended to the decode buffer."""
+        from .. import _rng
+
+        used: set = set()
+        extra, end = [], decoded.numel()
+        params = batch.params.clone()
+        for i, err in failed:
+            tag, path, target, _, _, payload, shape = self.fallback.replace(err, batch.spares, used)
+            batch.skipped.append((err.index, err.path, str(err)))
+            pos = tag[2] if tag is not None else int(batch.positions[i])
+            if tag is not None:
+                batch.indices[i], batch.positions[i], batch.paths[i] = tag[3], tag[2], path
+            shapes[i] = shape
+            out_offsets[i] = end
+            end += payload.numel()
+            extra.append(payload.reshape(-1))
+            keys = _rng.sample_keys(batch.seed, batch.epoch, np.array([pos]))
+            params[i] = self.plan.params(np.array([shape[:2]]), keys)[0]
+            if batch.has_target:
+                batch.targets[i] = torch.as_tensor(target) if isinstance(batch.targets, torch.Tensor) else target
+        batch.params = params
+        grown = torch.empty(end, dtype=torch.uint8, device=self.device)
+        grown[: decoded.numel()].copy_(decoded)
+        grown[decoded.numel():].copy_(torch.cat(extra).pin_memory(), non_blocking=True)
+        return grown
+
     def _decode_on_cpu(self, i: int, batch: PackedBatch, pinned: torch.Tensor, decoded: torch.Tensor,
                        offset: int, shape: np.ndarray, decode_cpu: Any, gpu_reason: str) -> None:
         """A sample nvJPEG rejected: decode it on the CPU, or name it in the error."""
@@ -151,7 +183,7 @@ def executor_for(loader: Any, device: torch.device) -> BatchExecutor:
     ex = cache.get(device.index)
     if ex is None:
         ex = BatchExecutor(loader.plan, device, loader.memory_format == torch.channels_last,
-                           loader.prefetch_depth, loader.dataset)
+                           loader.prefetch_depth, loader.dataset, loader.on_error)
         cache[device.index] = ex
     return ex
 
@@ -240,6 +272,7 @@ class GpuIterator:
             targets.record_stream(consumer)
         self._stats.add_batch(len(batch.indices), wait=time.perf_counter() - t0, worker=batch.seconds,
                               decode=host_s)
+        self._loader._on_batch(batch)
         if batch.has_target:
             return images, targets
         return images

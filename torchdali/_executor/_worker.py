@@ -9,7 +9,7 @@ descriptors at batch 256 with many workers.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -39,33 +39,64 @@ def sample_path(dataset: Any, index: int) -> str | None:
     return None
 
 
-class TaggedBatchSampler:
-    """Wraps the loader's batch sampler; yields ``[(seed, epoch, position, index), ...]``."""
-
-    def __init__(self, batch_sampler: Any, state: "EpochState") -> None:
-        self.batch_sampler = batch_sampler
-        self.state = state
-
-    def __len__(self) -> int:
-        return len(self.batch_sampler)
-
-    def __iter__(self):
-        seed, epoch = self.state.seed, self.state.epoch
-        pos = 0
-        for batch in self.batch_sampler:
-            batch = list(batch)
-            yield [(seed, epoch, pos + i, idx) for i, idx in enumerate(batch)]
-            pos += len(batch)
+NUM_SPARES = 4  # replacement candidates sent with each batch when on_error is not "raise"
 
 
 @dataclass
 class EpochState:
+    """What the sampler wrapper and the workers need to know about the current epoch."""
+
     seed: int = 0
     epoch: int = 0
+    skip_batches: int = 0  # resume: batches of this epoch already consumed
+    spares: bool = False  # send replacement candidates with each batch
+
+
+class TaggedBatchSampler:
+    """Wraps the loader's batch sampler; yields tagged batches.
+
+    A tag is ``(seed, epoch, position, index, spare)``. With a bad-sample policy
+    other than "raise", each batch also carries ``NUM_SPARES`` spare tags: samples
+    drawn, deterministically from ``(seed, epoch, batch)``, out of the same epoch
+    order. Spares are not read unless a sample of the batch fails.
+    """
+
+    def __init__(self, batch_sampler: Any, state: EpochState) -> None:
+        self.batch_sampler = batch_sampler
+        self.state = state
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler) - self.state.skip_batches
+
+    def __iter__(self):
+        seed, epoch, skip = self.state.seed, self.state.epoch, self.state.skip_batches
+        self.state.skip_batches = 0  # a resume offset applies to one epoch only
+        batches = self.batch_sampler
+        order: list[int] | None = None
+        if self.state.spares:
+            batches = [list(b) for b in batches]
+            order = [i for b in batches for i in b]
+        pos = 0
+        for b, batch in enumerate(batches):
+            batch = list(batch)
+            if b < skip:
+                pos += len(batch)
+                continue
+            tags = [(seed, epoch, pos + i, idx, False) for i, idx in enumerate(batch)]
+            if order:
+                picks = _rng.uniform(_rng.sample_keys(seed, epoch, np.array([b])), 1 << 20, NUM_SPARES)[0]
+                for p in (picks * len(order)).astype(np.int64):
+                    # spare positions live past the epoch's so their params differ from the original's
+                    tags.append((seed, epoch, len(order) + int(p), order[int(p)], True))
+            yield tags
+            pos += len(batch)
+
+
+_SPARE = object()  # placeholder item: a spare candidate that has not been read
 
 
 class TaggedDataset(torch.utils.data.Dataset):
-    """Map-style wrapper: ``ds[(seed, epoch, pos, idx)] -> (tag, path, dataset[idx])``."""
+    """Map-style wrapper: ``ds[tag] -> (tag, path, dataset[index])``; spares are not read."""
 
     def __init__(self, dataset: Any) -> None:
         self.dataset = dataset
@@ -73,20 +104,24 @@ class TaggedDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, tag: tuple[int, int, int, int]):
+    def __getitem__(self, tag: tuple):
         idx = tag[3]
+        if tag[4]:
+            return tag, None, _SPARE
         return tag, sample_path(self.dataset, idx), self.dataset[idx]
 
-    def __getitems__(self, tags: list[tuple[int, int, int, int]]):
+    def __getitems__(self, tags: list[tuple]):
         getitems = getattr(self.dataset, "__getitems__", None)
         if getitems is None:
             return [self[t] for t in tags]
-        items = getitems([t[3] for t in tags])
-        return [(t, sample_path(self.dataset, t[3]), it) for t, it in zip(tags, items)]
+        real = [t for t in tags if not t[4]]
+        items = getitems([t[3] for t in real])
+        out = [(t, sample_path(self.dataset, t[3]), it) for t, it in zip(real, items)]
+        return out + [(t, None, _SPARE) for t in tags if t[4]]
 
 
 class TaggedIterable(torch.utils.data.IterableDataset):
-    """Iterable wrapper: tags samples with ``(seed, epoch, worker*2**40 + count, count)``."""
+    """Iterable wrapper: tags samples with ``(seed, epoch, worker*2**40 + count, count, False)``."""
 
     def __init__(self, dataset: Any, state: EpochState) -> None:
         self.dataset = dataset
@@ -97,7 +132,7 @@ class TaggedIterable(torch.utils.data.IterableDataset):
         wid = info.id if info is not None else 0
         seed, epoch = self.state.seed, self.state.epoch
         for count, item in enumerate(self.dataset):
-            yield (seed, epoch, (wid << 40) + count, count), None, item
+            yield (seed, epoch, (wid << 40) + count, count, False), None, item
 
 
 def _split_item(item: Any) -> tuple[Any, Any, bool]:
@@ -141,10 +176,14 @@ class PackedBatch:
 
     ``images`` is set on the CPU path (already decoded and transformed). On the GPU
     path ``blob`` holds every sample's payload back to back; ``kinds``, ``offsets``,
-    ``lengths`` and ``shapes`` (H, W, C; C=0 when unknown) locate them.
+    ``lengths`` and ``shapes`` (H, W, C) locate them. ``spares`` are replacement
+    candidates ``(position, index)`` for failures found later, on the GPU.
     """
 
+    seed: int
+    epoch: int
     indices: np.ndarray
+    positions: np.ndarray
     paths: list
     params: torch.Tensor
     targets: Any
@@ -155,7 +194,15 @@ class PackedBatch:
     offsets: np.ndarray | None = None
     lengths: np.ndarray | None = None
     shapes: np.ndarray | None = None
+    spares: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)  # (index, path, reason) replaced under on_error
     seconds: float = 0.0  # worker time spent on this batch
+
+
+def check_on_error(on_error: Any) -> None:
+    if not (on_error in ("raise", "skip") or callable(on_error)):
+        raise ValueError(f'on_error must be "raise", "skip" or a callable (index, path, exception) -> '
+                         f"replacement sample or None; got {on_error!r}")
 
 
 class PrepareBatch:
@@ -164,58 +211,100 @@ class PrepareBatch:
     ``mode="cpu"``: decode with the CPU decoder and run the reference kernel here,
     so the work scales with ``num_workers``. ``mode="gpu"``: read JPEG headers and
     pack the bytes; samples the GPU cannot decode (PNG, CMYK, ...) are decoded here.
+    A sample that cannot be used is handled by ``on_error``.
     """
 
     def __init__(self, plan: Plan, mode: str, collate_fn: Callable | None = None,
-                 channels_last: bool = False) -> None:
+                 channels_last: bool = False, on_error: Any = "raise", dataset: Any = None) -> None:
+        check_on_error(on_error)
         self.plan = plan
         self.mode = mode
         self.collate_fn = collate_fn or default_collate
         self.channels_last = channels_last
+        self.on_error = on_error
+        self.dataset = dataset
+
+    def load(self, data: Any, idx: int, path: str | None) -> tuple[int, torch.Tensor, tuple]:
+        """(kind, payload, (H, W, C)) of one sample; raises SampleError naming it."""
+        from ..decode import DecodeError, decode_cpu
+
+        try:
+            kind, payload = classify(data)
+        except (TypeError, ValueError) as e:
+            raise SampleError.for_sample(idx, path, "unsupported sample", e) from None
+        if kind == ENCODED:
+            shape = _gpu_decodable_shape(payload) if self.mode == "gpu" else None
+            if shape is not None:
+                return kind, payload, shape
+            kind, payload = RAW, _decode_or_raise(decode_cpu, DecodeError, payload, idx, path)
+        return kind, payload, tuple(payload.shape)
+
+    def replace(self, err: SampleError, spares: list, used: set) -> tuple:
+        """A replacement for a failed sample: (tag, path, target, has_target, kind, payload, shape).
+
+        The callable policy is asked first; then spare samples of the same epoch
+        are tried in order. Raises the original error when nothing can replace it.
+        """
+        if callable(self.on_error):
+            item = self.on_error(err.index, err.path, err)
+            if item is not None:
+                data, target, has = _split_item(item)
+                kind, payload, shape = self.load(data, err.index, err.path)
+                return None, err.path, target, has, kind, payload, shape
+        for tag in spares:
+            if tag in used or self.dataset is None:
+                continue
+            used.add(tag)
+            idx = tag[3]
+            path = sample_path(self.dataset, idx)
+            try:
+                data, target, has = _split_item(self.dataset[idx])
+                kind, payload, shape = self.load(data, idx, path)
+            except Exception:
+                continue
+            return tag, path, target, has, kind, payload, shape
+        raise SampleError(f"{err} (on_error could not replace it: no usable spare sample in this batch)",
+                          index=err.index, path=err.path) from err
 
     def __call__(self, samples: Sequence[tuple]) -> PackedBatch:
         import time
 
-        from ..decode import DecodeError, decode_cpu
-
         t0 = time.perf_counter()
+        spares = [s[0] for s in samples if s[0][4]]
+        samples = [s for s in samples if not s[0][4]]
         n = len(samples)
-        indices = np.fromiter((s[0][3] for s in samples), dtype=np.int64, count=n)
-        paths = [s[1] for s in samples]
         seed, epoch = samples[0][0][0], samples[0][0][1]
-        keys = _rng.sample_keys(seed, epoch, np.fromiter((s[0][2] for s in samples), dtype=np.int64, count=n))
-        datas, targets, has_target = [], [], True
-        for (_, path, item) in samples:
-            data, target, has = _split_item(item)
-            datas.append(data)
-            targets.append(target)
-            has_target = has_target and has
-
+        indices = np.fromiter((s[0][3] for s in samples), dtype=np.int64, count=n)
+        positions = np.fromiter((s[0][2] for s in samples), dtype=np.int64, count=n)
+        paths = [s[1] for s in samples]
+        targets, has_target = [], True
         kinds = np.empty(n, dtype=np.int8)
         payloads: list[torch.Tensor] = []
         shapes = np.zeros((n, 3), dtype=np.int64)
-        for i, data in enumerate(datas):
-            idx, path = int(indices[i]), paths[i]
+        skipped: list = []
+        used: set = set()
+        for i, (_, path, item) in enumerate(samples):
+            data, target, has = _split_item(item)
             try:
-                kind, payload = classify(data)
-            except (TypeError, ValueError) as e:
-                raise SampleError.for_sample(idx, path, "unsupported sample", e) from None
-            if kind == ENCODED and self.mode == "gpu":
-                shape = _gpu_decodable_shape(payload)
-                if shape is None:
-                    kind, payload = RAW, _decode_or_raise(decode_cpu, DecodeError, payload, idx, path)
-                else:
-                    shapes[i] = shape
-            elif kind == ENCODED:
-                kind, payload = RAW, _decode_or_raise(decode_cpu, DecodeError, payload, idx, path)
-            if kind == RAW:
-                shapes[i] = payload.shape
-            kinds[i] = kind
+                kind, payload, shape = self.load(data, int(indices[i]), path)
+            except SampleError as err:
+                if self.on_error == "raise":
+                    raise
+                tag, path, target, has, kind, payload, shape = self.replace(err, spares, used)
+                skipped.append((err.index, err.path, str(err)))
+                if tag is not None:
+                    indices[i], positions[i], paths[i] = tag[3], tag[2], path
+            targets.append(target)
+            has_target = has_target and has
+            kinds[i], shapes[i] = kind, shape
             payloads.append(payload)
 
+        keys = _rng.sample_keys(seed, epoch, positions)
         params = self.plan.params(shapes[:, :2], keys)
         collated = self.collate_fn(targets) if has_target else None
-        batch = PackedBatch(indices=indices, paths=paths, params=params, targets=collated, has_target=has_target)
+        batch = PackedBatch(seed=seed, epoch=epoch, indices=indices, positions=positions, paths=paths,
+                            params=params, targets=collated, has_target=has_target,
+                            spares=[t for t in spares if t not in used], skipped=skipped)
         if self.mode == "cpu":
             from ..csrc_triton import resized_crop_reference
 

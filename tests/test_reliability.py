@@ -1,0 +1,188 @@
+"""Bad-sample policy, exact resume, shutdown (CPU path; the GPU path shares the code above the executor)."""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import torchdali as td
+from torchdali import transforms as T
+
+from ._helpers import make_folder
+
+TF = T.Compose([T.RandomResizedCrop(16), T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)])
+
+
+@pytest.fixture()
+def bad_folder(tmp_path):
+    root = make_folder(tmp_path / "imgs", n=20, classes=2)
+    ds = td.datasets.ImageFolder(root)
+    bad = {3: b"", 11: b"\xff\xd8\xff\xe0 garbage that is not a jpeg"}
+    for idx, payload in bad.items():
+        with open(ds.samples[idx][0], "wb") as f:
+            f.write(payload)
+    return root, bad
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_skip_keeps_batch_size_logs_once_and_counts(bad_folder, num_workers, caplog):
+    root, bad = bad_folder
+    ds = td.datasets.ImageFolder(root)
+    loader = td.DataLoader(ds, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0),
+                           num_workers=num_workers, transforms=TF, device="cpu", on_error="skip", seed=1)
+    with caplog.at_level(logging.WARNING, logger="torchdali"):
+        for _ in range(2):
+            sizes = [images.shape[0] for images, _ in loader]
+            assert sizes == [4] * 5
+    assert loader.stats().epochs[0].skipped == 2 and loader.stats().epochs[1].skipped == 2
+    logged = [r.getMessage() for r in caplog.records if "skipped bad sample" in r.getMessage()]
+    assert len(logged) == 2  # once per bad sample, not once per epoch
+    for idx in bad:
+        assert any(f"sample {idx} ({ds.samples[idx][0]})" in m for m in logged)
+
+
+def test_skip_is_deterministic_across_num_workers(bad_folder):
+    root, _ = bad_folder
+    ds = td.datasets.ImageFolder(root)
+    runs = []
+    for nw in (0, 2):
+        loader = td.DataLoader(ds, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0),
+                               num_workers=nw, transforms=TF, device="cpu", on_error="skip", seed=1)
+        runs.append([(x, y) for x, y in loader])
+    for (xa, ya), (xb, yb) in zip(*runs):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_callable_policy_gets_index_path_exception_and_can_replace(bad_folder):
+    root, bad = bad_folder
+    ds = td.datasets.ImageFolder(root)
+    calls = []
+
+    def policy(index, path, exc):
+        calls.append((index, path, type(exc).__name__))
+        return np.full((20, 20, 3), 7, dtype=np.uint8), -1
+
+    loader = td.DataLoader(ds, batch_size=5, transforms=T.Compose([T.Resize((8, 8))]), device="cpu",
+                           on_error=policy)
+    batches = list(loader)
+    assert sorted(c[0] for c in calls) == sorted(bad)
+    assert all(c[1] == ds.samples[c[0]][0] and c[2] == "SampleError" for c in calls)
+    images = torch.cat([x for x, _ in batches])
+    targets = torch.cat([y for _, y in batches])
+    for idx in bad:
+        assert targets[idx] == -1 and (images[idx] == 7).all()
+
+
+def test_raise_is_the_default_and_bad_policy_is_rejected(bad_folder):
+    root, _ = bad_folder
+    ds = td.datasets.ImageFolder(root)
+    with pytest.raises(td.SampleError, match="sample 3"):
+        list(td.DataLoader(ds, batch_size=4, transforms=TF, device="cpu"))
+    with pytest.raises(ValueError, match="on_error"):
+        td.DataLoader(ds, batch_size=4, transforms=TF, device="cpu", on_error="ignore")
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("generator", [True, False])
+def test_resume_mid_epoch_is_bitwise_identical(tmp_path, num_workers, generator):
+    root = make_folder(tmp_path / "r", n=22)
+    ds = td.datasets.ImageFolder(root)
+
+    def make():
+        return td.DataLoader(ds, batch_size=3, shuffle=True, num_workers=num_workers, transforms=TF,
+                             device="cpu", seed=9,
+                             generator=torch.Generator().manual_seed(4) if generator else None)
+
+    torch.manual_seed(123)
+    full = make()
+    reference = [b for _ in range(2) for b in full]  # two epochs, uninterrupted
+
+    torch.manual_seed(123)
+    first = make()
+    it = iter(first)
+    got = [next(it) for _ in range(4)]
+    state = first.state_dict()
+    del it
+    torch.manual_seed(999)  # the resumed process starts from a different global RNG
+    resumed = make()
+    resumed.load_state_dict(state)
+    got += list(resumed)  # rest of epoch 0
+    got += list(resumed)  # epoch 1
+    assert len(got) == len(reference)
+    for (xa, ya), (xb, yb) in zip(got, reference):
+        assert torch.equal(ya, yb) and torch.equal(xa, xb)
+
+
+def test_state_dict_between_epochs_resumes_next_epoch(tmp_path):
+    root = make_folder(tmp_path / "e", n=10)
+    ds = td.datasets.ImageFolder(root)
+
+    def make():
+        return td.DataLoader(ds, batch_size=4, shuffle=True, transforms=TF, device="cpu", seed=2,
+                             generator=torch.Generator().manual_seed(6))
+
+    a = make()
+    list(a)
+    state = a.state_dict()
+    expected = list(a)
+    b = make()
+    b.load_state_dict(state)
+    assert all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(list(b), expected))
+
+
+class SlowDataset(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1000
+
+    def __getitem__(self, i):
+        time.sleep(0.01)
+        return np.zeros((8, 8, 3), dtype=np.uint8), i
+
+
+def _worker_pids(it):
+    return [w.pid for w in getattr(it, "_workers", [])]
+
+
+def test_break_and_exception_in_loop_end_cleanly():
+    loader = td.DataLoader(SlowDataset(), batch_size=4, num_workers=2, transforms=T.Compose([T.CenterCrop(4)]),
+                           device="cpu")
+    t0 = time.perf_counter()
+    for k, _ in enumerate(loader):
+        if k == 2:
+            break
+    with pytest.raises(KeyboardInterrupt):
+        for k, _ in enumerate(loader):
+            if k == 1:
+                raise KeyboardInterrupt
+    import gc
+
+    gc.collect()
+    deadline = time.time() + 5
+    import multiprocessing as mp
+
+    while mp.active_children() and time.time() < deadline:
+        time.sleep(0.05)
+    assert not mp.active_children()
+    assert time.perf_counter() - t0 < 10
+    assert not [t for t in threading.enumerate() if t.name.startswith("torchdali")]
+
+
+def test_killed_worker_raises_clear_error_quickly():
+    import signal
+
+    loader = td.DataLoader(SlowDataset(), batch_size=4, num_workers=2, transforms=T.Compose([T.CenterCrop(4)]),
+                           device="cpu")
+    it = iter(loader)
+    next(it)
+    inner = it._it
+    os.kill(inner._workers[0].pid, signal.SIGKILL)
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="worker"):
+        for _ in range(1000):
+            next(it)
+    assert time.perf_counter() - t0 < 10
