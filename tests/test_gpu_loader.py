@@ -105,9 +105,12 @@ def test_corrupt_jpeg_names_the_sample_and_the_decoder_keeps_working(tmp_path):
     ds = td.datasets.ImageFolder(root)
     victim = ds.samples[9][0]
     good = open(victim, "rb").read()
-    # keep the header (so the worker sends it to nvJPEG) and wreck the entropy-coded data
+    # keep the header and EOI (so nothing looks wrong from outside) and overwrite
+    # the middle of the compressed data, as a bad disk block would
     sos = good.find(b"\xff\xda")
-    bad = good[: sos + 20] + bytes(np.random.default_rng(0).integers(0, 256, 64, dtype=np.uint8)) + b"\xff\xd9"
+    cut = (len(good) - sos) // 3
+    bad = (good[: sos + cut] + bytes(np.random.default_rng(0).integers(0, 256, cut, dtype=np.uint8))
+           + good[sos + 2 * cut:])
     open(victim, "wb").write(bad)
     loader = td.DataLoader(ds, batch_size=4, transforms=T.Compose([T.Resize((32, 32))]), device="cuda")
     cpu = td.DataLoader(ds, batch_size=4, transforms=T.Compose([T.Resize((32, 32))]), device="cpu")

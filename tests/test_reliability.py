@@ -144,31 +144,44 @@ class SlowDataset(torch.utils.data.Dataset):
         return np.zeros((8, 8, 3), dtype=np.uint8), i
 
 
-def _worker_pids(it):
-    return [w.pid for w in getattr(it, "_workers", [])]
+def _ends_within(workers, seconds: float) -> float:
+    t0 = time.perf_counter()
+    while any(w.is_alive() for w in workers) and time.perf_counter() - t0 < seconds:
+        time.sleep(0.02)
+    assert not any(w.is_alive() for w in workers), "a worker outlived its iterator"
+    return time.perf_counter() - t0
 
 
-def test_break_and_exception_in_loop_end_cleanly():
+def test_break_exception_and_keyboard_interrupt_end_cleanly_within_5s():
     loader = td.DataLoader(SlowDataset(), batch_size=4, num_workers=2, transforms=T.Compose([T.CenterCrop(4)]),
                            device="cpu")
-    t0 = time.perf_counter()
-    for k, _ in enumerate(loader):
-        if k == 2:
-            break
-    with pytest.raises(KeyboardInterrupt):
-        for k, _ in enumerate(loader):
-            if k == 1:
-                raise KeyboardInterrupt
+
+    def consume(stop_at, box, exc=None):
+        it = iter(loader)
+        workers = list(it._it._workers)
+        box.extend(workers)
+        assert len(workers) == 2 and all(w.is_alive() for w in workers)
+        try:
+            for k, _ in enumerate(it):
+                if k == stop_at:
+                    if exc is not None:
+                        raise exc
+                    break
+        finally:
+            del it
+        return workers
+
     import gc
 
-    gc.collect()
-    deadline = time.time() + 5
-    import multiprocessing as mp
-
-    while mp.active_children() and time.time() < deadline:
-        time.sleep(0.05)
-    assert not mp.active_children()
-    assert time.perf_counter() - t0 < 10
+    for exc in (None, ValueError("boom in the training step"), KeyboardInterrupt()):
+        workers: list = []
+        try:
+            consume(2, workers, exc)
+        except (ValueError, KeyboardInterrupt) as e:
+            assert e is exc
+            del e
+        gc.collect()
+        assert _ends_within(workers, 5.0) < 5.0
     assert not [t for t in threading.enumerate() if t.name.startswith("torchdali")]
 
 
@@ -186,3 +199,37 @@ def test_killed_worker_raises_clear_error_quickly():
         for _ in range(1000):
             next(it)
     assert time.perf_counter() - t0 < 10
+
+
+def test_entropy_data_check_accepts_valid_jpegs_and_flags_overwritten_ones():
+    from PIL import Image
+    import io
+
+    from torchdali._synthetic import synthetic_image
+    from torchdali.decode._jpeg_header import entropy_data_ok
+
+    rng = np.random.default_rng(0)
+    arr = synthetic_image(rng, 90, 130)
+    variants = []
+    for kw in ({"subsampling": 0}, {"subsampling": 1}, {"subsampling": 2}, {"progressive": True},
+               {"optimize": True}, {"restart_marker_blocks": 3}):
+        buf = io.BytesIO()
+        try:
+            Image.fromarray(arr).save(buf, format="JPEG", quality=90, **kw)
+        except TypeError:
+            continue
+        variants.append(buf.getvalue())
+    buf = io.BytesIO()
+    Image.fromarray(arr[:, :, 0]).save(buf, format="JPEG")
+    variants.append(buf.getvalue())
+    for v in variants:
+        assert entropy_data_ok(np.frombuffer(v, np.uint8))
+    flagged = 0
+    for seed in range(20):
+        v = bytearray(variants[2])
+        sos = v.find(b"\xff\xda")
+        r = np.random.default_rng(seed)
+        start = sos + 30 + int(r.integers(0, 500))
+        v[start:start + 800] = r.integers(0, 256, 800, dtype=np.uint8).tobytes()
+        flagged += not entropy_data_ok(np.frombuffer(bytes(v), np.uint8))
+    assert flagged >= 19

@@ -13,8 +13,11 @@ class EpochStats:
     wall_s: float = 0.0  # from the first request to the end of the epoch
     wait_s: float = 0.0  # time the training loop spent blocked on the loader
     worker_s: float = 0.0  # summed worker time (read + pack, or decode + transform on the CPU path)
-    decode_s: float = 0.0  # GPU path: host time spent issuing decodes
-    kernel_s: float = 0.0  # GPU path: GPU time of the fused kernel
+    executor_s: float = 0.0  # GPU path: host time of the executor thread per batch (all below)
+    stage_s: float = 0.0  # GPU path: copying the batch's bytes into pinned staging memory
+    decode_s: float = 0.0  # GPU path: host time in nvJPEG calls (header checks, batched decode)
+    launch_s: float = 0.0  # GPU path: host time launching the fused kernel and copies
+    kernel_s: float = 0.0  # GPU path: GPU time of the fused kernel (CUDA events)
     skipped: int = 0
 
     @property
@@ -43,13 +46,14 @@ class LoaderStats:
     def last(self) -> EpochStats | None:
         return self.epochs[-1] if self.epochs else None
 
-    def add_batch(self, n: int, wait: float, worker: float = 0.0, decode: float = 0.0) -> None:
+    def add_batch(self, n: int, wait: float, worker: float = 0.0, stages: dict | None = None) -> None:
         e = self.epochs[-1]
         e.batches += 1
         e.samples += n
         e.wait_s += wait
         e.worker_s += worker
-        e.decode_s += decode
+        for k, v in (stages or {}).items():
+            setattr(e, k, getattr(e, k) + v)
         e.wall_s = time.perf_counter() - self._t0
 
     def end_epoch(self) -> None:
@@ -61,5 +65,11 @@ class LoaderStats:
         if e is None:
             return "no epoch run yet"
         d = e.as_dict()
-        return (f"epoch {e.epoch}: {e.samples} images in {e.wall_s:.2f}s ({d['images_per_s']:.0f}/s), "
+        line = (f"epoch {e.epoch}: {e.samples} images in {e.wall_s:.2f}s ({d['images_per_s']:.0f}/s), "
                 f"waited {e.wait_s:.2f}s ({100 * e.wait_fraction:.1f}%), workers {e.worker_s:.2f}s")
+        if e.executor_s:
+            line += (f"; executor {e.executor_s:.2f}s (staging {e.stage_s:.2f}, nvJPEG {e.decode_s:.2f}, "
+                     f"launch {e.launch_s:.2f}), kernel {e.kernel_s:.3f}s GPU")
+        if e.skipped:
+            line += f"; {e.skipped} bad samples replaced"
+        return line

@@ -66,8 +66,11 @@ class BatchExecutor:
         with torch.cuda.device(device):
             self.stream = torch.cuda.Stream(device)
             # the decoder rotates nvJPEG states, keeping `depth` batches in flight
-            self.decoder = NvjpegDecoder(device, pipeline_depth=max(2, depth))
+            # fancy (interpolating) chroma upsampling, as libjpeg-turbo does, so the
+            # GPU and CPU paths agree on 4:2:0/4:2:2 images
+            self.decoder = NvjpegDecoder(device, pipeline_depth=max(2, depth), fancy_upsampling=True)
         self.slots = [_PinnedSlot() for _ in range(depth + 2)]
+        self._last_kernel: tuple | None = None
         self._next_slot = 0
         self.scale = torch.tensor(plan.scale, dtype=torch.float32, device=device)
         self.bias = torch.tensor(plan.bias, dtype=torch.float32, device=device)
@@ -78,8 +81,12 @@ class BatchExecutor:
             dec.close()
             self.decoder = None
 
-    def process(self, batch: PackedBatch) -> tuple[torch.Tensor, Any, torch.cuda.Event, float]:
-        """Decode and transform one packed batch; returns (images, targets, ready event, host seconds)."""
+    def process(self, batch: PackedBatch) -> tuple[torch.Tensor, Any, torch.cuda.Event, dict]:
+        """Decode and transform one packed batch; returns (images, targets, ready event, stage timings).
+
+        The kernel's GPU time is read from the previous batch's events, which
+        have completed by then, so timing never waits on the GPU.
+        """
         from ..csrc_triton import fused_resized_crop
         from ..decode import decode_cpu
 
@@ -89,6 +96,8 @@ class BatchExecutor:
         self._next_slot = (self._next_slot + 1) % len(self.slots)
         pinned = slot.take(batch.blob.numel())
         pinned.copy_(batch.blob)
+        t_staged = time.perf_counter()
+        t_decoded = t_staged
 
         shapes = batch.shapes.copy()
         numel = shapes[:, 0] * shapes[:, 1] * shapes[:, 2]
@@ -118,18 +127,28 @@ class BatchExecutor:
             shapes_d = torch.from_numpy(shapes).to(self.device, non_blocking=True)
             offsets_d = torch.from_numpy(out_offsets).to(self.device, non_blocking=True)
             params_d = batch.params.to(self.device, non_blocking=True)
+            k_start, k_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            k_start.record(self.stream)
             images = fused_resized_crop(
                 decoded, offsets_d, shapes_d, params_d, self.plan.out_size, self.scale, self.bias,
                 out_dtype=self.plan.out_dtype, channels_last=self.channels_last,
                 antialias=self.plan.antialias, quantize=self.plan.quantize,
             )
+            k_end.record(self.stream)
             targets = batch.targets
             if isinstance(targets, torch.Tensor):
                 targets = targets.to(self.device, non_blocking=True)
             ready = torch.cuda.Event()
             ready.record(self.stream)
             slot.event = ready
-        return images, targets, ready, time.perf_counter() - t0
+        t_end = time.perf_counter()
+        kernel_s = 0.0
+        if self._last_kernel is not None and self._last_kernel[1].query():
+            kernel_s = self._last_kernel[0].elapsed_time(self._last_kernel[1]) / 1e3
+        self._last_kernel = (k_start, k_end)
+        stages = {"executor_s": t_end - t0, "stage_s": t_staged - t0, "decode_s": t_decoded - t_staged,
+                  "launch_s": t_end - t_decoded, "kernel_s": kernel_s}
+        return images, targets, ready, stages
 
     def _replace(self, batch: PackedBatch, failed: list, decoded: torch.Tensor, shapes: np.ndarray,
                  out_offsets: np.ndarray) -> torch.Tensor:
@@ -224,14 +243,14 @@ class GpuIterator:
                 if self._stop.is_set():
                     return
                 try:
-                    images, targets, ready, host_s = self._executor.process(batch)
+                    images, targets, ready, stages = self._executor.process(batch)
                 except SampleError:
                     raise
                 except Exception as e:
                     raise RuntimeError(
                         f"torchdali GPU executor failed on batch {k} (samples {batch.indices[:8].tolist()}"
                         f"{'...' if len(batch.indices) > 8 else ''}): {type(e).__name__}: {e}") from e
-                if not self._put((batch, images, targets, ready, host_s)):
+                if not self._put((batch, images, targets, ready, stages)):
                     return
             self._put(_END)
         except BaseException as e:  # re-raised in the consumer's thread
@@ -264,14 +283,14 @@ class GpuIterator:
         if isinstance(item, _Failure):
             self.close()
             raise item.exc
-        batch, images, targets, ready, host_s = item
+        batch, images, targets, ready, stages = item
         consumer = torch.cuda.current_stream(self._device)
         consumer.wait_event(ready)
         images.record_stream(consumer)
         if isinstance(targets, torch.Tensor) and targets.is_cuda:
             targets.record_stream(consumer)
         self._stats.add_batch(len(batch.indices), wait=time.perf_counter() - t0, worker=batch.seconds,
-                              decode=host_s)
+                              stages=stages)
         self._loader._on_batch(batch)
         if batch.has_target:
             return images, targets

@@ -338,10 +338,11 @@ def _gpu_decodable_shape(payload: torch.Tensor) -> tuple[int, int, int] | None:
     """(H, W, 3) when nvJPEG should decode this sample, else None (decode on the CPU).
 
     CMYK/YCCK, RGB-coded, lossless, arithmetic-coded and 12-bit JPEGs go to the
-    CPU, and so does a file that does not end in an EOI marker: nvJPEG may decode
-    a truncated stream without complaint, the CPU decoder names the problem.
+    CPU, and so do files that do not end in an EOI marker or hold a marker no scan
+    can hold: nvJPEG may decode such a stream without complaint, the CPU decoder
+    names the problem.
     """
-    from ..decode import jpeg_info
+    from ..decode._jpeg_header import entropy_data_ok, jpeg_info
 
     try:
         info = jpeg_info(payload.numpy())
@@ -354,5 +355,7 @@ def _gpu_decodable_shape(payload: torch.Tensor) -> tuple[int, int, int] | None:
         return None
     tail = payload[-2:].numpy() if payload.numel() >= 2 else None
     if tail is None or tail[0] != 0xFF or tail[1] != 0xD9:
+        return None
+    if not entropy_data_ok(payload.numpy()):
         return None
     return (info.height, info.width, 3)

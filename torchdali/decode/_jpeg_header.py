@@ -517,3 +517,39 @@ def image_info_batch(buf: Buffer, offsets, lengths) -> ImageInfoBatch:
         flags=np.array(fl, dtype=i32),
         orientation=np.array(orient, dtype=i32),
     )
+
+
+# Bytes that may follow 0xFF inside entropy-coded data: stuffing (0x00), fill
+# (0xFF), restart markers, EOI, and the table/scan markers that separate the scans
+# of a multi-scan JPEG.
+_SCAN_OK = np.zeros(256, dtype=bool)
+_SCAN_OK[[0x00, 0xFF, 0xD9, 0xC4, 0xCC, 0xDA, 0xDB, 0xDD, 0xFE]] = True
+_SCAN_OK[0xD0:0xD8] = True
+_SCAN_OK[0xE0:0xF0] = True
+
+
+def entropy_data_ok(buf: np.ndarray) -> bool:
+    """False when the data after the first SOS holds a marker no JPEG scan can hold.
+
+    Random overwrites of compressed data almost always produce such a marker. The
+    hardware decoder can run through them without an error; libjpeg stops with
+    "Unsupported marker type". O(n) in numpy, no Huffman decoding, so it cannot
+    catch corruption that keeps the marker structure intact.
+    """
+    b = np.asarray(buf, dtype=np.uint8).reshape(-1)
+    n = b.shape[0]
+    pos = 2
+    while pos + 4 <= n:
+        if b[pos] != 0xFF:
+            return True  # junk in the header area: the header parser has ruled on it
+        marker = int(b[pos + 1])
+        if marker == 0xFF or 0xD0 <= marker <= 0xD8 or marker == 0x01:
+            pos += 1 if marker == 0xFF else 2
+            continue
+        seglen = (int(b[pos + 2]) << 8) | int(b[pos + 3])
+        if marker == 0xDA:
+            scan = b[pos + 2 + seglen:]
+            ff = np.flatnonzero(scan[:-1] == 0xFF)
+            return bool(_SCAN_OK[scan[ff + 1]].all())
+        pos += 2 + seglen
+    return True
