@@ -112,6 +112,7 @@ def run_torchdali(root: str, args: argparse.Namespace, device: torch.device) -> 
     last = loader.stats().last
     if last is not None:
         result["last_epoch_stats"] = last.as_dict()
+        print("torchdali " + loader.stats().summary(), flush=True)
     return result
 
 

@@ -206,6 +206,22 @@ class DataLoader(tud.DataLoader):
         if state.get("sampler_epoch") is not None and hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(state["sampler_epoch"])
 
+    def close(self) -> None:
+        """Release GPU state (nvJPEG handles, streams, threads) and persistent workers. Idempotent;
+        also runs when the loader is garbage-collected."""
+        for ex in self.__dict__.pop("_executors", {}).values():
+            ex.close()
+        inner = self.__dict__.get("_inner")
+        it = getattr(inner, "_iterator", None) if inner is not None else None
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch used for per-sample random parameters (and the sampler's, if it has one)."""
         self.__dict__["_epochs_started"] = int(epoch)

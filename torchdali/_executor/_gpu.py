@@ -36,6 +36,7 @@ class _PinnedSlot:
     def __init__(self) -> None:
         self.buffer = torch.empty(0, dtype=torch.uint8)
         self.event: torch.cuda.Event | None = None
+        self.view = self.buffer
 
     def take(self, nbytes: int) -> torch.Tensor:
         if self.event is not None:
@@ -43,17 +44,46 @@ class _PinnedSlot:
         if self.buffer.numel() < nbytes:
             # grow with headroom so a slightly larger batch does not reallocate
             self.buffer = torch.empty(int(nbytes * 1.25) + 4096, dtype=torch.uint8, pin_memory=True)
-        return self.buffer[:nbytes]
+        self.view = self.buffer[:nbytes]
+        return self.view
+
+
+class HybridSplit:
+    """Fraction of each batch's JPEGs given to the CUDA (hybrid) decoder while the
+    hardware engines take the rest, both at once.
+
+    Starts from the engine count (more engines: less for the CUDA decoder) and then
+    follows the measured rates of both decoders, so both finish a batch at about
+    the same time. A small floor keeps the CUDA decoder's rate measured.
+    """
+
+    def __init__(self, engines: int, floor: float = 0.04) -> None:
+        self.fraction = 1.0 / (1.0 + engines) if engines else 1.0
+        self.floor = floor
+        self.rates: dict[str, float] = {}
+
+    def update(self, n_hw: int, t_hw: float, n_hy: int, t_hy: float) -> None:
+        for name, n, t in (("hardware", n_hw, t_hw), ("hybrid", n_hy, t_hy)):
+            if n >= 8 and t > 0:
+                r = n / t
+                self.rates[name] = r if name not in self.rates else 0.7 * self.rates[name] + 0.3 * r
+        if len(self.rates) == 2:
+            target = self.rates["hybrid"] / (self.rates["hybrid"] + self.rates["hardware"])
+            self.fraction = min(0.9, max(self.floor, target))
 
 
 class BatchExecutor:
-    """Per-loader, per-device GPU state: stream, nvJPEG handles, pinned staging ring.
+    """Per-loader, per-device GPU state: streams, nvJPEG handles, pinned staging ring.
 
     Built once and reused across epochs, so GPU state is initialised once.
+    ``stage`` (host copy into pinned memory) and ``process`` (decode + kernel) run
+    on two threads so a batch is staged while the previous one decodes.
     """
 
     def __init__(self, plan: Any, device: torch.device, channels_last: bool, depth: int,
-                 dataset: Any = None, on_error: Any = "raise") -> None:
+                 dataset: Any = None, on_error: Any = "raise", hybrid_split: bool = True) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         from ..decode import NvjpegDecoder
         from ._worker import PrepareBatch
 
@@ -62,93 +92,153 @@ class BatchExecutor:
         self.plan = plan
         self.device = device
         self.channels_last = channels_last
-        self.dataset = dataset
         with torch.cuda.device(device):
             self.stream = torch.cuda.Stream(device)
-            # the decoder rotates nvJPEG states, keeping `depth` batches in flight
             # fancy (interpolating) chroma upsampling, as libjpeg-turbo does, so the
             # GPU and CPU paths agree on 4:2:0/4:2:2 images
-            self.decoder = NvjpegDecoder(device, pipeline_depth=max(2, depth), fancy_upsampling=True)
-        self.slots = [_PinnedSlot() for _ in range(depth + 2)]
+            self.decoder = NvjpegDecoder(device, pipeline_depth=2, fancy_upsampling=True)
+            self.hybrid = None
+            if hybrid_split and self.decoder.has_hardware:
+                self.hybrid = NvjpegDecoder(device, backend="hybrid", pipeline_depth=2, fancy_upsampling=True)
+                self.hybrid_stream = torch.cuda.Stream(device)
+        self.split = HybridSplit(self.decoder.hardware_engines)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="torchdali-hybrid") if self.hybrid else None
+        self.free_slots: queue.Queue = queue.Queue()
+        for _ in range(depth + 2):
+            self.free_slots.put(_PinnedSlot())
         self._last_kernel: tuple | None = None
-        self._next_slot = 0
         self.scale = torch.tensor(plan.scale, dtype=torch.float32, device=device)
         self.bias = torch.tensor(plan.bias, dtype=torch.float32, device=device)
 
     def close(self) -> None:
-        dec = getattr(self, "decoder", None)
-        if dec is not None:
-            dec.close()
-            self.decoder = None
+        for name in ("decoder", "hybrid"):
+            dec = getattr(self, name, None)
+            if dec is not None:
+                dec.close()
+                setattr(self, name, None)
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
-    def process(self, batch: PackedBatch) -> tuple[torch.Tensor, Any, torch.cuda.Event, dict]:
-        """Decode and transform one packed batch; returns (images, targets, ready event, stage timings).
+    def stage(self, batch: PackedBatch, stop: threading.Event) -> tuple[_PinnedSlot, float]:
+        """Copy the batch's bytes into a free pinned slot (staging thread)."""
+        t0 = time.perf_counter()
+        while True:
+            try:
+                slot = self.free_slots.get(timeout=0.1)
+                break
+            except queue.Empty:
+                if stop.is_set():
+                    raise _Stopped() from None
+        slot.take(batch.blob.numel()).copy_(batch.blob)
+        return slot, time.perf_counter() - t0
+
+    def process(self, batch: PackedBatch, slot: _PinnedSlot) -> tuple[torch.Tensor, Any, torch.cuda.Event, dict]:
+        """Decode and transform one staged batch; returns (images, targets, ready event, stage timings).
 
         The kernel's GPU time is read from the previous batch's events, which
         have completed by then, so timing never waits on the GPU.
         """
         from ..csrc_triton import fused_resized_crop
-        from ..decode import decode_cpu
 
         t0 = time.perf_counter()
+        pinned = slot.view
         n = len(batch.indices)
-        slot = self.slots[self._next_slot]
-        self._next_slot = (self._next_slot + 1) % len(self.slots)
-        pinned = slot.take(batch.blob.numel())
-        pinned.copy_(batch.blob)
-        t_staged = time.perf_counter()
-        t_decoded = t_staged
-
         shapes = batch.shapes.copy()
         numel = shapes[:, 0] * shapes[:, 1] * shapes[:, 2]
         out_offsets = np.zeros(n, dtype=np.int64)
         if n > 1:
             np.cumsum(numel[:-1], out=out_offsets[1:])
         total = int(numel.sum())
-
-        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-            decoded = torch.empty(max(total, 1), dtype=torch.uint8, device=self.device)
-            raw = np.nonzero(batch.kinds == RAW)[0]
-            for i in raw:  # already-decoded samples (CPU fallback in the worker, external source)
-                src = pinned[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]]
-                decoded[out_offsets[i]: out_offsets[i] + numel[i]].copy_(src, non_blocking=True)
-            enc = np.nonzero(batch.kinds == ENCODED)[0]
-            if len(enc):
-                decoder = self.decoder
-                status = decoder.decode_batch(
-                    pinned, batch.offsets[enc], batch.lengths[enc], shapes[enc, :2],
-                    decoded, out_offsets[enc], self.stream,
+        try:
+            with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+                decoded = torch.empty(max(total, 1), dtype=torch.uint8, device=self.device)
+                for i in np.nonzero(batch.kinds == RAW)[0]:  # decoded in the worker (CPU fallback, external source)
+                    src = pinned[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]]
+                    decoded[out_offsets[i]: out_offsets[i] + numel[i]].copy_(src, non_blocking=True)
+                enc = np.nonzero(batch.kinds == ENCODED)[0]
+                if len(enc):
+                    decoded = self._decode(batch, pinned, enc, shapes, decoded, out_offsets)
+                t_decoded = time.perf_counter()
+                shapes_d = torch.from_numpy(shapes).to(self.device, non_blocking=True)
+                offsets_d = torch.from_numpy(out_offsets).to(self.device, non_blocking=True)
+                params_d = batch.params.to(self.device, non_blocking=True)
+                k_start, k_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                k_start.record(self.stream)
+                images = fused_resized_crop(
+                    decoded, offsets_d, shapes_d, params_d, self.plan.out_size, self.scale, self.bias,
+                    out_dtype=self.plan.out_dtype, channels_last=self.channels_last,
+                    antialias=self.plan.antialias, quantize=self.plan.quantize,
                 )
-                bad = [k for k, s in enumerate(status) if s != 0]
-                for k in bad:
-                    i = int(enc[k])
-                    self._decode_on_cpu(i, batch, pinned, decoded, out_offsets[i], shapes[i], decode_cpu,
-                                        decoder.describe(status[k], k))
-            shapes_d = torch.from_numpy(shapes).to(self.device, non_blocking=True)
-            offsets_d = torch.from_numpy(out_offsets).to(self.device, non_blocking=True)
-            params_d = batch.params.to(self.device, non_blocking=True)
-            k_start, k_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            k_start.record(self.stream)
-            images = fused_resized_crop(
-                decoded, offsets_d, shapes_d, params_d, self.plan.out_size, self.scale, self.bias,
-                out_dtype=self.plan.out_dtype, channels_last=self.channels_last,
-                antialias=self.plan.antialias, quantize=self.plan.quantize,
-            )
-            k_end.record(self.stream)
-            targets = batch.targets
-            if isinstance(targets, torch.Tensor):
-                targets = targets.to(self.device, non_blocking=True)
-            ready = torch.cuda.Event()
-            ready.record(self.stream)
-            slot.event = ready
+                k_end.record(self.stream)
+                targets = batch.targets
+                if isinstance(targets, torch.Tensor):
+                    targets = targets.to(self.device, non_blocking=True)
+                ready = torch.cuda.Event()
+                ready.record(self.stream)
+                slot.event = ready
+        finally:
+            self.free_slots.put(slot)  # its event guards the reuse
         t_end = time.perf_counter()
         kernel_s = 0.0
         if self._last_kernel is not None and self._last_kernel[1].query():
             kernel_s = self._last_kernel[0].elapsed_time(self._last_kernel[1]) / 1e3
         self._last_kernel = (k_start, k_end)
-        stages = {"executor_s": t_end - t0, "stage_s": t_staged - t0, "decode_s": t_decoded - t_staged,
-                  "launch_s": t_end - t_decoded, "kernel_s": kernel_s}
+        stages = {"executor_s": t_end - t0, "decode_s": t_decoded - t0, "launch_s": t_end - t_decoded,
+                  "kernel_s": kernel_s}
         return images, targets, ready, stages
+
+    def _decode(self, batch: PackedBatch, pinned: torch.Tensor, enc: np.ndarray, shapes: np.ndarray,
+                decoded: torch.Tensor, out_offsets: np.ndarray) -> torch.Tensor:
+        """nvJPEG on the encoded samples: hardware and CUDA decoders side by side,
+        then the CPU for what both reject, then the on_error policy."""
+        from ..decode import decode_cpu
+
+        m = int(round(self.split.fraction * len(enc))) if self.hybrid is not None else 0
+        # the CUDA decoder takes the largest images: the engines' cost is per image,
+        # the CUDA decoder's per pixel, so this balances better than an even split
+        order = np.argsort(-(shapes[enc, 0] * shapes[enc, 1]), kind="stable")
+        hy, hw = np.sort(enc[order[:m]]), np.sort(enc[order[m:]])
+        future = None
+        if len(hy):
+            self.hybrid_stream.wait_stream(self.stream)  # `decoded` was allocated on self.stream
+            future = self._pool.submit(self._timed_decode, self.hybrid, pinned, batch, hy, shapes, decoded,
+                                       out_offsets, self.hybrid_stream)
+        results = []
+        if len(hw):
+            results.append((hw, *self._timed_decode(self.decoder, pinned, batch, hw, shapes, decoded,
+                                                    out_offsets, self.stream)))
+        if future is not None:
+            results.append((hy, *future.result()))
+            done = torch.cuda.Event()
+            done.record(self.hybrid_stream)
+            self.stream.wait_event(done)
+            decoded.record_stream(self.hybrid_stream)
+            self.split.update(len(hw), results[0][2] if len(hw) else 0.0, len(hy), results[-1][2])
+        failed = []
+        for idx, status, _, decoder in results:
+            for k, st in enumerate(status):
+                if st == 0:
+                    continue
+                i = int(idx[k])
+                try:
+                    self._decode_on_cpu(i, batch, pinned, decoded, out_offsets[i], shapes[i], decode_cpu,
+                                        decoder.describe(st, k))
+                except SampleError as err:
+                    if self.fallback.on_error == "raise":
+                        raise
+                    failed.append((i, err))
+        if failed:
+            decoded = self._replace(batch, failed, decoded, shapes, out_offsets)
+        return decoded
+
+    @staticmethod
+    def _timed_decode(decoder: Any, pinned: torch.Tensor, batch: PackedBatch, idx: np.ndarray, shapes: np.ndarray,
+                      decoded: torch.Tensor, out_offsets: np.ndarray, stream: torch.cuda.Stream):
+        t0 = time.perf_counter()
+        status = decoder.decode_batch(pinned, batch.offsets[idx], batch.lengths[idx], shapes[idx, :2],
+                                      decoded, out_offsets[idx], stream)
+        return status, time.perf_counter() - t0, decoder
 
     def _replace(self, batch: PackedBatch, failed: list, decoded: torch.Tensor, shapes: np.ndarray,
                  out_offsets: np.ndarray) -> torch.Tensor:
@@ -207,8 +297,17 @@ def executor_for(loader: Any, device: torch.device) -> BatchExecutor:
     return ex
 
 
+class _Stopped(Exception):
+    """Internal: the iterator is shutting down."""
+
+
 class GpuIterator:
-    """Iterator over GPU batches; a background thread keeps ``prefetch_depth`` ready."""
+    """Iterator over GPU batches.
+
+    Two background threads: one takes packed batches from the workers and stages
+    their bytes in pinned memory, the other decodes and transforms them; at most
+    ``prefetch_depth`` finished batches wait for the training loop.
+    """
 
     def __init__(self, loader: Any, inner: torch.utils.data.DataLoader) -> None:
         device = loader.device
@@ -220,42 +319,69 @@ class GpuIterator:
         self._stats = loader._stats
         self._stats.start_epoch(loader._epoch_state.epoch)
         self._queue: queue.Queue = queue.Queue(maxsize=loader.prefetch_depth)
+        self._staged: queue.Queue = queue.Queue(maxsize=1)
         self._stop = threading.Event()
         self._closed = False
         self._inner_it = iter(inner)
-        self._thread = threading.Thread(target=self._run, name="torchdali-executor", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._stage_loop, name="torchdali-stage", daemon=True),
+                         threading.Thread(target=self._exec_loop, name="torchdali-executor", daemon=True)]
+        for t in self._threads:
+            t.start()
 
-    # -- producer ------------------------------------------------------------
-    def _put(self, item: Any) -> bool:
+    # -- producers -------------------------------------------------------------
+    def _put(self, q: queue.Queue, item: Any) -> bool:
         while not self._stop.is_set():
             try:
-                self._queue.put(item, timeout=0.1)
+                q.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def _run(self) -> None:
+    def _stage_loop(self) -> None:
         try:
-            torch.cuda.set_device(self._device)
-            for k, batch in enumerate(self._inner_it):
+            for batch in self._inner_it:
                 if self._stop.is_set():
                     return
+                slot, seconds = self._executor.stage(batch, self._stop)
+                if not self._put(self._staged, (batch, slot, seconds)):
+                    self._executor.free_slots.put(slot)
+                    return
+            self._put(self._staged, _END)
+        except _Stopped:
+            return
+        except BaseException as e:  # re-raised in the consumer's thread
+            if not self._stop.is_set():
+                self._put(self._staged, _Failure(e))
+
+    def _exec_loop(self) -> None:
+        try:
+            torch.cuda.set_device(self._device)
+            k = 0
+            while not self._stop.is_set():
                 try:
-                    images, targets, ready, stages = self._executor.process(batch)
+                    item = self._staged.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if item is _END or isinstance(item, _Failure):
+                    self._put(self._queue, item)
+                    return
+                batch, slot, stage_s = item
+                try:
+                    images, targets, ready, stages = self._executor.process(batch, slot)
                 except SampleError:
                     raise
                 except Exception as e:
                     raise RuntimeError(
                         f"torchdali GPU executor failed on batch {k} (samples {batch.indices[:8].tolist()}"
                         f"{'...' if len(batch.indices) > 8 else ''}): {type(e).__name__}: {e}") from e
-                if not self._put((batch, images, targets, ready, stages)):
+                stages["stage_s"] = stage_s
+                if not self._put(self._queue, (batch, images, targets, ready, stages)):
                     return
-            self._put(_END)
-        except BaseException as e:  # re-raised in the consumer's thread
+                k += 1
+        except BaseException as e:
             if not self._stop.is_set():
-                self._put(_Failure(e))
+                self._put(self._queue, _Failure(e))
 
     # -- consumer ------------------------------------------------------------
     def __iter__(self):
@@ -273,9 +399,9 @@ class GpuIterator:
                 item = self._queue.get(timeout=1.0)
                 break
             except queue.Empty:
-                if not self._thread.is_alive():
+                if not any(t.is_alive() for t in self._threads):
                     self.close()
-                    raise RuntimeError("torchdali executor thread ended without a result") from None
+                    raise RuntimeError("torchdali executor threads ended without a result") from None
         if item is _END:
             self._stats.end_epoch()
             self.close()
@@ -297,21 +423,32 @@ class GpuIterator:
         return images
 
     def close(self) -> None:
-        """Stop the thread and the workers; idempotent."""
+        """Stop the threads and the workers; idempotent."""
         if self._closed:
             return
         self._closed = True
         self._stop.set()
-        while True:  # unblock a producer waiting on a full queue
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-        self._thread.join(timeout=2.0)
+        for q in (self._queue, self._staged):  # unblock producers waiting on a full queue
+            while True:
+                try:
+                    item = q.get_nowait()
+                except queue.Empty:
+                    break
+                if q is self._staged and isinstance(item, tuple):
+                    self._executor.free_slots.put(item[1])
+        self._threads[1].join(timeout=2.0)
         shutdown = getattr(self._inner_it, "_shutdown_workers", None)
         if shutdown is not None and not self._loader.persistent_workers:
             shutdown()
-        self._thread.join(timeout=5.0)
+        for t in self._threads:
+            t.join(timeout=5.0)
+        while True:  # a slot put back while we drained
+            try:
+                item = self._staged.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, tuple):
+                self._executor.free_slots.put(item[1])
 
     def __del__(self) -> None:
         try:

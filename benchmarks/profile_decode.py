@@ -1,0 +1,120 @@
+"""Where a GPU batch's host and device time goes: staging copy, nvJPEG, header checks.
+
+    python benchmarks/profile_decode.py DATA_DIR [--batches 8] [--batch 256]
+
+Decodes the same packed batches with torchdali's NvjpegDecoder (hardware + hybrid,
+and hybrid only) and with torchvision's batched decode_jpeg on the GPU, in one run.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from torchdali.decode import NvjpegDecoder, jpeg_info  # noqa: E402
+from torchdali.decode._jpeg_header import entropy_data_ok  # noqa: E402
+
+
+def pack(files):
+    blobs = [open(f, "rb").read() for f in files]
+    lengths = np.array([len(b) for b in blobs], dtype=np.int64)
+    offsets = np.zeros(len(blobs), dtype=np.int64)
+    offsets[1:] = np.cumsum(lengths)[:-1]
+    host = torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8)
+    sizes = np.array([[jpeg_info(b).height, jpeg_info(b).width] for b in blobs], dtype=np.int64)
+    return blobs, host, offsets, lengths, sizes
+
+
+def run_decoder(dec, batches, stream, reps=3):
+    host_ms, walls = [], []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        n = 0
+        for blobs, pinned, offsets, lengths, sizes in batches:
+            numel = sizes[:, 0] * sizes[:, 1] * 3
+            out_off = np.zeros(len(numel), dtype=np.int64)
+            out_off[1:] = np.cumsum(numel)[:-1]
+            with torch.cuda.stream(stream):
+                out = torch.empty(int(numel.sum()), dtype=torch.uint8, device="cuda")
+            h0 = time.perf_counter()
+            status = dec.decode_batch(pinned, offsets, lengths, sizes, out, out_off, stream)
+            host_ms.append(1e3 * (time.perf_counter() - h0))
+            assert all(s == 0 for s in status), dec.last_errors
+            n += len(blobs)
+        stream.synchronize()
+        walls.append(n / (time.perf_counter() - t0))
+    return statistics.median(walls), statistics.median(host_ms), dict(dec.last_stats)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("data")
+    p.add_argument("--batches", type=int, default=8)
+    p.add_argument("--batch", type=int, default=256)
+    args = p.parse_args()
+    files = sorted(glob.glob(os.path.join(args.data, "*", "*.jpg")))[: args.batches * args.batch]
+    batches = []
+    for k in range(0, len(files), args.batch):
+        blobs, host, offsets, lengths, sizes = pack(files[k:k + args.batch])
+        batches.append((blobs, host.pin_memory(), offsets, lengths, sizes))
+    nbytes = batches[0][1].numel()
+    stream = torch.cuda.Stream()
+    rows = []
+
+    # staging copy: shared-memory tensor -> pinned buffer
+    src = batches[0][1].clone()
+    dst = torch.empty_like(src).pin_memory()
+    t = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        t.append(time.perf_counter() - t0)
+    rows.append(("pinned staging copy", f"{nbytes / 2**20:.1f} MiB/batch", f"{1e3 * statistics.median(t):.2f} ms/batch"))
+
+    # per-sample header work done in the workers
+    b0 = batches[0][0]
+    t0 = time.perf_counter()
+    for b in b0:
+        a = np.frombuffer(b, np.uint8)
+        jpeg_info(a)
+        entropy_data_ok(a)
+    rows.append(("jpeg_info + entropy check (worker)", "", f"{1e6 * (time.perf_counter() - t0) / len(b0):.1f} us/image"))
+
+    for name, kw in (("nvJPEG hw+hybrid (torchdali)", {}), ("nvJPEG hw+hybrid, fancy upsampling", {"fancy_upsampling": True}),
+                     ("nvJPEG hybrid only", {"backend": "hybrid"})):
+        with NvjpegDecoder(0, **kw) as dec:
+            run_decoder(dec, batches[:2], stream, reps=1)  # warm-up
+            ips, host_ms, stats = run_decoder(dec, batches, stream)
+        rows.append((name, f"{ips:.0f} images/s", f"host {host_ms:.2f} ms/batch {stats}"))
+
+    import torchvision
+    from torchvision.io import decode_jpeg
+
+    datas = [[torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in bl[0]] for bl in batches]
+    decode_jpeg(datas[0][:8], device="cuda")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    n = 0
+    for d in datas:
+        decode_jpeg(d, device="cuda")
+        n += len(d)
+    torch.cuda.synchronize()
+    rows.append((f"torchvision {torchvision.__version__} decode_jpeg(list, cuda)", f"{n / (time.perf_counter() - t0):.0f} images/s", ""))
+
+    print(f"{torch.cuda.get_device_name()}, batch {args.batch}, {len(files)} files, "
+          f"mean {np.mean([len(b) for bl in batches for b in bl[0]]) / 1024:.0f} KiB")
+    for r in rows:
+        print(f"{r[0]:<42} {r[1]:>22}  {r[2]}")
+
+
+if __name__ == "__main__":
+    main()
