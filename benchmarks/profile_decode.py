@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from torchdali.decode import NvjpegDecoder, jpeg_info  # noqa: E402
-from torchdali.decode._jpeg_header import entropy_data_ok  # noqa: E402
+from torchdali.decode._jpeg_header import entropy_data_ok, header_code  # noqa: E402
 
 
 def pack(files):
@@ -30,23 +30,25 @@ def pack(files):
     offsets[1:] = np.cumsum(lengths)[:-1]
     host = torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8)
     sizes = np.array([[jpeg_info(b).height, jpeg_info(b).width] for b in blobs], dtype=np.int64)
-    return blobs, host, offsets, lengths, sizes
+    hints = np.array([header_code(jpeg_info(b)) for b in blobs], dtype=np.int64)
+    return blobs, host, offsets, lengths, sizes, hints
 
 
-def run_decoder(dec, batches, stream, reps=3):
+def run_decoder(dec, batches, stream, reps=3, use_hints=False):
     host_ms, walls = [], []
     for _ in range(reps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         n = 0
-        for blobs, pinned, offsets, lengths, sizes in batches:
+        for blobs, pinned, offsets, lengths, sizes, hints in batches:
             numel = sizes[:, 0] * sizes[:, 1] * 3
             out_off = np.zeros(len(numel), dtype=np.int64)
             out_off[1:] = np.cumsum(numel)[:-1]
             with torch.cuda.stream(stream):
                 out = torch.empty(int(numel.sum()), dtype=torch.uint8, device="cuda")
             h0 = time.perf_counter()
-            status = dec.decode_batch(pinned, offsets, lengths, sizes, out, out_off, stream)
+            status = dec.decode_batch(pinned, offsets, lengths, sizes, out, out_off, stream,
+                                      hints=hints if use_hints else None)
             host_ms.append(1e3 * (time.perf_counter() - h0))
             assert all(s == 0 for s in status), dec.last_errors
             n += len(blobs)
@@ -64,8 +66,8 @@ def main():
     files = sorted(glob.glob(os.path.join(args.data, "*", "*.jpg")))[: args.batches * args.batch]
     batches = []
     for k in range(0, len(files), args.batch):
-        blobs, host, offsets, lengths, sizes = pack(files[k:k + args.batch])
-        batches.append((blobs, host.pin_memory(), offsets, lengths, sizes))
+        blobs, host, offsets, lengths, sizes, hints = pack(files[k:k + args.batch])
+        batches.append((blobs, host.pin_memory(), offsets, lengths, sizes, hints))
     nbytes = batches[0][1].numel()
     stream = torch.cuda.Stream()
     rows = []
@@ -89,11 +91,14 @@ def main():
         entropy_data_ok(a)
     rows.append(("jpeg_info + entropy check (worker)", "", f"{1e6 * (time.perf_counter() - t0) / len(b0):.1f} us/image"))
 
-    for name, kw in (("nvJPEG hw+hybrid (torchdali)", {}), ("nvJPEG hw+hybrid, fancy upsampling", {"fancy_upsampling": True}),
-                     ("nvJPEG hybrid only", {"backend": "hybrid"})):
+    for name, kw, use_hints in (
+            ("nvJPEG hw, per-image header checks", {}, False),
+            ("nvJPEG hw, header codes (loader)", {}, True),
+            ("nvJPEG hw, header codes, no fancy upsampling", {"fancy_upsampling": False}, True),
+            ("nvJPEG hybrid only, header codes", {"backend": "hybrid"}, True)):
         with NvjpegDecoder(0, **kw) as dec:
-            run_decoder(dec, batches[:2], stream, reps=1)  # warm-up
-            ips, host_ms, stats = run_decoder(dec, batches, stream)
+            run_decoder(dec, batches[:2], stream, reps=1, use_hints=use_hints)  # warm-up
+            ips, host_ms, stats = run_decoder(dec, batches, stream, use_hints=use_hints)
         rows.append((name, f"{ips:.0f} images/s", f"host {host_ms:.2f} ms/batch {stats}"))
 
     import torchvision

@@ -81,7 +81,7 @@ class BatchExecutor:
     """
 
     def __init__(self, plan: Any, device: torch.device, channels_last: bool, depth: int,
-                 dataset: Any = None, on_error: Any = "raise", hybrid_split: bool = True) -> None:
+                 dataset: Any = None, on_error: Any = "raise", hybrid_split: bool = False) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         from ..decode import NvjpegDecoder
@@ -236,8 +236,11 @@ class BatchExecutor:
     def _timed_decode(decoder: Any, pinned: torch.Tensor, batch: PackedBatch, idx: np.ndarray, shapes: np.ndarray,
                       decoded: torch.Tensor, out_offsets: np.ndarray, stream: torch.cuda.Stream):
         t0 = time.perf_counter()
+        hints = batch.hints[idx] if batch.hints is not None else None
+        if hints is not None and (hints < 0).any():
+            hints = None
         status = decoder.decode_batch(pinned, batch.offsets[idx], batch.lengths[idx], shapes[idx, :2],
-                                      decoded, out_offsets[idx], stream)
+                                      decoded, out_offsets[idx], stream, hints=hints)
         return status, time.perf_counter() - t0, decoder
 
     def _replace(self, batch: PackedBatch, failed: list, decoded: torch.Tensor, shapes: np.ndarray,
@@ -291,8 +294,13 @@ def executor_for(loader: Any, device: torch.device) -> BatchExecutor:
     cache = loader.__dict__.setdefault("_executors", {})
     ex = cache.get(device.index)
     if ex is None:
+        import os
+
+        # Hardware engines + CUDA decoder side by side: measured slower on an H200
+        # (benchmarks/RESULTS.md), so off unless asked for.
+        split = os.environ.get("TORCHDALI_HYBRID_SPLIT", "0") == "1"
         ex = BatchExecutor(loader.plan, device, loader.memory_format == torch.channels_last,
-                           loader.prefetch_depth, loader.dataset, loader.on_error)
+                           loader.prefetch_depth, loader.dataset, loader.on_error, hybrid_split=split)
         cache[device.index] = ex
     return ex
 

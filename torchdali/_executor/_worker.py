@@ -194,6 +194,7 @@ class PackedBatch:
     offsets: np.ndarray | None = None
     lengths: np.ndarray | None = None
     shapes: np.ndarray | None = None
+    hints: np.ndarray | None = None  # header codes for nvJPEG's backend routing (-1: none)
     spares: list = field(default_factory=list)
     skipped: list = field(default_factory=list)  # (index, path, reason) replaced under on_error
     seconds: float = 0.0  # worker time spent on this batch
@@ -224,8 +225,8 @@ class PrepareBatch:
         self.on_error = on_error
         self.dataset = dataset
 
-    def load(self, data: Any, idx: int, path: str | None) -> tuple[int, torch.Tensor, tuple]:
-        """(kind, payload, (H, W, C)) of one sample; raises SampleError naming it."""
+    def load(self, data: Any, idx: int, path: str | None) -> tuple[int, torch.Tensor, tuple, int]:
+        """(kind, payload, (H, W, C), header code) of one sample; raises SampleError naming it."""
         from ..decode import DecodeError, decode_cpu
 
         try:
@@ -233,11 +234,11 @@ class PrepareBatch:
         except (TypeError, ValueError) as e:
             raise SampleError.for_sample(idx, path, "unsupported sample", e) from None
         if kind == ENCODED:
-            shape = _gpu_decodable_shape(payload) if self.mode == "gpu" else None
-            if shape is not None:
-                return kind, payload, shape
+            probe = _gpu_decodable_shape(payload) if self.mode == "gpu" else None
+            if probe is not None:
+                return kind, payload, probe[0], probe[1]
             kind, payload = RAW, _decode_or_raise(decode_cpu, DecodeError, payload, idx, path)
-        return kind, payload, tuple(payload.shape)
+        return kind, payload, tuple(payload.shape), -1
 
     def replace(self, err: SampleError, spares: list, used: set) -> tuple:
         """A replacement for a failed sample: (tag, path, target, has_target, kind, payload, shape).
@@ -249,7 +250,7 @@ class PrepareBatch:
             item = self.on_error(err.index, err.path, err)
             if item is not None:
                 data, target, has = _split_item(item)
-                kind, payload, shape = self.load(data, err.index, err.path)
+                kind, payload, shape, _ = self.load(data, err.index, err.path)
                 return None, err.path, target, has, kind, payload, shape
         for tag in spares:
             if tag in used or self.dataset is None:
@@ -259,7 +260,7 @@ class PrepareBatch:
             path = sample_path(self.dataset, idx)
             try:
                 data, target, has = _split_item(self.dataset[idx])
-                kind, payload, shape = self.load(data, idx, path)
+                kind, payload, shape, _ = self.load(data, idx, path)
             except Exception:
                 continue
             return tag, path, target, has, kind, payload, shape
@@ -281,12 +282,13 @@ class PrepareBatch:
         kinds = np.empty(n, dtype=np.int8)
         payloads: list[torch.Tensor] = []
         shapes = np.zeros((n, 3), dtype=np.int64)
+        hints = np.full(n, -1, dtype=np.int64)
         skipped: list = []
         used: set = set()
         for i, (_, path, item) in enumerate(samples):
             data, target, has = _split_item(item)
             try:
-                kind, payload, shape = self.load(data, int(indices[i]), path)
+                kind, payload, shape, hints[i] = self.load(data, int(indices[i]), path)
             except SampleError as err:
                 if self.on_error == "raise":
                     raise
@@ -320,6 +322,7 @@ class PrepareBatch:
             np.cumsum(lengths[:-1], out=offsets[1:])
             batch.blob = torch.cat([p.reshape(-1) for p in payloads]) if n else torch.empty(0, dtype=torch.uint8)
             batch.kinds, batch.offsets, batch.lengths, batch.shapes = kinds, offsets, lengths, shapes
+            batch.hints = hints
         batch.seconds = time.perf_counter() - t0
         return batch
 
@@ -334,15 +337,15 @@ def _decode_or_raise(decode_cpu: Callable, decode_error: type, payload: torch.Te
         raise SampleError.for_sample(idx, path, "cannot decode image", f"{type(e).__name__}: {e}") from None
 
 
-def _gpu_decodable_shape(payload: torch.Tensor) -> tuple[int, int, int] | None:
-    """(H, W, 3) when nvJPEG should decode this sample, else None (decode on the CPU).
+def _gpu_decodable_shape(payload: torch.Tensor) -> tuple[tuple[int, int, int], int] | None:
+    """((H, W, 3), header code) when nvJPEG should decode this sample, else None (decode on the CPU).
 
     CMYK/YCCK, RGB-coded, lossless, arithmetic-coded and 12-bit JPEGs go to the
     CPU, and so do files that do not end in an EOI marker or hold a marker no scan
     can hold: nvJPEG may decode such a stream without complaint, the CPU decoder
     names the problem.
     """
-    from ..decode._jpeg_header import entropy_data_ok, jpeg_info
+    from ..decode._jpeg_header import entropy_data_ok, header_code, jpeg_info
 
     try:
         info = jpeg_info(payload.numpy())
@@ -358,4 +361,4 @@ def _gpu_decodable_shape(payload: torch.Tensor) -> tuple[int, int, int] | None:
         return None
     if not entropy_data_ok(payload.numpy()):
         return None
-    return (info.height, info.width, 3)
+    return (info.height, info.width, 3), header_code(info)

@@ -553,3 +553,14 @@ def entropy_data_ok(buf: np.ndarray) -> bool:
             return bool(_SCAN_OK[scan[ff + 1]].all())
         pos += 2 + seglen
     return True
+
+
+def header_code(info: JpegInfo) -> int:
+    """A code for what decides which nvJPEG backend takes a JPEG: SOF type, precision,
+    components and their sampling, restart markers, and a coarse size class."""
+    code = info.sof | (info.precision << 8) | (info.ncomp << 14)
+    for k, (h, v) in enumerate(info.sampling[:4]):
+        code |= ((h << 4) | v) << (17 + 8 * k)
+    small = min(info.height, info.width) < 16
+    large = max(info.height, info.width) > 4096
+    return code | (int(info.restart_interval > 0) << 49) | (int(small) << 50) | (int(large) << 51)
