@@ -105,9 +105,10 @@ def run_torchdali(root: str, args: argparse.Namespace, device: torch.device) -> 
     from torchdali import transforms as T
 
     ds = td.datasets.ImageFolder(root)
-    loader = td.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+    workers = args.workers if args.td_workers is None else args.td_workers
+    loader = td.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=workers,
                            drop_last=True, transforms=T.Compose(recipe(T, args.recipe)), device=device,
-                           seed=0, prefetch_factor=args.prefetch_factor if args.workers else None)
+                           seed=0, prefetch_factor=args.prefetch_factor if workers else None)
     result = _epochs(lambda: iter(loader), args.epochs, args.warmup, device, "torchdali", not args.quiet)
     last = loader.stats().last
     if last is not None:
@@ -165,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="where the synthetic dataset is written")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="DataLoader workers (both systems)")
+    p.add_argument("--td-workers", type=int, default=None,
+                   help="workers for torchdali only (default: --workers)")
     p.add_argument("--prefetch-factor", type=int, default=2)
     p.add_argument("--epochs", type=int, default=3, help="timed epochs (median reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up epochs")
