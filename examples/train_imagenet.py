@@ -28,7 +28,7 @@ def build_loader(args, device: torch.device, distributed: bool):
         ds = td.datasets.ImageFolder(args.data)
         tf = T.Compose([T.RandomResizedCrop(args.image_size), T.RandomHorizontalFlip(),
                         T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)])
-        return td.DataLoader(ds, batch_size=args.batch_size, shuffle=not distributed, num_workers=args.workers,
+        return td.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
                              drop_last=True, transforms=tf, device=device, seed=args.seed,
                              distributed=distributed, memory_format=torch.channels_last)
     from torchvision.transforms import v2
@@ -64,7 +64,9 @@ def main() -> None:
     else:
         device = torch.device("cpu")
     if distributed:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # NCCL needs one GPU per process; ranks sharing a GPU fall back to gloo
+        shared = device.type == "cuda" and torch.cuda.device_count() < int(os.environ["WORLD_SIZE"])
+        dist.init_process_group("nccl" if device.type == "cuda" and not shared else "gloo")
     rank = dist.get_rank() if distributed else 0
 
     if args.data is None:
