@@ -34,6 +34,29 @@ def main() -> None:
             assert torch.equal(images[:, 0, 0, 0].long(), targets)
             seen += targets.tolist()
         record["epochs"].append(seen)
+    # exact resume per rank: interrupt epoch 2 after 2 batches, resume in a new loader
+    for nw in (0, 2):
+        def make():
+            return td.DataLoader(Indexed(), batch_size=3, shuffle=True, num_workers=nw, distributed=True, seed=5,
+                                 transforms=T.Compose([T.RandomResizedCrop(4), T.RandomHorizontalFlip()]),
+                                 device="cpu")
+
+        full = make()
+        full.set_epoch(2)
+        expected = [(x, y) for x, y in full]
+        first = make()
+        first.set_epoch(2)
+        it = iter(first)
+        got = [next(it) for _ in range(2)]
+        state = first.state_dict()
+        del it
+        resumed = make()
+        resumed.load_state_dict(state)
+        got += [(x, y) for x, y in resumed]
+        assert len(got) == len(expected)
+        for (xa, ya), (xb, yb) in zip(got, expected):
+            assert torch.equal(xa, xb) and torch.equal(ya, yb), (rank, nw)
+        record[f"resume_ok_w{nw}"] = True
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(record, f)
     dist.barrier()

@@ -46,6 +46,8 @@ def test_torchrun_two_processes_cover_every_index_once_and_reshuffle(tmp_path):
         assert len(union) == 30  # 29 padded to 30, exactly as torch pads
     assert ranks[0]["epochs"][0] != ranks[0]["epochs"][1]  # set_epoch reshuffles
     assert ranks[0]["len"] == 4  # ceil(15 / 4)
+    for r in ranks:  # mid-epoch state_dict/load_state_dict per rank, num_workers 0 and 2
+        assert r["resume_ok_w0"] and r["resume_ok_w2"]
 
 
 def test_lightning_ddp_with_user_datamodule_returning_torchdali_loader(tmp_path):

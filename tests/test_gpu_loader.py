@@ -127,21 +127,45 @@ def test_corrupt_jpeg_names_the_sample_and_the_decoder_keeps_working(tmp_path):
     torch.cuda.synchronize()  # the CUDA context is still healthy
 
 
-def test_gpu_memory_flat_over_20_epochs(folder):
+def test_gpu_and_host_memory_flat_over_50_epochs(folder):
     ds = td.datasets.ImageFolder(folder)
     loader = td.DataLoader(ds, batch_size=8, num_workers=2, persistent_workers=True,
                            transforms=T.Compose([RECIPE, T.ToDtype(torch.float32, scale=True)]), device="cuda")
-    allocated = []
-    for epoch in range(20):
+    allocated, rss = [], []
+    for epoch in range(50):
         for images, _ in loader:
             images.sum()
         torch.cuda.synchronize()
         allocated.append(torch.cuda.memory_allocated())
+        with open("/proc/self/statm") as f:
+            rss.append(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE"))
     reserved = torch.cuda.memory_reserved()
     assert max(allocated[2:]) - min(allocated[2:]) <= 1 << 20, allocated
+    assert max(rss[10:]) - rss[10] < 32 << 20, [r >> 20 for r in rss]
     for _ in loader:
         pass
     assert torch.cuda.memory_reserved() <= reserved + (8 << 20)
+
+
+def test_killed_worker_on_the_gpu_path_raises_and_shuts_down(folder):
+    import signal
+    import threading
+    import time
+
+    ds = td.datasets.ImageFolder(folder)
+    loader = td.DataLoader(ds, batch_size=2, num_workers=2, transforms=RECIPE, device="cuda", prefetch_factor=1)
+    it = iter(loader)
+    next(it)
+    os.kill(it._inner_it._workers[0].pid, signal.SIGKILL)
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="worker"):
+        for _ in it:
+            pass
+    assert time.perf_counter() - t0 < 10
+    time.sleep(0.2)
+    assert not [t for t in threading.enumerate() if t.name in ("torchdali-executor", "torchdali-stage")]
+    torch.cuda.synchronize()
+    loader.close()
 
 
 def test_break_out_of_the_loop_shuts_the_thread_down(folder):

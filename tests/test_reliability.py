@@ -233,3 +233,23 @@ def test_entropy_data_check_accepts_valid_jpegs_and_flags_overwritten_ones():
         v[start:start + 800] = r.integers(0, 256, 800, dtype=np.uint8).tobytes()
         flagged += not entropy_data_ok(np.frombuffer(bytes(v), np.uint8))
     assert flagged >= 19
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_host_memory_flat_over_50_epochs(tmp_path, persistent):
+    root = make_folder(tmp_path / "m", n=24)
+    loader = td.DataLoader(td.datasets.ImageFolder(root), batch_size=6, shuffle=True, num_workers=2,
+                           persistent_workers=persistent, transforms=TF, device="cpu", seed=0)
+    rss = []
+    for epoch in range(50):
+        for images, _ in loader:
+            images.sum()
+        rss.append(_rss_bytes())
+    growth = max(rss[10:]) - rss[10]
+    assert growth < 16 << 20, f"RSS grew by {growth / 2**20:.1f} MiB between epochs 10 and 50"
+    assert len(loader.stats().epochs) == 50
