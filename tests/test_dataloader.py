@@ -182,3 +182,24 @@ def test_channels_last_and_stats(folder):
         pass
     e = loader.stats().last
     assert e.samples == len(ds) and e.batches == len(loader) and e.wall_s >= e.wait_s > 0
+
+
+@pytest.mark.parametrize("kind", ["bytes", "bytearray", "numpy", "tensor"])
+def test_user_dataset_returning_encoded_bytes_in_any_container(folder, kind):
+    ref = torchvision.datasets.ImageFolder(folder)
+
+    class Bytes(torch.utils.data.Dataset):
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            raw = open(ref.samples[i][0], "rb").read()
+            data = {"bytes": raw, "bytearray": bytearray(raw), "numpy": np.frombuffer(raw, np.uint8),
+                    "tensor": torch.frombuffer(bytearray(raw), dtype=torch.uint8)}[kind]
+            return data, ref.targets[i]
+
+    images, targets = next(iter(td.DataLoader(Bytes(), batch_size=6, transforms=RESIZE, device="cpu")))
+    for k in range(6):
+        assert_close_uint8(images[k], TF.resize(torchvision.io.decode_image(ref.samples[k][0]), [16, 20],
+                                                antialias=True))
+    assert targets.tolist() == ref.targets[:6]

@@ -154,7 +154,9 @@ def classify(data: Any) -> tuple[int, Any]:
         if data.dtype != np.uint8:
             raise TypeError(f"expected uint8 data, got numpy {data.dtype}")
         if data.ndim == 1:
-            return ENCODED, torch.from_numpy(np.ascontiguousarray(data))
+            # torch wants writable memory; read-only arrays (np.frombuffer of bytes) are copied
+            data = np.ascontiguousarray(data) if data.flags.writeable else data.copy()
+            return ENCODED, torch.from_numpy(data)
         return RAW, to_hwc(data)
     if isinstance(data, torch.Tensor):
         if data.dtype != torch.uint8:
