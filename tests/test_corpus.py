@@ -98,7 +98,7 @@ class Corpus(torch.utils.data.Dataset):
 
 
 def _center(arr: np.ndarray) -> np.ndarray:
-    t = torch.from_numpy(np.ascontiguousarray(arr)).permute(2, 0, 1)
+    t = torch.from_numpy(np.array(arr)).permute(2, 0, 1)
     import torchvision.transforms.v2.functional as TF
 
     return TF.center_crop(t, [CROP, CROP]).numpy()

@@ -14,6 +14,7 @@ class EpochStats:
     wait_s: float = 0.0  # time the training loop spent blocked on the loader
     worker_s: float = 0.0  # summed worker time (read + pack, or decode + transform on the CPU path)
     executor_s: float = 0.0  # GPU path: host time of the executor thread per batch (all below)
+    fetch_s: float = 0.0  # GPU path: staging thread waiting for the workers' next batch
     stage_s: float = 0.0  # GPU path: copying the batch's bytes into pinned staging memory
     decode_s: float = 0.0  # GPU path: host time in nvJPEG calls (header checks, batched decode)
     launch_s: float = 0.0  # GPU path: host time launching the fused kernel and copies
@@ -68,7 +69,7 @@ class LoaderStats:
         line = (f"epoch {e.epoch}: {e.samples} images in {e.wall_s:.2f}s ({d['images_per_s']:.0f}/s), "
                 f"waited {e.wait_s:.2f}s ({100 * e.wait_fraction:.1f}%), workers {e.worker_s:.2f}s")
         if e.executor_s:
-            line += (f"; executor {e.executor_s:.2f}s (staging {e.stage_s:.2f}, nvJPEG {e.decode_s:.2f}, "
+            line += (f"; fetch {e.fetch_s:.2f}s, staging {e.stage_s:.2f}s; executor {e.executor_s:.2f}s (nvJPEG {e.decode_s:.2f}, "
                      f"launch {e.launch_s:.2f}), kernel {e.kernel_s:.3f}s GPU")
         if e.skipped:
             line += f"; {e.skipped} bad samples replaced"

@@ -348,11 +348,14 @@ class GpuIterator:
 
     def _stage_loop(self) -> None:
         try:
+            t_fetch = time.perf_counter()
             for batch in self._inner_it:
+                fetch_s = time.perf_counter() - t_fetch
                 if self._stop.is_set():
                     return
                 slot, seconds = self._executor.stage(batch, self._stop)
-                if not self._put(self._staged, (batch, slot, seconds)):
+                t_fetch = time.perf_counter()
+                if not self._put(self._staged, (batch, slot, (fetch_s, seconds))):
                     self._executor.free_slots.put(slot)
                     return
             self._put(self._staged, _END)
@@ -383,7 +386,7 @@ class GpuIterator:
                     raise RuntimeError(
                         f"torchdali GPU executor failed on batch {k} (samples {batch.indices[:8].tolist()}"
                         f"{'...' if len(batch.indices) > 8 else ''}): {type(e).__name__}: {e}") from e
-                stages["stage_s"] = stage_s
+                stages["fetch_s"], stages["stage_s"] = stage_s
                 if not self._put(self._queue, (batch, images, targets, ready, stages)):
                     return
                 k += 1
