@@ -91,7 +91,3 @@ class ImageFolderDataModule(pl.LightningDataModule):
         return DataLoader(self.val_set, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers,
                           transforms=self.val_transforms, device=self._device(), seed=self.seed,
                           **self.loader_kwargs)
-
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        # batches are produced on the device already; this only moves what is not
-        return super().transfer_batch_to_device(batch, device, dataloader_idx)
