@@ -1,9 +1,10 @@
 """GPU batch executor: nvJPEG decode + fused kernel on our own stream, prefetch ring.
 
-A background thread pulls packed batches from the inner DataLoader (whose
-workers read bytes, parse JPEG headers and draw parameters), stages the bytes in
-reused pinned memory, decodes them with nvJPEG into a buffer from torch's caching
-allocator, runs the fused kernel, and records an event. At most
+A staging thread pulls packed batches from the inner DataLoader (whose workers
+read bytes, parse JPEG headers and draw parameters) and copies the bytes into a
+ring of reused pinned buffers; a decode thread decodes them with nvJPEG into a
+buffer from torch's caching allocator, runs the fused kernel on our own stream,
+and records an event. At most
 ``prefetch_depth`` finished batches wait in the queue. The consumer's stream
 waits on the batch's event (no host synchronisation) and the output is marked as
 used by that stream, so the allocator reuses its memory only once the training
