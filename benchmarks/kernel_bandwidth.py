@@ -52,6 +52,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--json", default=None)
+    p.add_argument("--sweep", action="store_true", help="also time other tile shapes / warp counts")
     args = p.parse_args()
     rng = np.random.default_rng(0)
     n = args.batch
@@ -105,6 +106,26 @@ def main() -> None:
     for name, r in results["recipes"].items():
         print(f"{name:<40} {r['ms_median']:>7.3f} {r['GBps']:>7.0f} {100 * r['fraction_of_copy']:>7.1f}% "
               f"{r['images_per_s']:>10.0f}")
+    if args.sweep:
+        import torchdali.csrc_triton.resized_crop as rc
+
+        plan = T.compile_transforms(recipes["train RRC224+flip fp32"])
+        g = plan.geometry(sizes, _rng.sample_keys(0, 0, np.arange(n)))
+        params = g.to_params().cuda()
+        out = torch.empty(n, 3, 224, 224, device="cuda")
+        off_d, shp_d = offsets.cuda(), shapes.cuda()
+        results["sweep"] = {}
+        print("train fp32 NCHW, tile sweep (BLOCK_H x BLOCK_W, warps): ms")
+        for cfg in ((16, 32, 4), (8, 32, 4), (16, 32, 8), (32, 32, 8), (8, 64, 4), (16, 64, 8), (4, 64, 4),
+                    (8, 16, 2), (4, 32, 2), (32, 16, 4)):
+            rc.LAUNCH_OVERRIDE = cfg
+            try:
+                ms = float(np.median(time_ms(lambda: fused_resized_crop(
+                    sets[0], off_d, shp_d, params, plan.out_size, plan.scale, plan.bias, out=out))))
+            finally:
+                rc.LAUNCH_OVERRIDE = None
+            results["sweep"]["x".join(map(str, cfg))] = ms
+            print(f"  {cfg}: {ms:.3f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -468,6 +468,10 @@ def _kernel_for(device: torch.device) -> Any:
     return _kernels["interpret"]
 
 
+#: (BLOCK_H, BLOCK_W, num_warps) to use instead of the built-in choice; for tuning only.
+LAUNCH_OVERRIDE: tuple[int, int, int] | None = None
+
+
 def _clamped_pow2(n: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, triton.next_power_of_2(max(n, 1))))
 
@@ -542,6 +546,9 @@ def fused_resized_crop(
     # and source rows are reused across the 16 output rows through L1/L2.
     block_w = _clamped_pow2(a.out_w, 8, 32)
     block_h = _clamped_pow2(a.out_h, 1, 512 // block_w)
+    num_warps = 4
+    if LAUNCH_OVERRIDE is not None:  # benchmarks/kernel_bandwidth.py --sweep
+        block_h, block_w, num_warps = LAUNCH_OVERRIDE
     n_tiles_w = triton.cdiv(a.out_w, block_w)
     n_tiles = triton.cdiv(a.out_h, block_h) * n_tiles_w
     grid = (B * n_tiles,)
@@ -558,7 +565,7 @@ def fused_resized_crop(
             NPARAMS=NUM_PARAMS,
             BLOCK_H=block_h,
             BLOCK_W=block_w,
-            num_warps=4,
+            num_warps=num_warps,
         )
     return a.out
 
