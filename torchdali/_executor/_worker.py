@@ -18,7 +18,7 @@ from torch.utils.data._utils.collate import default_collate
 
 from .. import _rng
 from ..errors import SampleError
-from ..transforms._plan import Plan, pack_images, to_hwc
+from ..transforms._plan import Plan, run_reference, to_hwc
 
 # Sample kinds inside a packed batch.
 ENCODED = 0  # encoded image bytes, to be decoded (GPU path)
@@ -310,14 +310,7 @@ class PrepareBatch:
                             params=params, targets=collated, has_target=has_target,
                             spares=[t for t in spares if t not in used], skipped=skipped)
         if self.mode == "cpu":
-            from ..csrc_triton import resized_crop_reference
-
-            data, offsets, shp = pack_images(payloads)
-            batch.images = resized_crop_reference(
-                data, offsets, shp, params, self.plan.out_size, self.plan.scale, self.plan.bias,
-                out_dtype=self.plan.out_dtype, channels_last=self.channels_last,
-                antialias=self.plan.antialias, quantize=self.plan.quantize,
-            )
+            batch.images = run_reference(self.plan, payloads, params, channels_last=self.channels_last)
         else:
             lengths = np.fromiter((p.numel() for p in payloads), dtype=np.int64, count=n)
             offsets = np.zeros(n, dtype=np.int64)

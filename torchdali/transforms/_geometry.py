@@ -112,26 +112,25 @@ def resize(g: BatchGeometry, height, width) -> None:
     g.resampled = True
 
 
+def _flip(g: BatchGeometry, axis: str, mask: np.ndarray | bool) -> None:
+    m = _broadcast(mask, len(g)).astype(bool)
+    size = g.width if axis == "x" else g.height
+    origin, step = getattr(g, f"origin_{axis}"), getattr(g, f"step_{axis}")
+    v0, v1 = getattr(g, f"valid_{axis}0"), getattr(g, f"valid_{axis}1")
+    setattr(g, f"origin_{axis}", np.where(m, origin + step * size, origin))
+    setattr(g, f"step_{axis}", np.where(m, -step, step))
+    setattr(g, f"valid_{axis}0", np.where(m, size - v1, v0))
+    setattr(g, f"valid_{axis}1", np.where(m, size - v0, v1))
+
+
 def horizontal_flip(g: BatchGeometry, mask: np.ndarray | bool = True) -> None:
     """Mirror the selected samples left-right."""
-    m = _broadcast(mask, len(g)).astype(bool)
-    g.origin_x = np.where(m, g.origin_x + g.step_x * g.width, g.origin_x)
-    g.step_x = np.where(m, -g.step_x, g.step_x)
-    g.valid_x0, g.valid_x1 = (
-        np.where(m, g.width - g.valid_x1, g.valid_x0),
-        np.where(m, g.width - g.valid_x0, g.valid_x1),
-    )
+    _flip(g, "x", mask)
 
 
 def vertical_flip(g: BatchGeometry, mask: np.ndarray | bool = True) -> None:
     """Mirror the selected samples top-bottom."""
-    m = _broadcast(mask, len(g)).astype(bool)
-    g.origin_y = np.where(m, g.origin_y + g.step_y * g.height, g.origin_y)
-    g.step_y = np.where(m, -g.step_y, g.step_y)
-    g.valid_y0, g.valid_y1 = (
-        np.where(m, g.height - g.valid_y1, g.valid_y0),
-        np.where(m, g.height - g.valid_y0, g.valid_y1),
-    )
+    _flip(g, "y", mask)
 
 
 def resized_output_size(height: np.ndarray, width: np.ndarray, size: list[int], max_size: int | None):

@@ -80,13 +80,12 @@ def pack_images(images: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Ten
     return data, offsets, shapes
 
 
-def run_reference(plan: Plan, images: Sequence[torch.Tensor], keys: np.ndarray,
+def run_reference(plan: Plan, images: Sequence[torch.Tensor], params: torch.Tensor,
                   channels_last: bool = False) -> torch.Tensor:
-    """Run ``plan`` on HWC uint8 CPU images with the plain-torch reference kernel."""
+    """Run ``plan`` with ``params`` on HWC uint8 CPU images with the plain-torch reference kernel."""
     from ..csrc_triton import resized_crop_reference
 
     data, offsets, shapes = pack_images(images)
-    params = plan.params(shapes[:, :2].numpy(), keys)
     return resized_crop_reference(
         data, offsets, shapes, params, plan.out_size, plan.scale, plan.bias,
         out_dtype=plan.out_dtype, channels_last=channels_last, antialias=plan.antialias,
@@ -99,7 +98,8 @@ def apply_to_images(transforms: Any, images: Sequence[torch.Tensor], seed: int =
     plan = compile_transforms(transforms)
     hwc = [to_hwc(im) for im in images]
     keys = _rng.sample_keys(seed, 0, np.arange(len(hwc)))
-    return list(run_reference(plan, hwc, keys).unbind(0))
+    params = plan.params(np.array([im.shape[:2] for im in hwc]).reshape(-1, 2), keys)
+    return list(run_reference(plan, hwc, params).unbind(0))
 
 
 def to_hwc(image: Any) -> torch.Tensor:
