@@ -188,3 +188,59 @@ def test_break_out_of_the_loop_shuts_the_thread_down(folder):
 
     time.sleep(0.2)
     assert not [t for t in threading.enumerate() if t.name.startswith("torchdali")]
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_staging_ring_gives_the_same_batches_as_the_copy_path(folder, monkeypatch, persistent):
+    """Workers writing straight into the shared pinned ring change nothing in the output,
+    across epochs, with slots reused many times, and with batches too large for a slot."""
+    import torchdali._executor._ring as ring_mod
+
+    ds = td.datasets.ImageFolder(folder)
+    kw = dict(batch_size=4, shuffle=True, num_workers=2, transforms=RECIPE, seed=11,
+              persistent_workers=persistent)
+
+    def epochs(loader, n=3):
+        out = []
+        for _ in range(n):
+            out.extend(_batches(loader))
+        return out
+
+    monkeypatch.setenv("TORCHDALI_STAGING_RING", "0")
+    plain = td.DataLoader(ds, generator=torch.Generator().manual_seed(1), **kw)
+    expected = epochs(plain)
+    assert plain.__dict__.get("_ring") is None
+    plain.close()
+
+    monkeypatch.setenv("TORCHDALI_STAGING_RING", "1")
+    ringed = td.DataLoader(ds, generator=torch.Generator().manual_seed(1), **kw)
+    got = epochs(ringed)
+    ring = ringed.__dict__["_ring"]
+    assert ring is not None and ring.n_slots < len(expected)  # every slot was reused
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, expected))
+    ringed.close()
+
+    # slots too small for some batches: those travel as blobs, the rest through the ring
+    sizes = sorted(int(batch_bytes) for batch_bytes in
+                   (sum(len(ds[i][0]) for i in range(k, k + 4)) for k in range(0, len(ds), 4)))
+    monkeypatch.setattr(ring_mod, "plan_ring", lambda *a, **k: (6, sizes[len(sizes) // 2]))
+    mixed = td.DataLoader(ds, generator=torch.Generator().manual_seed(1), **kw)
+    got = epochs(mixed)
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, expected))
+    mixed.close()
+
+
+def test_breaking_out_early_does_not_leave_workers_waiting_for_slots(folder):
+    import time
+
+    ds = td.datasets.ImageFolder(folder)
+    loader = td.DataLoader(ds, batch_size=2, num_workers=2, transforms=RECIPE, device="cuda",
+                           persistent_workers=True, prefetch_factor=4)
+    for _ in range(3):  # each iterator abandons batches the workers already hold
+        it = iter(loader)
+        next(it)
+        t0 = time.perf_counter()
+        it.close()
+        assert time.perf_counter() - t0 < 3.0
+    assert len(list(loader)) == len(loader)
+    loader.close()

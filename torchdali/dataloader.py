@@ -215,6 +215,10 @@ class DataLoader(tud.DataLoader):
         it = getattr(inner, "_iterator", None) if inner is not None else None
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()
+        ring = self.__dict__.pop("_ring", None)
+        if ring is not None:
+            self.__dict__["_inner"] = None  # its workers wrote into the ring: a later iter() builds anew
+            ring.close()
 
     def __del__(self) -> None:
         try:
@@ -260,9 +264,20 @@ class DataLoader(tud.DataLoader):
         if self._inner is not None:
             return self._inner
         mode = "gpu" if self.device.type == "cuda" else "cpu"
+        ring = None
+        if mode == "gpu" and not isinstance(self.dataset, tud.IterableDataset) \
+                and os.environ.get("TORCHDALI_STAGING_RING", "1") != "0":
+            from ._executor._ring import HostRing, plan_ring
+
+            batch_size = self.batch_size or getattr(self.batch_sampler, "batch_size", None) or 256
+            layout = plan_ring(self.dataset, batch_size, self.num_workers, self.prefetch_factor,
+                               self.prefetch_depth)
+            if layout is not None:
+                ring = HostRing(*layout)
+        self.__dict__["_ring"] = ring
         prepare = PrepareBatch(self.plan, mode, collate_fn=self.collate_fn,
                                channels_last=self.memory_format == torch.channels_last,
-                               on_error=self.on_error, dataset=self.dataset)
+                               on_error=self.on_error, dataset=self.dataset, ring=ring)
         kwargs: dict[str, Any] = dict(
             num_workers=self.num_workers, collate_fn=prepare, timeout=self.timeout,
             worker_init_fn=self.worker_init_fn, multiprocessing_context=self.multiprocessing_context,

@@ -1,10 +1,12 @@
 """GPU batch executor: nvJPEG decode + fused kernel on our own stream, prefetch ring.
 
 A staging thread pulls packed batches from the inner DataLoader (whose workers
-read bytes, parse JPEG headers and draw parameters) and copies the bytes into a
-ring of reused pinned buffers; a decode thread decodes them with nvJPEG into a
-buffer from torch's caching allocator, runs the fused kernel on our own stream,
-and records an event. At most
+read bytes, parse JPEG headers and draw parameters). The workers have written
+the bytes into a shared ring of pinned slots (``_ring.py``); a batch that did not
+fit there is copied into a reused pinned buffer. A decode thread decodes them
+with nvJPEG into a buffer from torch's caching allocator, runs the fused kernel
+on our own stream, records an event, and hands the ring slot back once that
+event has passed. At most
 ``prefetch_depth`` finished batches wait in the queue. The consumer's stream
 waits on the batch's event (no host synchronisation) and the output is marked as
 used by that stream, so the allocator reuses its memory only once the training
@@ -49,6 +51,14 @@ class _PinnedSlot:
         return self.view
 
 
+class _RingSlot:
+    """A batch's bytes in the shared staging ring: nothing to copy, released by sequence number."""
+
+    def __init__(self, view: torch.Tensor, seq: int) -> None:
+        self.view = view
+        self.seq = seq
+
+
 class HybridSplit:
     """Fraction of each batch's JPEGs given to the CUDA (hybrid) decoder while the
     hardware engines take the rest, both at once.
@@ -82,7 +92,8 @@ class BatchExecutor:
     """
 
     def __init__(self, plan: Any, device: torch.device, channels_last: bool, depth: int,
-                 dataset: Any = None, on_error: Any = "raise", hybrid_split: bool = False) -> None:
+                 dataset: Any = None, on_error: Any = "raise", hybrid_split: bool = False,
+                 ring: Any = None) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         from ..decode import NvjpegDecoder
@@ -107,6 +118,10 @@ class BatchExecutor:
         self.free_slots: queue.Queue = queue.Queue()
         for _ in range(depth + 2):
             self.free_slots.put(_PinnedSlot())
+        self.ring = ring
+        if ring is not None:
+            ring.register()
+        self._pending: list[tuple[torch.cuda.Event, int]] = []  # ring slots the GPU may still read
         self._last_kernel: tuple | None = None
         self.scale = torch.tensor(plan.scale, dtype=torch.float32, device=device)
         self.bias = torch.tensor(plan.bias, dtype=torch.float32, device=device)
@@ -121,9 +136,13 @@ class BatchExecutor:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def stage(self, batch: PackedBatch, stop: threading.Event) -> tuple[_PinnedSlot, float]:
-        """Copy the batch's bytes into a free pinned slot (staging thread)."""
+    def stage(self, batch: PackedBatch, stop: threading.Event) -> tuple[Any, float]:
+        """Copy the batch's bytes into a free pinned slot (staging thread); a batch in the
+        staging ring is already there."""
         t0 = time.perf_counter()
+        if batch.ring_seq >= 0:
+            nbytes = int(batch.offsets[-1] + batch.lengths[-1]) if len(batch.offsets) else 0
+            return _RingSlot(self.ring.slot(batch.ring_seq)[:nbytes], batch.ring_seq), 0.0
         while True:
             try:
                 slot = self.free_slots.get(timeout=0.1)
@@ -134,7 +153,30 @@ class BatchExecutor:
         slot.take(batch.blob.numel()).copy_(batch.blob)
         return slot, time.perf_counter() - t0
 
-    def process(self, batch: PackedBatch, slot: _PinnedSlot) -> tuple[torch.Tensor, Any, torch.cuda.Event, dict]:
+    def release_ready(self) -> None:
+        """Hand ring slots back to the workers once the GPU has read them."""
+        while self._pending and self._pending[0][0].query():
+            self.ring.release(self._pending.pop(0)[1])
+
+    def release_all(self, last_seq: int) -> None:
+        """After a stop: wait for the GPU, then free every slot up to ``last_seq``."""
+        if self.ring is None:
+            return
+        with torch.cuda.device(self.device):
+            self.stream.synchronize()
+        self._pending.clear()
+        self.ring.release_upto(last_seq)
+
+    def _give_back(self, slot: Any, event: torch.cuda.Event | None) -> None:
+        if isinstance(slot, _RingSlot):
+            if event is None:
+                self.ring.release(slot.seq)
+            else:
+                self._pending.append((event, slot.seq))
+        else:
+            self.free_slots.put(slot)
+
+    def process(self, batch: PackedBatch, slot: Any) -> tuple[torch.Tensor, Any, torch.cuda.Event, dict]:
         """Decode and transform one staged batch; returns (images, targets, ready event, stage timings).
 
         The kernel's GPU time is read from the previous batch's events, which
@@ -143,7 +185,10 @@ class BatchExecutor:
         from ..csrc_triton import fused_resized_crop
 
         t0 = time.perf_counter()
+        if self.ring is not None:
+            self.release_ready()
         pinned = slot.view
+        ready = None
         n = len(batch.indices)
         shapes = batch.shapes.copy()
         numel = shapes[:, 0] * shapes[:, 1] * shapes[:, 2]
@@ -179,7 +224,11 @@ class BatchExecutor:
                 ready.record(self.stream)
                 slot.event = ready
         finally:
-            self.free_slots.put(slot)  # its event guards the reuse
+            if ready is None and isinstance(slot, _RingSlot):
+                # failed half-way: work may be queued that reads the slot
+                ready = torch.cuda.Event()
+                ready.record(self.stream)
+            self._give_back(slot, ready)  # the event guards the reuse
         t_end = time.perf_counter()
         kernel_s = 0.0
         if self._last_kernel is not None and self._last_kernel[1].query():
@@ -301,7 +350,8 @@ def executor_for(loader: Any, device: torch.device) -> BatchExecutor:
         # (benchmarks/RESULTS.md), so off unless asked for.
         split = os.environ.get("TORCHDALI_HYBRID_SPLIT", "0") == "1"
         ex = BatchExecutor(loader.plan, device, loader.memory_format == torch.channels_last,
-                           loader.prefetch_depth, loader.dataset, loader.on_error, hybrid_split=split)
+                           loader.prefetch_depth, loader.dataset, loader.on_error, hybrid_split=split,
+                           ring=loader.__dict__.get("_ring"))
         cache[device.index] = ex
     return ex
 
@@ -357,7 +407,7 @@ class GpuIterator:
                 slot, seconds = self._executor.stage(batch, self._stop)
                 t_fetch = time.perf_counter()
                 if not self._put(self._staged, (batch, slot, (fetch_s, seconds))):
-                    self._executor.free_slots.put(slot)
+                    self._executor._give_back(slot, None)
                     return
             self._put(self._staged, _END)
         except _Stopped:
@@ -370,10 +420,14 @@ class GpuIterator:
         try:
             torch.cuda.set_device(self._device)
             k = 0
+            ex = self._executor
             while not self._stop.is_set():
                 try:
-                    item = self._staged.get(timeout=0.1)
+                    # while ring slots wait for the GPU, poll often: a worker may wait for one
+                    item = self._staged.get(timeout=0.002 if ex._pending else 0.1)
                 except queue.Empty:
+                    if ex._pending:
+                        ex.release_ready()
                     continue
                 if item is _END or isinstance(item, _Failure):
                     self._put(self._queue, item)
@@ -447,8 +501,11 @@ class GpuIterator:
                 except queue.Empty:
                     break
                 if q is self._staged and isinstance(item, tuple):
-                    self._executor.free_slots.put(item[1])
+                    self._executor._give_back(item[1], None)
         self._threads[1].join(timeout=2.0)
+        # workers may be writing (or waiting to write) batches this iterator dispatched
+        # and will never consume: once the GPU is done, every slot is theirs
+        self._executor.release_all(self._loader._epoch_state.next_seq - 1)
         shutdown = getattr(self._inner_it, "_shutdown_workers", None)
         if shutdown is not None and not self._loader.persistent_workers:
             shutdown()
@@ -460,7 +517,7 @@ class GpuIterator:
             except queue.Empty:
                 break
             if isinstance(item, tuple):
-                self._executor.free_slots.put(item[1])
+                self._executor._give_back(item[1], None)
 
     def __del__(self) -> None:
         try:

@@ -50,12 +50,14 @@ class EpochState:
     epoch: int = 0
     skip_batches: int = 0  # resume: batches of this epoch already consumed
     spares: bool = False  # send replacement candidates with each batch
+    next_seq: int = 0  # loader-wide batch counter: picks the staging-ring slot
 
 
 class TaggedBatchSampler:
     """Wraps the loader's batch sampler; yields tagged batches.
 
-    A tag is ``(seed, epoch, position, index, spare)``. With a bad-sample policy
+    A tag is ``(seed, epoch, position, index, spare, seq)``; ``seq`` numbers the
+    batches the loader has dispatched (all epochs) and picks their staging slot. With a bad-sample policy
     other than "raise", each batch also carries ``NUM_SPARES`` spare tags: samples
     drawn, deterministically from ``(seed, epoch, batch)``, out of the same epoch
     order. Spares are not read unless a sample of the batch fails.
@@ -82,12 +84,14 @@ class TaggedBatchSampler:
             if b < skip:
                 pos += len(batch)
                 continue
-            tags = [(seed, epoch, pos + i, idx, False) for i, idx in enumerate(batch)]
+            seq = self.state.next_seq
+            self.state.next_seq += 1
+            tags = [(seed, epoch, pos + i, idx, False, seq) for i, idx in enumerate(batch)]
             if order:
                 picks = _rng.uniform(_rng.sample_keys(seed, epoch, np.array([b])), 1 << 20, NUM_SPARES)[0]
                 for p in (picks * len(order)).astype(np.int64):
                     # spare positions live past the epoch's so their params differ from the original's
-                    tags.append((seed, epoch, len(order) + int(p), order[int(p)], True))
+                    tags.append((seed, epoch, len(order) + int(p), order[int(p)], True, seq))
             yield tags
             pos += len(batch)
 
@@ -197,9 +201,48 @@ class PackedBatch:
     lengths: np.ndarray | None = None
     shapes: np.ndarray | None = None
     hints: np.ndarray | None = None  # header codes for nvJPEG's backend routing (-1: none)
+    ring_seq: int = -1  # >= 0: the bytes are in slot ``ring_seq`` of the staging ring, not in ``blob``
     spares: list = field(default_factory=list)
     skipped: list = field(default_factory=list)  # (index, path, reason) replaced under on_error
     seconds: float = 0.0  # worker time spent on this batch
+
+    # Small tensors cross the worker queue as numpy arrays, pickled inline: a torch
+    # tensor would travel as a shared-memory segment plus a file descriptor, whose
+    # hand-over costs the main process more than the bytes do.
+    _INLINE = ("params", "targets")
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        for name in self._INLINE:
+            v = state[name]
+            if isinstance(v, torch.Tensor) and not v.is_cuda and v.numel() <= (1 << 16) and v.dtype in _NP_SAFE:
+                state[name] = _Inline(v.numpy())
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        for name in self._INLINE:
+            if isinstance(state.get(name), _Inline):
+                state[name] = torch.from_numpy(state[name].array)
+        self.__dict__.update(state)
+
+
+class _Inline:
+    """A tensor's data carried as a numpy array through pickling."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __getstate__(self):
+        return self.array
+
+    def __setstate__(self, array):
+        self.array = array
+
+
+_NP_SAFE = (torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
+            torch.uint8, torch.bool)
 
 
 def check_on_error(on_error: Any) -> None:
@@ -218,8 +261,10 @@ class PrepareBatch:
     """
 
     def __init__(self, plan: Plan, mode: str, collate_fn: Callable | None = None,
-                 channels_last: bool = False, on_error: Any = "raise", dataset: Any = None) -> None:
+                 channels_last: bool = False, on_error: Any = "raise", dataset: Any = None,
+                 ring: Any = None) -> None:
         check_on_error(on_error)
+        self.ring = ring  # HostRing the GPU path's workers write batches into, or None
         self.plan = plan
         self.mode = mode
         self.collate_fn = collate_fn or default_collate
@@ -315,7 +360,14 @@ class PrepareBatch:
             lengths = np.fromiter((p.numel() for p in payloads), dtype=np.int64, count=n)
             offsets = np.zeros(n, dtype=np.int64)
             np.cumsum(lengths[:-1], out=offsets[1:])
-            batch.blob = torch.cat([p.reshape(-1) for p in payloads]) if n else torch.empty(0, dtype=torch.uint8)
+            flat = [p.reshape(-1) for p in payloads]
+            total = int(lengths.sum())
+            seq = samples[0][0][5] if len(samples[0][0]) > 5 else -1
+            if self.ring is not None and seq >= 0 and 0 < total <= self.ring.slot_bytes:
+                torch.cat(flat, out=self.ring.acquire(seq)[:total])
+                batch.ring_seq = seq
+            else:
+                batch.blob = torch.cat(flat) if n else torch.empty(0, dtype=torch.uint8)
             batch.kinds, batch.offsets, batch.lengths, batch.shapes = kinds, offsets, lengths, shapes
             batch.hints = hints
         batch.seconds = time.perf_counter() - t0

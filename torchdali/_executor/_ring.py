@@ -1,0 +1,181 @@
+"""A ring of batch-sized slots in shared host memory that workers write into directly.
+
+Without it every batch's bytes travel twice through the main process: torch
+moves the worker's batch tensor through a fresh shared-memory segment (a file
+descriptor handed over a socket, a new mapping, a page fault per 4 KiB on first
+touch), and the executor then copies it into pinned memory for the GPU. With
+the ring the worker copies the encoded bytes once, into slot ``seq % n_slots``
+of one shared mapping that the main process has registered with CUDA (pinned),
+and nvJPEG reads them from there. Only small metadata crosses the worker queue.
+
+Slot reuse: batch ``seq`` may be written once the batch that last used its
+slot, ``seq - n_slots``, is released, i.e. the GPU is done reading it. The main
+process publishes releases in a header of the mapping; a worker that gets ahead
+waits there (it never happens while ``n_slots`` exceeds the batches in flight).
+Batches are released in any order; the lowest unreleased batch never waits, so
+the ring cannot deadlock as long as the executor keeps going. Closing an
+iterator releases every slot it dispatched, so workers finishing abandoned
+batches never block.
+
+The mapping is an anonymous ``memfd``: forked workers inherit it, spawned ones
+open it through ``/proc/<pid>/fd``, and it disappears with the last process
+that maps it, even after a crash.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+_HEADER = 4096  # released[n_slots] int64, then the abandon watermark
+_ALIGN = 4096
+MAX_SLOTS = 256  # the header holds this many release counters
+
+
+def ring_supported() -> bool:
+    return hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
+
+
+class HostRing:
+    """``n_slots`` slots of ``slot_bytes`` each, shared by the main process and its workers."""
+
+    def __init__(self, n_slots: int, slot_bytes: int) -> None:
+        if not 1 <= n_slots <= MAX_SLOTS:
+            raise ValueError(f"n_slots must be in [1, {MAX_SLOTS}], got {n_slots}")
+        self.n_slots = int(n_slots)
+        self.slot_bytes = -(-int(slot_bytes) // _ALIGN) * _ALIGN
+        self.size = _HEADER + self.n_slots * self.slot_bytes
+        self.owner_pid = os.getpid()
+        self._fd = os.memfd_create("torchdali-ring", os.MFD_CLOEXEC)
+        os.ftruncate(self._fd, self.size)
+        self._attach(self._fd)
+        # slot k starts free for batch k: released = k - n_slots
+        self._released[:] = np.arange(self.n_slots, dtype=np.int64) - self.n_slots
+        self._registered = False
+
+    # -- mapping ---------------------------------------------------------------
+    def _attach(self, fd: int) -> None:
+        self._map = mmap.mmap(fd, self.size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        header = np.frombuffer(self._map, dtype=np.int64, count=_HEADER // 8)
+        self._released = header[: self.n_slots]
+        self._mem = torch.frombuffer(self._map, dtype=torch.uint8, offset=_HEADER,
+                                     count=self.n_slots * self.slot_bytes)
+
+    def __getstate__(self) -> dict:
+        # spawned/forkserver workers re-open the same memfd through /proc
+        return {"n_slots": self.n_slots, "slot_bytes": self.slot_bytes, "size": self.size,
+                "owner_pid": self.owner_pid, "fd": self._fd}
+
+    def __setstate__(self, state: dict) -> None:
+        self.n_slots, self.slot_bytes, self.size = state["n_slots"], state["slot_bytes"], state["size"]
+        self.owner_pid, self._registered = state["owner_pid"], False
+        fd = os.open(f"/proc/{state['owner_pid']}/fd/{state['fd']}", os.O_RDWR | os.O_CLOEXEC)
+        try:
+            self._attach(fd)
+        finally:
+            os.close(fd)
+        self._fd = -1
+
+    def slot(self, seq: int) -> torch.Tensor:
+        k = seq % self.n_slots
+        return self._mem[k * self.slot_bytes: (k + 1) * self.slot_bytes]
+
+    # -- worker side -----------------------------------------------------------
+    def acquire(self, seq: int) -> torch.Tensor:
+        """The slot of batch ``seq``, once the batch before it in that slot is released."""
+        k = seq % self.n_slots
+        need = seq - self.n_slots
+        if self._released[k] < need:
+            delay, waited = 1e-4, 0.0
+            parent = os.getppid()
+            while self._released[k] < need:
+                time.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 5e-3)
+                if waited > 1.0:
+                    waited = 0.0
+                    if os.getpid() != self.owner_pid and os.getppid() != parent:
+                        raise RuntimeError("torchdali: the main process went away while a worker waited "
+                                           "for a staging slot")
+        return self.slot(seq)
+
+    # -- main-process side -------------------------------------------------------
+    def register(self) -> None:
+        """Pin the whole mapping for DMA (main process, once)."""
+        if self._registered:
+            return
+        err = torch.cuda.cudart().cudaHostRegister(self._mem.data_ptr(), self._mem.numel(), 0)
+        code = getattr(err, "value", err)
+        if code != 0:
+            raise RuntimeError(f"cudaHostRegister of the {self._mem.numel() >> 20} MiB staging ring "
+                               f"failed ({err})")
+        self._registered = True
+
+    def release(self, seq: int) -> None:
+        k = seq % self.n_slots
+        if self._released[k] < seq:
+            self._released[k] = seq
+
+    def release_upto(self, seq: int) -> None:
+        """Release every batch up to ``seq`` (an abandoned iterator's dispatched batches)."""
+        self._released[:] = np.maximum(self._released, seq - (seq - np.arange(self.n_slots)) % self.n_slots)
+
+    def close(self) -> None:
+        if getattr(self, "_map", None) is None:
+            return
+        if self._registered:
+            torch.cuda.cudart().cudaHostUnregister(self._mem.data_ptr())
+            self._registered = False
+        self._released = self._mem = None
+        try:
+            self._map.close()
+        except BufferError:  # a tensor view still alive: the mapping goes with it
+            pass
+        self._map = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def plan_ring(dataset: Any, batch_size: int, num_workers: int, prefetch_factor: int | None,
+              depth: int, max_bytes: int = 3 << 30) -> tuple[int, int] | None:
+    """(n_slots, slot_bytes) for a loader, or None when the ring would not help or fit.
+
+    Slot size comes from the sizes of a sample of the dataset's files; a batch
+    that does not fit travels the ordinary way, so this is a performance guess,
+    never a limit.
+    """
+    if not ring_supported():
+        return None
+    import random
+
+    samples = getattr(dataset, "samples", None)
+    sizes = []
+    if samples:
+        rng = random.Random(0)
+        for entry in rng.sample(list(samples), min(64, len(samples))):
+            path = entry[0] if isinstance(entry, (tuple, list)) else entry
+            try:
+                sizes.append(os.stat(path).st_size)
+            except (OSError, TypeError):
+                pass
+    # a batch's total varies little around the mean (a sum of many sizes); a few
+    # large files on top cover the tail
+    per_sample = (float(np.mean(sizes)) * 1.2 + 4 * float(np.max(sizes)) / max(batch_size, 1)) if sizes \
+        else 192 << 10
+    slot_bytes = int(per_sample * batch_size) + (1 << 20)
+    in_flight = (num_workers * (prefetch_factor or 2) if num_workers > 0 else 1) + depth + 4
+    n_slots = min(in_flight, MAX_SLOTS, max_bytes // slot_bytes)
+    if n_slots < depth + 3:
+        return None
+    return n_slots, slot_bytes
