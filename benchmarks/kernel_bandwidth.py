@@ -1,14 +1,14 @@
 """Fused kernel throughput against the GPU's device-to-device copy bandwidth.
 
-    python benchmarks/kernel_bandwidth.py [--batch 256] [--kernel both] [--sweep] [--json out.json]
+    python benchmarks/kernel_bandwidth.py [--batch 256] [--kernel gather,dot] [--sweep] [--json out.json]
 
 Bytes counted: each sample's source pixels inside its crop box (read once) plus
 the output batch (written once). The ratio to a large device-to-device copy
 (bytes read + written) says how close the kernel is to memory speed.
 
-``--kernel`` picks the kernel variant ("dot": staged source and band-matrix
-products, the default; "gather": per-pixel tap gathers); "both" times the two
-side by side in one run.
+``--kernel`` lists the kernel variants to time side by side ("gather": per-pixel
+tap gathers; "dot": staged source and band-matrix products per channel;
+"stacked": the same with the three channels in one product per pass).
 """
 from __future__ import annotations
 
@@ -66,8 +66,9 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--json", default=None)
-    p.add_argument("--kernel", choices=["both", "auto", "dot", "gather"], default="both",
-                   help="kernel variant(s) to time (auto: the launcher's own choice)")
+    p.add_argument("--kernel", default="gather,dot",
+                   help="comma-separated kernel variants to time side by side: gather, dot, stacked, "
+                        "auto (the launcher's own choice)")
     p.add_argument("--sweep", action="store_true", help="also time other tile shapes / warp counts")
     args = p.parse_args()
     rng = np.random.default_rng(0)
@@ -79,7 +80,7 @@ def main() -> None:
     offsets[1:] = numel.cumsum(0)[:-1]
     # several input sets so repeated runs are not served from L2
     sets = [torch.randint(0, 256, (int(numel.sum()),), dtype=torch.uint8, device="cuda") for _ in range(4)]
-    variants = ["gather", "dot"] if args.kernel == "both" else [args.kernel]
+    variants = args.kernel.split(",")
     results = {"device": torch.cuda.get_device_name(), "batch": n, "copy_GBps": copy_bandwidth(), "recipes": {},
                "versions": {"torch": torch.__version__, "triton": _triton_version()}, "cpus": os.cpu_count()}
     recipes = {
@@ -140,14 +141,15 @@ def main() -> None:
             # (BLOCK_H, BLOCK_W, num_warps)
             "gather": ((16, 32, 4), (8, 32, 4), (4, 32, 2), (32, 16, 4)),
             # (BLOCK_H, BLOCK_W, BLOCK_K, num_warps)
-            "dot": ((32, 32, 64, 4), (32, 32, 32, 4), (32, 32, 64, 8), (16, 32, 64, 4), (32, 16, 64, 4),
-                    (16, 16, 32, 4), (64, 32, 64, 8), (32, 64, 64, 8), (64, 64, 64, 8), (64, 64, 128, 8),
-                    (32, 32, 128, 8), (16, 64, 64, 4)),
+            "dot": ((32, 32, 64, 4), (32, 32, 32, 4), (64, 32, 64, 4), (32, 64, 64, 4), (64, 64, 64, 4),
+                    (16, 32, 64, 4)),
+            "stacked": ((32, 32, 64, 4), (32, 32, 64, 8), (32, 32, 32, 4), (16, 32, 64, 4), (32, 16, 64, 4),
+                        (64, 32, 64, 8), (16, 16, 32, 4), (16, 16, 64, 4), (32, 32, 32, 8)),
         }
         print("train fp32 NCHW, tile sweep (kernel, BLOCK_H x BLOCK_W [x BLOCK_K], warps): ms median of 50, "
               "rotating input sets")
-        for variant in variants if args.kernel != "auto" else ["dot"]:
-            for cfg in configs[variant]:
+        for variant in variants:
+            for cfg in configs.get(variant, ()):
                 rc.KERNEL_OVERRIDE, rc.LAUNCH_OVERRIDE = variant, cfg
                 k = [0]
 

@@ -263,11 +263,12 @@ DOT_LAUNCHES = [None, (16, 16, 16, 4)]
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("launch", DOT_LAUNCHES, ids=["default", "16x16k16"])
-def test_dot_kernel_steps_and_tiles(launch: tuple[int, ...] | None, device: str,
+@pytest.mark.parametrize("variant", ["dot", "stacked"])
+def test_dot_kernel_steps_and_tiles(variant: str, launch: tuple[int, ...] | None, device: str,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Source spans longer than one staging step (strong downscale), several
     tiles per image, tiles that are all padding and a flipped upscale."""
-    monkeypatch.setattr(_KERNEL_MODULE, "KERNEL_OVERRIDE", "dot")
+    monkeypatch.setattr(_KERNEL_MODULE, "KERNEL_OVERRIDE", variant)
     monkeypatch.setattr(_KERNEL_MODULE, "LAUNCH_OVERRIDE", launch)
     images = _images([(150, 210, 3), (70, 90, 1), (9, 11, 3)], seed=23)
     out = (36, 40)
