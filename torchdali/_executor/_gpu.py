@@ -381,6 +381,8 @@ class GpuIterator:
         self._staged: queue.Queue = queue.Queue(maxsize=1)
         self._stop = threading.Event()
         self._closed = False
+        self._inner = inner
+        self._finished = False
         self._inner_it = iter(inner)
         self._threads = [threading.Thread(target=self._stage_loop, name="torchdali-stage", daemon=True),
                          threading.Thread(target=self._exec_loop, name="torchdali-executor", daemon=True)]
@@ -469,6 +471,7 @@ class GpuIterator:
                     self.close()
                     raise RuntimeError("torchdali executor threads ended without a result") from None
         if item is _END:
+            self._finished = True
             self._stats.end_epoch()
             self.close()
             raise StopIteration
@@ -507,8 +510,12 @@ class GpuIterator:
         # and will never consume: once the GPU is done, every slot is theirs
         self._executor.release_all(self._loader._epoch_state.next_seq - 1)
         shutdown = getattr(self._inner_it, "_shutdown_workers", None)
-        if shutdown is not None and not self._loader.persistent_workers:
+        if shutdown is not None and (not self._loader.persistent_workers or not self._finished):
+            # Left mid-epoch: our staging thread may still be inside the workers' iterator,
+            # so persistent workers cannot be reset for the next epoch safely; start anew.
             shutdown()
+            if self._loader.persistent_workers and getattr(self._inner, "_iterator", None) is self._inner_it:
+                self._inner._iterator = None
         for t in self._threads:
             t.join(timeout=5.0)
         while True:  # a slot put back while we drained
