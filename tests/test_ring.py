@@ -97,7 +97,7 @@ def test_a_batch_larger_than_a_slot_travels_as_a_blob(tmp_path):
     batch = PrepareBatch(plan, "gpu", ring=ring)(samples)
     assert batch.ring_seq == -1
     assert torch.equal(batch.blob, torch.cat([s[2][0] for s in samples]))
-    assert ring._released.tolist() == [-3, -2, -1]  # nothing acquired
+    assert ring._released.tolist() == [-3, -2, -1]  # nothing released
     ring.close()
 
 

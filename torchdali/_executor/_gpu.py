@@ -167,13 +167,9 @@ class BatchExecutor:
         self._pending.clear()
         self.ring.release_upto(last_seq)
 
-    def _give_back(self, slot: Any, event: torch.cuda.Event | None) -> None:
-        if isinstance(slot, _RingSlot):
-            if event is None:
-                self.ring.release(slot.seq)
-            else:
-                self._pending.append((event, slot.seq))
-        else:
+    def _give_back(self, slot: Any) -> None:
+        # A ring slot goes back by its batch number (see process); on a stop, release_all.
+        if not isinstance(slot, _RingSlot):
             self.free_slots.put(slot)
 
     def process(self, batch: PackedBatch, slot: Any) -> tuple[torch.Tensor, Any, torch.cuda.Event, dict]:
@@ -224,11 +220,15 @@ class BatchExecutor:
                 ready.record(self.stream)
                 slot.event = ready
         finally:
-            if ready is None and isinstance(slot, _RingSlot):
-                # failed half-way: work may be queued that reads the slot
-                ready = torch.cuda.Event()
-                ready.record(self.stream)
-            self._give_back(slot, ready)  # the event guards the reuse
+            self._give_back(slot)  # the event guards the reuse of a pinned slot
+            if self.ring is not None and batch.seq >= 0:
+                # Every numbered batch releases its ring slot, in order, once the GPU has
+                # passed it, whether or not its bytes went through the ring: the next
+                # batch for that slot waits for exactly this number.
+                if ready is None:  # failed half-way: work may be queued that reads the slot
+                    ready = torch.cuda.Event()
+                    ready.record(self.stream)
+                self._pending.append((ready, batch.seq))
         t_end = time.perf_counter()
         kernel_s = 0.0
         if self._last_kernel is not None and self._last_kernel[1].query():
@@ -396,6 +396,8 @@ class GpuIterator:
                 q.put(item, timeout=0.1)
                 return True
             except queue.Full:
+                if q is self._queue and self._executor._pending:
+                    self._executor.release_ready()  # the training loop is busy: workers need not be
                 continue
         return False
 
@@ -409,7 +411,7 @@ class GpuIterator:
                 slot, seconds = self._executor.stage(batch, self._stop)
                 t_fetch = time.perf_counter()
                 if not self._put(self._staged, (batch, slot, (fetch_s, seconds))):
-                    self._executor._give_back(slot, None)
+                    self._executor._give_back(slot)
                     return
             self._put(self._staged, _END)
         except _Stopped:
@@ -504,7 +506,7 @@ class GpuIterator:
                 except queue.Empty:
                     break
                 if q is self._staged and isinstance(item, tuple):
-                    self._executor._give_back(item[1], None)
+                    self._executor._give_back(item[1])
         self._threads[1].join(timeout=2.0)
         # workers may be writing (or waiting to write) batches this iterator dispatched
         # and will never consume: once the GPU is done, every slot is theirs
@@ -524,7 +526,7 @@ class GpuIterator:
             except queue.Empty:
                 break
             if isinstance(item, tuple):
-                self._executor._give_back(item[1], None)
+                self._executor._give_back(item[1])
 
     def __del__(self) -> None:
         try:

@@ -201,6 +201,7 @@ class PackedBatch:
     lengths: np.ndarray | None = None
     shapes: np.ndarray | None = None
     hints: np.ndarray | None = None  # header codes for nvJPEG's backend routing (-1: none)
+    seq: int = -1  # the loader-wide batch number (-1: not numbered, e.g. an IterableDataset)
     ring_seq: int = -1  # >= 0: the bytes are in slot ``ring_seq`` of the staging ring, not in ``blob``
     spares: list = field(default_factory=list)
     skipped: list = field(default_factory=list)  # (index, path, reason) replaced under on_error
@@ -362,9 +363,13 @@ class PrepareBatch:
             np.cumsum(lengths[:-1], out=offsets[1:])
             flat = [p.reshape(-1) for p in payloads]
             total = int(lengths.sum())
-            seq = samples[0][0][5] if len(samples[0][0]) > 5 else -1
-            if self.ring is not None and seq >= 0 and 0 < total <= self.ring.slot_bytes:
-                torch.cat(flat, out=self.ring.acquire(seq)[:total])
+            seq = batch.seq = samples[0][0][5] if len(samples[0][0]) > 5 else -1
+            # A numbered batch takes its slot even when it does not fit (and then travels as a
+            # blob): slot ownership passes from batch to batch in order, so a release can
+            # never free a slot that an earlier batch is still being decoded from.
+            slot = self.ring.acquire(seq) if self.ring is not None and seq >= 0 else None
+            if slot is not None and 0 < total <= self.ring.slot_bytes:
+                torch.cat(flat, out=slot[:total])
                 batch.ring_seq = seq
             else:
                 batch.blob = torch.cat(flat) if n else torch.empty(0, dtype=torch.uint8)
