@@ -660,7 +660,7 @@ def _resized_crop_stacked_kernel(
         qy = r0 + q_row
         m_y = ((qy < y1) & (q_ch < 3))[:, None]
         row_base = (qy * row_pitch + q_chan)[:, None]
-        t = tl.full([4 * BLOCK_K, BLOCK_W], 0.0, tl.float32)
+        tmp = tl.full([4 * BLOCK_K, BLOCK_W], 0.0, tl.float32)
         for c0 in range(x0, x1, BLOCK_K):
             kx = c0 + kk
             dx = kx[:, None] - kx0[None, :]
@@ -671,14 +671,14 @@ def _resized_crop_stacked_kernel(
             wx_lo = (wx - wx_hi.to(tl.float32)).to(tl.float16)
             m = m_y & (kx < x1)[None, :]
             s = tl.load(img_ptr + (row_base + (kx * C32)[None, :]), mask=m, other=0).to(tl.float16)
-            t = tl.dot(s, wx_hi, t)
-            t = tl.dot(s, wx_lo, t)
+            tmp = tl.dot(s, wx_hi, tmp)
+            tmp = tl.dot(s, wx_lo, tmp)
         # [4 * K, tile_w] (plane-major rows) -> [K, 4 * tile_w] (plane-major columns)
-        t = tl.reshape(tl.permute(tl.reshape(t, [4, BLOCK_K, BLOCK_W]), [1, 0, 2]), [BLOCK_K, 4 * BLOCK_W])
-        t_hi = t.to(tl.float16)
+        tmp = tl.reshape(tl.permute(tl.reshape(tmp, [4, BLOCK_K, BLOCK_W]), [1, 0, 2]), [BLOCK_K, 4 * BLOCK_W])
+        t_hi = tmp.to(tl.float16)
         acc = tl.dot(wy_hi, t_hi, acc)
         acc = tl.dot(wy_lo, t_hi, acc)
-        acc = tl.dot(wy_hi, (t - t_hi.to(tl.float32)).to(tl.float16), acc)
+        acc = tl.dot(wy_hi, (tmp - t_hi.to(tl.float32)).to(tl.float16), acc)
 
     ch_ok = qo_ch < 3
     ocol = (tile % n_tiles_w) * BLOCK_W + qo_col
@@ -932,10 +932,11 @@ def _choose_variant(n_data: int) -> str:
             f"unknown resized-crop kernel {v!r} (KERNEL_OVERRIDE / TORCHDALI_RESIZED_CROP_KERNEL); "
             f"use one of {sorted(_VARIANTS)} or 'auto'"
         )
-    if n_data >= 2**31:
-        return "gather"  # the others address inside an image with int32
-    if v == "auto":
-        return "dot"
+    if v == "auto" or n_data >= 2**31:
+        # The tensor-core variants measured slower than the gather kernel on an
+        # H200 (benchmarks/kernel_bandwidth.py), and address inside an image
+        # with int32.
+        return "gather"
     return v
 
 

@@ -248,9 +248,11 @@ _KERNEL_MODULE = sys.modules[fused_resized_crop.__module__]
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", KERNEL_CASES)
-def test_gather_kernel_matches_reference(case: str, device: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The per-pixel gather kernel stays available (and correct) next to the default."""
-    monkeypatch.setattr(_KERNEL_MODULE, "KERNEL_OVERRIDE", "gather")
+@pytest.mark.parametrize("variant", ["gather", "dot", "stacked"])
+def test_kernel_variant_matches_reference(variant: str, case: str, device: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every kernel variant the launcher can be told to use, whatever the default."""
+    monkeypatch.setattr(_KERNEL_MODULE, "KERNEL_OVERRIDE", variant)
     images, rows, out, kw = _case(case)
     _check(images, rows, out, device, out_dtype=torch.uint8, **kw)
     _check(images, rows, out, device, out_dtype=torch.float32, quantize=False, **kw)
