@@ -118,6 +118,9 @@ class BatchExecutor:
         self.free_slots: queue.Queue = queue.Queue()
         for _ in range(depth + 2):
             self.free_slots.put(_PinnedSlot())
+        with torch.cuda.device(device):
+            self.check_stream = torch.cuda.Stream(device)
+        self._flags_host = torch.empty(0, dtype=torch.bool)
         self.ring = ring
         if ring is not None:
             ring.register()
@@ -216,6 +219,7 @@ class BatchExecutor:
                 targets = batch.targets
                 if isinstance(targets, torch.Tensor):
                     targets = targets.to(self.device, non_blocking=True)
+                self.stream.wait_stream(self.check_stream)  # it read the staged bytes too
                 ready = torch.cuda.Event()
                 ready.record(self.stream)
                 slot.event = ready
@@ -244,6 +248,7 @@ class BatchExecutor:
         then the CPU for what both reject, then the on_error policy."""
         from ..decode import decode_cpu
 
+        suspects = self._check_scans(batch, pinned, enc)
         m = int(round(self.split.fraction * len(enc))) if self.hybrid is not None else 0
         # the CUDA decoder takes the largest images: the engines' cost is per image,
         # the CUDA decoder's per pixel, so this balances better than an even split
@@ -266,14 +271,16 @@ class BatchExecutor:
             decoded.record_stream(self.hybrid_stream)
             self.split.update(len(hw), results[0][2] if len(hw) else 0.0, len(hy), results[-1][2])
         failed = []
+        flagged = set(suspects())
         for idx, status, _, decoder in results:
             for k, st in enumerate(status):
-                if st == 0:
-                    continue
                 i = int(idx[k])
+                if st == 0 and i not in flagged:
+                    continue
+                reason = decoder.describe(st, k) if st != 0 else \
+                    "decoded, but its compressed data holds a marker no JPEG scan can hold"
                 try:
-                    self._decode_on_cpu(i, batch, pinned, decoded, out_offsets[i], shapes[i], decode_cpu,
-                                        decoder.describe(st, k))
+                    self._decode_on_cpu(i, batch, pinned, decoded, out_offsets[i], shapes[i], decode_cpu, reason)
                 except SampleError as err:
                     if self.fallback.on_error == "raise":
                         raise
@@ -281,6 +288,36 @@ class BatchExecutor:
         if failed:
             decoded = self._replace(batch, failed, decoded, shapes, out_offsets)
         return decoded
+
+    def _check_scans(self, batch: PackedBatch, pinned: torch.Tensor, enc: np.ndarray):
+        """Start the scan-marker check of the batch's JPEGs on a side stream; returns a
+        function giving the flagged sample numbers once the check is done.
+
+        The engines decode a JPEG with an overwritten scan without an error; the
+        check copies the batch's bytes to the GPU and looks at every 0xFF there,
+        while the decoder works. Waiting for it costs nothing: the batched hardware
+        decode holds the host far longer.
+        """
+        starts = batch.scan_starts
+        if starts is None or not len(enc) or (starts[enc] < 0).all():
+            return lambda: ()
+        from ..csrc_triton.scan_check import bad_scan_markers
+
+        with torch.cuda.stream(self.check_stream):
+            on_gpu = pinned.to(self.device, non_blocking=True)
+            flags = bad_scan_markers(on_gpu, batch.offsets[enc], batch.lengths[enc], starts[enc])
+            if self._flags_host.numel() < len(enc):
+                self._flags_host = torch.empty(max(len(enc), 256), dtype=torch.bool, pin_memory=True)
+            host = self._flags_host[: len(enc)]
+            host.copy_(flags, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self.check_stream)
+
+        def flagged():
+            done.synchronize()
+            return enc[host.numpy().nonzero()[0]].tolist()
+
+        return flagged
 
     @staticmethod
     def _timed_decode(decoder: Any, pinned: torch.Tensor, batch: PackedBatch, idx: np.ndarray, shapes: np.ndarray,

@@ -201,6 +201,7 @@ class PackedBatch:
     lengths: np.ndarray | None = None
     shapes: np.ndarray | None = None
     hints: np.ndarray | None = None  # header codes for nvJPEG's backend routing (-1: none)
+    scan_starts: np.ndarray | None = None  # where each JPEG's scan data starts (-1: not checked)
     seq: int = -1  # the loader-wide batch number (-1: not numbered, e.g. an IterableDataset)
     ring_seq: int = -1  # >= 0: the bytes are in slot ``ring_seq`` of the staging ring, not in ``blob``
     spares: list = field(default_factory=list)
@@ -273,8 +274,8 @@ class PrepareBatch:
         self.on_error = on_error
         self.dataset = dataset
 
-    def load(self, data: Any, idx: int, path: str | None) -> tuple[int, torch.Tensor, tuple, int]:
-        """(kind, payload, (H, W, C), header code) of one sample; raises SampleError naming it."""
+    def load(self, data: Any, idx: int, path: str | None) -> tuple[int, torch.Tensor, tuple, int, int]:
+        """(kind, payload, (H, W, C), header code, scan start) of one sample; raises SampleError naming it."""
         from ..decode import DecodeError, decode_cpu
 
         try:
@@ -284,9 +285,9 @@ class PrepareBatch:
         if kind == ENCODED:
             probe = _gpu_decodable_shape(payload) if self.mode == "gpu" else None
             if probe is not None:
-                return kind, payload, probe[0], probe[1]
+                return kind, payload, probe[0], probe[1], probe[2]
             kind, payload = RAW, _decode_or_raise(decode_cpu, DecodeError, payload, idx, path)
-        return kind, payload, tuple(payload.shape), -1
+        return kind, payload, tuple(payload.shape), -1, -1
 
     def replace(self, err: SampleError, spares: list, used: set) -> tuple:
         """A replacement for a failed sample: (tag, path, target, has_target, kind, payload, shape).
@@ -298,7 +299,7 @@ class PrepareBatch:
             item = self.on_error(err.index, err.path, err)
             if item is not None:
                 data, target, has = _split_item(item)
-                kind, payload, shape, _ = self.load(data, err.index, err.path)
+                kind, payload, shape, _, _ = self.load(data, err.index, err.path)
                 return None, err.path, target, has, kind, payload, shape
         for tag in spares:
             if tag in used or self.dataset is None:
@@ -308,7 +309,7 @@ class PrepareBatch:
             path = sample_path(self.dataset, idx)
             try:
                 data, target, has = _split_item(self.dataset[idx])
-                kind, payload, shape, _ = self.load(data, idx, path)
+                kind, payload, shape, _, _ = self.load(data, idx, path)
             except Exception:
                 continue
             return tag, path, target, has, kind, payload, shape
@@ -331,12 +332,13 @@ class PrepareBatch:
         payloads: list[torch.Tensor] = []
         shapes = np.zeros((n, 3), dtype=np.int64)
         hints = np.full(n, -1, dtype=np.int64)
+        scan_starts = np.full(n, -1, dtype=np.int64)
         skipped: list = []
         used: set = set()
         for i, (_, path, item) in enumerate(samples):
             data, target, has = _split_item(item)
             try:
-                kind, payload, shape, hints[i] = self.load(data, int(indices[i]), path)
+                kind, payload, shape, hints[i], scan_starts[i] = self.load(data, int(indices[i]), path)
             except SampleError as err:
                 if self.on_error == "raise":
                     raise
@@ -374,7 +376,7 @@ class PrepareBatch:
             else:
                 batch.blob = torch.cat(flat) if n else torch.empty(0, dtype=torch.uint8)
             batch.kinds, batch.offsets, batch.lengths, batch.shapes = kinds, offsets, lengths, shapes
-            batch.hints = hints
+            batch.hints, batch.scan_starts = hints, scan_starts
         batch.seconds = time.perf_counter() - t0
         return batch
 
@@ -389,15 +391,16 @@ def _decode_or_raise(decode_cpu: Callable, decode_error: type, payload: torch.Te
         raise SampleError.for_sample(idx, path, "cannot decode image", f"{type(e).__name__}: {e}") from None
 
 
-def _gpu_decodable_shape(payload: torch.Tensor) -> tuple[tuple[int, int, int], int] | None:
-    """((H, W, 3), header code) when nvJPEG should decode this sample, else None (decode on the CPU).
+def _gpu_decodable_shape(payload: torch.Tensor) -> tuple[tuple[int, int, int], int, int] | None:
+    """((H, W, 3), header code, scan start) when nvJPEG should decode this sample, else None
+    (decode on the CPU).
 
     CMYK/YCCK, RGB-coded, lossless, arithmetic-coded and 12-bit JPEGs go to the
-    CPU, and so do files that do not end in an EOI marker or hold a marker no scan
-    can hold: nvJPEG may decode such a stream without complaint, the CPU decoder
-    names the problem.
+    CPU, and so do files that do not end in an EOI marker. Whether the scan data
+    holds a marker no scan can hold (nvJPEG may decode such a stream without
+    complaint) is checked for the whole batch on the GPU, from the scan start.
     """
-    from ..decode._jpeg_header import entropy_data_ok, header_code, jpeg_info
+    from ..decode._jpeg_header import header_code, jpeg_info, scan_offset
 
     try:
         info = jpeg_info(payload.numpy())
@@ -411,6 +414,7 @@ def _gpu_decodable_shape(payload: torch.Tensor) -> tuple[tuple[int, int, int], i
     tail = payload[-2:].numpy() if payload.numel() >= 2 else None
     if tail is None or tail[0] != 0xFF or tail[1] != 0xD9:
         return None
-    if not entropy_data_ok(payload.numpy()):
+    start = scan_offset(payload.numpy())
+    if start < 0:
         return None
-    return (info.height, info.width, 3), header_code(info)
+    return (info.height, info.width, 3), header_code(info), start

@@ -528,6 +528,26 @@ _SCAN_OK[0xD0:0xD8] = True
 _SCAN_OK[0xE0:0xF0] = True
 
 
+def scan_offset(buf: np.ndarray) -> int:
+    """Offset of the first byte after the first SOS header (where entropy-coded data
+    starts), or -1 when the segment walk finds none."""
+    b = np.asarray(buf, dtype=np.uint8).reshape(-1)
+    n = b.shape[0]
+    pos = 2
+    while pos + 4 <= n:
+        if b[pos] != 0xFF:
+            return -1  # junk in the header area: the header parser has ruled on it
+        marker = int(b[pos + 1])
+        if marker == 0xFF or 0xD0 <= marker <= 0xD8 or marker == 0x01:
+            pos += 1 if marker == 0xFF else 2
+            continue
+        seglen = (int(b[pos + 2]) << 8) | int(b[pos + 3])
+        if marker == 0xDA:
+            return min(pos + 2 + seglen, n)
+        pos += 2 + seglen
+    return -1
+
+
 def entropy_data_ok(buf: np.ndarray) -> bool:
     """False when the data after the first SOS holds a marker no JPEG scan can hold.
 
@@ -535,24 +555,49 @@ def entropy_data_ok(buf: np.ndarray) -> bool:
     hardware decoder can run through them without an error; libjpeg stops with
     "Unsupported marker type". O(n) in numpy, no Huffman decoding, so it cannot
     catch corruption that keeps the marker structure intact.
+    :func:`bad_scan_markers` is the same check for a whole batch, in torch.
     """
     b = np.asarray(buf, dtype=np.uint8).reshape(-1)
-    n = b.shape[0]
-    pos = 2
-    while pos + 4 <= n:
-        if b[pos] != 0xFF:
-            return True  # junk in the header area: the header parser has ruled on it
-        marker = int(b[pos + 1])
-        if marker == 0xFF or 0xD0 <= marker <= 0xD8 or marker == 0x01:
-            pos += 1 if marker == 0xFF else 2
-            continue
-        seglen = (int(b[pos + 2]) << 8) | int(b[pos + 3])
-        if marker == 0xDA:
-            scan = b[pos + 2 + seglen:]
-            ff = np.flatnonzero(scan[:-1] == 0xFF)
-            return bool(_SCAN_OK[scan[ff + 1]].all())
-        pos += 2 + seglen
-    return True
+    start = scan_offset(b)
+    if start < 0:
+        return True
+    scan = b[start:]
+    ff = np.flatnonzero(scan[:-1] == 0xFF)
+    return bool(_SCAN_OK[scan[ff + 1]].all())
+
+
+_SCAN_OK_T: dict = {}
+
+
+def bad_scan_markers(data: "torch.Tensor", offsets: "torch.Tensor", lengths: "torch.Tensor",
+                     starts: "torch.Tensor") -> "torch.Tensor":
+    """Per sample, True when its entropy-coded data holds a marker no scan can hold.
+
+    ``data`` is a packed batch of JPEGs (1-D uint8, any device); sample ``i`` is
+    ``data[offsets[i]: offsets[i] + lengths[i]]`` and its scan data starts
+    ``starts[i]`` bytes in (-1: do not check). Runs as a few whole-batch tensor ops
+    with no host synchronisation, so on the GPU it costs a fraction of a
+    millisecond where :func:`entropy_data_ok` costs tens of microseconds of CPU
+    per image.
+    """
+    import torch
+
+    dev = data.device
+    n = offsets.numel()
+    if n == 0 or data.numel() < 2:
+        return torch.zeros(n, dtype=torch.bool, device=dev)
+    ok = _SCAN_OK_T.get(dev)
+    if ok is None:
+        ok = _SCAN_OK_T[dev] = torch.from_numpy(_SCAN_OK).to(dev)
+    # bad[p]: byte p is 0xFF and byte p+1 cannot follow it inside a scan
+    bad = (data[:-1] == 0xFF) & ~ok[data[1:].long()]
+    csum = torch.zeros(data.numel(), dtype=torch.int32, device=dev)
+    torch.cumsum(bad, 0, dtype=torch.int32, out=csum[1:])
+    # pairs (p, p+1) with p in [offset + start, offset + length - 1)
+    lo = (offsets + starts.clamp(min=0)).clamp(max=data.numel() - 1)
+    hi = (offsets + lengths - 1).clamp(min=0, max=data.numel() - 1)
+    count = csum[hi] - csum[torch.minimum(lo, hi)]
+    return (count > 0) & (starts >= 0)
 
 
 def header_code(info: JpegInfo) -> int:
