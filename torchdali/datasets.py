@@ -17,11 +17,18 @@ __all__ = ["ImageFolder", "FileList", "read_file", "IMG_EXTENSIONS"]
 
 def read_file(path: str | os.PathLike) -> torch.Tensor:
     """The file's bytes as a 1-D uint8 tensor."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if not data:
+    with open(path, "rb", buffering=0) as f:
+        # read straight into the tensor's buffer: one copy out of the page cache
+        buf = bytearray(os.fstat(f.fileno()).st_size)
+        n = f.readinto(buf) if buf else 0
+        if n < len(buf):  # the file shrank while we read it
+            del buf[n:]
+        rest = f.read()  # or grew
+        if rest:
+            buf += rest
+    if not buf:
         return torch.empty(0, dtype=torch.uint8)
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    return torch.frombuffer(buf, dtype=torch.uint8)
 
 
 class ImageFolder(DatasetFolder):
