@@ -25,7 +25,10 @@ to an integer in ``[0, 255]`` (what torchvision's uint8 resize produces), then
 saturated for ``uint8``).
 
 :func:`fused_resized_crop` is the Triton launcher; :func:`resized_crop_reference`
-is the same function in plain torch, used for testing and as the CPU path.
+is the same function in plain torch, used for testing and as the CPU path. The
+launcher runs the per-pixel gather kernel; two tensor-core variants of the same
+function ("dot", "stacked") can be chosen with ``KERNEL_OVERRIDE`` or the
+``TORCHDALI_RESIZED_CROP_KERNEL`` environment variable.
 """
 from __future__ import annotations
 
@@ -273,7 +276,12 @@ def _resized_crop_kernel(
 # bits) would put the result up to ~0.1 off on a 0..255 scale and flip uint8
 # rounding, so weights and the intermediate are split as hi + lo float16
 # pairs and the products that matter summed in float32 (source bytes are exact
-# in float16): error ~1e-4, about float32 reference's own.
+# in float16): error ~1e-4, about the float32 reference's own.
+# On an H200 it is slower than the gather kernel (0.70 against 0.49-0.62 ms per
+# 256-image batch, benchmarks/kernel_bandwidth.py): staging loads, building the
+# weight matrices and the layout changes between the products (shared memory,
+# barriers) cost more than the tap gathers they replace, so it is used only
+# when asked for (KERNEL_OVERRIDE).
 def _resized_crop_dot_kernel(
     data_ptr,  # uint8, all images packed back to back (HWC each)
     offsets_ptr,  # int64 [B]
@@ -698,8 +706,6 @@ def _resized_crop_stacked_kernel(
         + (qo_ch.to(tl.int64) * stride_oc + ocol.to(tl.int64) * stride_ow)[None, :]
     )
     tl.store(dst, o.to(out_ptr.dtype.element_ty), mask=out_mask)
-
-
 
 
 # --------------------------------------------------------------------------- #
