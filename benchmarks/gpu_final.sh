@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU-machine runs behind benchmarks/RESULTS.md, in two calls of under 10 minutes:
 #   PHASE=1 OUT=gpu_out bash benchmarks/gpu_final.sh   # GPU tests, train + val vs torchvision, ring off/on
-#   PHASE=2 OUT=gpu_out bash benchmarks/gpu_final.sh   # sweeps (workers, batch size), memory + first batch, kernel
+#   PHASE=2 OUT=gpu_out bash benchmarks/gpu_final.sh   # all GPU tests, sweeps (workers, batch size), memory +
+#                                                      # first batch, decoder alone, kernel
 # Everything lands in $OUT/logs; $OUT/phaseN.tgz bundles it.
 set -uo pipefail
 OUT=${OUT:-gpu_out}; N=${N:-16384}; PHASE=${PHASE:-1}; L=$OUT/logs; mkdir -p "$L"
@@ -28,6 +29,8 @@ if [ "$PHASE" = 1 ]; then
   TORCHDALI_STAGING_RING=0 bench ring_off --only torchdali --batch-size 256 --workers $W --epochs 3 --warmup 1
   TORCHDALI_HYBRID_SPLIT=1 bench hybrid_split --only torchdali --batch-size 256 --workers $W --epochs 3 --warmup 1
 else
+  timeout 280 python3 -m pytest -m cuda -q -rs --tb=short -p no:cacheprovider -o faulthandler_timeout=45 \
+    tests > "$L/pytest_cuda.log" 2>&1; tail -2 "$L/pytest_cuda.log"
   wait $GEN
   for w in 2 4 8; do bench sweep_w$w --only torchdali --batch-size 256 --workers $w --epochs 2 --warmup 1; done
   for b in 64 128 512; do bench sweep_b$b --only torchdali --batch-size $b --workers $W --epochs 2 --warmup 1; done

@@ -438,10 +438,42 @@ class GpuIterator:
                 continue
         return False
 
+    _POLL_S = 0.2
+
+    def _next_inner(self) -> Any:
+        """The workers' next batch; gives up when the iterator is closed.
+
+        torch's iterator waits for a worker without end unless it has a timeout, and
+        workers that were shut down never answer: so it waits in short steps (its
+        own ``timeout`` mechanism, which leaves its state untouched when it fires)
+        and checks between them whether to stop. The user's ``timeout`` still holds.
+        """
+        it = self._inner_it
+        if not hasattr(it, "_timeout") or not hasattr(it, "_workers"):
+            return next(it)
+        user_timeout = float(self._loader.timeout or 0)
+        it._timeout = self._POLL_S if not user_timeout else min(self._POLL_S, user_timeout)
+        waited = 0.0
+        while True:
+            try:
+                return next(it)
+            except RuntimeError as e:
+                if not str(e).startswith("DataLoader timed out after"):
+                    raise
+                if self._stop.is_set():
+                    raise _Stopped() from None
+                waited += it._timeout
+                if user_timeout and waited >= user_timeout:
+                    raise RuntimeError(f"DataLoader timed out after {user_timeout} seconds") from None
+
     def _stage_loop(self) -> None:
         try:
             t_fetch = time.perf_counter()
-            for batch in self._inner_it:
+            while True:
+                try:
+                    batch = self._next_inner()
+                except StopIteration:
+                    break
                 fetch_s = time.perf_counter() - t_fetch
                 if self._stop.is_set():
                     return
@@ -501,14 +533,18 @@ class GpuIterator:
         if self._closed:
             raise StopIteration
         t0 = time.perf_counter()
-        while True:
-            try:
-                item = self._queue.get(timeout=1.0)
-                break
-            except queue.Empty:
-                if not any(t.is_alive() for t in self._threads):
-                    self.close()
-                    raise RuntimeError("torchdali executor threads ended without a result") from None
+        try:
+            while True:
+                try:
+                    item = self._queue.get(timeout=1.0)
+                    break
+                except queue.Empty:
+                    if not any(t.is_alive() for t in self._threads):
+                        raise RuntimeError("torchdali executor threads ended without a result") from None
+        except BaseException:
+            # also what torch's SIGCHLD handler raises here when a worker dies, and Ctrl-C
+            self.close()
+            raise
         if item is _END:
             self._finished = True
             self._stats.end_epoch()
