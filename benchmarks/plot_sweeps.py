@@ -1,6 +1,6 @@
 """Plot images/s against batch size and against CPU workers from a sweeps JSON.
 
-    python benchmarks/plot_sweeps.py benchmarks/sweeps_2026-11-22.json benchmarks/sweeps_2026-11-22.png
+    python benchmarks/plot_sweeps.py benchmarks/sweeps_ring_2026-11-22.json benchmarks/sweeps_ring_2026-11-22.png
 """
 import json
 import sys
@@ -20,6 +20,9 @@ def main(src: str, dst: str) -> None:
         ax.plot(xs, [d[key][str(x)] for x in xs], "o-", color="#76b900", label="torchdali")
         ax.axhline(d["torchvision_16_workers_batch_256"], color="#888888", ls="--",
                    label="torchvision, 16 workers, batch 256")
+        if "nvjpeg_hardware_decode_alone" in d:
+            ax.axhline(d["nvjpeg_hardware_decode_alone"], color="#1f77b4", ls=":",
+                       label="nvJPEG hardware decode alone (batch 256)")
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs, [str(x) for x in xs])
         ax.set_xlabel(xlabel)
