@@ -244,3 +244,40 @@ def test_breaking_out_early_does_not_leave_workers_waiting_for_slots(folder):
         assert time.perf_counter() - t0 < 3.0
     assert len(list(loader)) == len(loader)
     loader.close()
+
+
+class _Slow(torch.utils.data.Dataset):
+    """Sample 5 takes long to read."""
+
+    def __init__(self, inner, delay: float) -> None:
+        self.inner, self.delay = inner, delay
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, i):
+        if i == 5:
+            import time
+
+            time.sleep(self.delay)
+        return self.inner[i]
+
+
+def test_the_users_timeout_still_holds_and_a_slow_worker_is_waited_for(folder):
+    import time
+
+    ds = _Slow(td.datasets.ImageFolder(folder), delay=3.0)
+    loader = td.DataLoader(ds, batch_size=4, num_workers=2, transforms=RECIPE, device="cuda", timeout=1.0)
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="timed out after 1.0 seconds"):
+        for _ in loader:
+            pass
+    assert time.perf_counter() - t0 < 3.0
+    loader.close()
+    # without a timeout the same slow sample is simply waited for, across the staging thread's short waits
+    ds.delay = 1.0
+    loader = td.DataLoader(ds, batch_size=4, num_workers=2, transforms=RECIPE, device="cuda",
+                           persistent_workers=True)
+    for _ in range(2):
+        assert sum(images.shape[0] for images, _ in loader) == len(ds)
+    loader.close()

@@ -452,19 +452,24 @@ class GpuIterator:
         if not hasattr(it, "_timeout") or not hasattr(it, "_workers"):
             return next(it)
         user_timeout = float(self._loader.timeout or 0)
-        it._timeout = self._POLL_S if not user_timeout else min(self._POLL_S, user_timeout)
+        saved, step = it._timeout, self._POLL_S if not user_timeout else min(self._POLL_S, user_timeout)
+        it._timeout = step
         waited = 0.0
-        while True:
-            try:
-                return next(it)
-            except RuntimeError as e:
-                if not str(e).startswith("DataLoader timed out after"):
-                    raise
-                if self._stop.is_set():
-                    raise _Stopped() from None
-                waited += it._timeout
-                if user_timeout and waited >= user_timeout:
-                    raise RuntimeError(f"DataLoader timed out after {user_timeout} seconds") from None
+        try:
+            while True:
+                try:
+                    return next(it)
+                except RuntimeError as e:
+                    if not str(e).startswith("DataLoader timed out after"):
+                        raise
+                    if self._stop.is_set():
+                        raise _Stopped() from None
+                    waited += step
+                    if user_timeout and waited >= user_timeout:
+                        raise RuntimeError(f"DataLoader timed out after {user_timeout} seconds") from None
+        finally:
+            # persistent workers: the next epoch's reset waits for the workers with the user's timeout
+            it._timeout = saved
 
     def _stage_loop(self) -> None:
         try:
