@@ -121,3 +121,23 @@ def test_packed_batch_keeps_unusual_target_types():
     assert back.targets.dtype == torch.bfloat16 and torch.equal(back.targets, b.targets)
     b.targets = ["a", "b"]
     assert pickle.loads(pickle.dumps(b)).targets == ["a", "b"]
+
+
+def test_a_retired_sampler_pass_hands_out_no_more_batch_numbers():
+    import copy
+
+    from torchdali._executor._worker import EpochState, TaggedBatchSampler
+
+    state = EpochState()
+    sampler = TaggedBatchSampler(torch.utils.data.BatchSampler(range(20), 4, False), state)
+    old = iter(sampler)
+    seqs = [next(old)[0][5] for _ in range(2)]
+    assert seqs == [0, 1]
+    assert sampler.retire() == 1
+    with pytest.raises(StopIteration):  # the abandoned pass is done, even mid-epoch
+        next(old)
+    new = [b[0][5] for b in sampler]  # the next pass numbers on from there
+    assert new == [2, 3, 4, 5, 6]
+    assert [t[3] for t in next(iter(sampler))] == [0, 1, 2, 3]
+    clone = pickle.loads(pickle.dumps(sampler))
+    assert [b[0][5] for b in copy.deepcopy(clone)][:1] == [8]

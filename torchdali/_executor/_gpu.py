@@ -420,6 +420,11 @@ class GpuIterator:
         self._closed = False
         self._inner = inner
         self._finished = False
+        previous = getattr(inner, "_iterator", None)
+        if previous is not None and hasattr(previous, "_timeout"):
+            # persistent workers: their reset for this epoch waits with the user's timeout,
+            # not with the short steps the last epoch's staging thread used
+            previous._timeout = float(loader.timeout or 0)
         self._inner_it = iter(inner)
         self._threads = [threading.Thread(target=self._stage_loop, name="torchdali-stage", daemon=True),
                          threading.Thread(target=self._exec_loop, name="torchdali-executor", daemon=True)]
@@ -452,24 +457,19 @@ class GpuIterator:
         if not hasattr(it, "_timeout") or not hasattr(it, "_workers"):
             return next(it)
         user_timeout = float(self._loader.timeout or 0)
-        saved, step = it._timeout, self._POLL_S if not user_timeout else min(self._POLL_S, user_timeout)
-        it._timeout = step
+        it._timeout = self._POLL_S if not user_timeout else min(self._POLL_S, user_timeout)
         waited = 0.0
-        try:
-            while True:
-                try:
-                    return next(it)
-                except RuntimeError as e:
-                    if not str(e).startswith("DataLoader timed out after"):
-                        raise
-                    if self._stop.is_set():
-                        raise _Stopped() from None
-                    waited += step
-                    if user_timeout and waited >= user_timeout:
-                        raise RuntimeError(f"DataLoader timed out after {user_timeout} seconds") from None
-        finally:
-            # persistent workers: the next epoch's reset waits for the workers with the user's timeout
-            it._timeout = saved
+        while True:
+            try:
+                return next(it)
+            except RuntimeError as e:
+                if not str(e).startswith("DataLoader timed out after"):
+                    raise
+                if self._stop.is_set():
+                    raise _Stopped() from None
+                waited += it._timeout
+                if user_timeout and waited >= user_timeout:
+                    raise RuntimeError(f"DataLoader timed out after {user_timeout} seconds") from None
 
     def _stage_loop(self) -> None:
         try:
@@ -587,8 +587,12 @@ class GpuIterator:
                     self._executor._give_back(item[1])
         self._threads[1].join(timeout=2.0)
         # workers may be writing (or waiting to write) batches this iterator dispatched
-        # and will never consume: once the GPU is done, every slot is theirs
-        self._executor.release_all(self._loader._epoch_state.next_seq - 1)
+        # and will never consume: once the GPU is done, every slot is theirs. Retiring
+        # the sampler's pass first means no batch number past that can still be handed
+        # out by this iterator (its staging thread may be inside it for a moment longer).
+        sampler = getattr(self._inner, "batch_sampler", None)
+        last = sampler.retire() if hasattr(sampler, "retire") else self._loader._epoch_state.next_seq - 1
+        self._executor.release_all(last)
         shutdown = getattr(self._inner_it, "_shutdown_workers", None)
         if shutdown is not None and (not self._loader.persistent_workers or not self._finished):
             # Left mid-epoch: our staging thread may still be inside the workers' iterator,

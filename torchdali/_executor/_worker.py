@@ -9,6 +9,7 @@ descriptors at batch 256 with many workers.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -66,11 +67,36 @@ class TaggedBatchSampler:
     def __init__(self, batch_sampler: Any, state: EpochState) -> None:
         self.batch_sampler = batch_sampler
         self.state = state
+        self._lock = threading.Lock()
+        self._generation = 0
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.batch_sampler) - self.state.skip_batches
 
+    def retire(self) -> int:
+        """End every pass started so far and return the last batch number handed out.
+
+        An abandoned iterator's pass may still be asked for batches (torch refills its
+        prefetch from whichever thread is inside it); after this it yields none, so
+        no batch number beyond the returned one can belong to it.
+        """
+        with self._lock:
+            self._generation += 1
+            return self.state.next_seq - 1
+
     def __iter__(self):
+        return self._pass(self._generation)
+
+    def _pass(self, generation: int):
         seed, epoch, skip = self.state.seed, self.state.epoch, self.state.skip_batches
         self.state.skip_batches = 0  # a resume offset applies to one epoch only
         batches = self.batch_sampler
@@ -84,8 +110,11 @@ class TaggedBatchSampler:
             if b < skip:
                 pos += len(batch)
                 continue
-            seq = self.state.next_seq
-            self.state.next_seq += 1
+            with self._lock:
+                if self._generation != generation:
+                    return  # retired: its iterator was closed
+                seq = self.state.next_seq
+                self.state.next_seq += 1
             tags = [(seed, epoch, pos + i, idx, False, seq) for i, idx in enumerate(batch)]
             if order:
                 picks = _rng.uniform(_rng.sample_keys(seed, epoch, np.array([b])), 1 << 20, NUM_SPARES)[0]
