@@ -7,8 +7,7 @@ the output batch (written once). The ratio to a large device-to-device copy
 (bytes read + written) says how close the kernel is to memory speed.
 
 ``--kernel`` lists the kernel variants to time side by side ("gather": per-pixel
-tap gathers; "dot": staged source and band-matrix products per channel;
-"stacked": the same with the three channels in one product per pass).
+tap gathers; "dot": staged source and band-matrix products per channel).
 """
 from __future__ import annotations
 
@@ -67,7 +66,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--json", default=None)
     p.add_argument("--kernel", default="gather,dot",
-                   help="comma-separated kernel variants to time side by side: gather, dot, stacked, "
+                   help="comma-separated kernel variants to time side by side: gather, dot, "
                         "auto (the launcher's own choice)")
     p.add_argument("--sweep", action="store_true", help="also time other tile shapes / warp counts")
     args = p.parse_args()
@@ -142,8 +141,6 @@ def main() -> None:
             "gather": ((16, 32, 4), (8, 32, 4), (32, 16, 4)),
             # (BLOCK_H, BLOCK_W, BLOCK_K, num_warps)
             "dot": ((32, 32, 64, 4), (64, 32, 64, 4), (32, 64, 64, 4)),
-            "stacked": ((32, 32, 64, 4), (32, 32, 64, 8), (32, 32, 32, 4), (16, 32, 64, 4), (32, 16, 64, 4),
-                        (16, 16, 32, 4), (64, 32, 64, 8)),
         }
         print("train fp32 NCHW, tile sweep (kernel, BLOCK_H x BLOCK_W [x BLOCK_K], warps): ms median of 50, "
               "rotating input sets")

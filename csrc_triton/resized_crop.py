@@ -26,8 +26,8 @@ saturated for ``uint8``).
 
 :func:`fused_resized_crop` is the Triton launcher; :func:`resized_crop_reference`
 is the same function in plain torch, used for testing and as the CPU path. The
-launcher runs the per-pixel gather kernel; two tensor-core variants of the same
-function ("dot", "stacked") can be chosen with ``KERNEL_OVERRIDE`` or the
+launcher runs the per-pixel gather kernel; a tensor-core variant of the same
+function ("dot") can be chosen with ``KERNEL_OVERRIDE`` or the
 ``TORCHDALI_RESIZED_CROP_KERNEL`` environment variable.
 """
 from __future__ import annotations
@@ -500,214 +500,6 @@ def _resized_crop_dot_kernel(
         tl.store(dst + ch * stride_oc, o.to(out_ptr.dtype.element_ty), mask=out_mask)
 
 
-# Variant of _resized_crop_dot_kernel with the three channels in one product per pass.
-def _resized_crop_stacked_kernel(
-    data_ptr,  # uint8, all images packed back to back (HWC each)
-    offsets_ptr,  # int64 [B]
-    shapes_ptr,  # int32/int64 [B, 3] contiguous: H, W, C
-    params_ptr,  # float32 [B, NUM_PARAMS] contiguous
-    affine_ptr,  # float32 [6]: scale[0..2], bias[0..2]
-    out_ptr,
-    n_data,  # number of elements in data; bounds every image read
-    out_h,
-    out_w,
-    n_tiles_w,
-    n_tiles,
-    stride_ob,
-    stride_oc,
-    stride_oh,
-    stride_ow,
-    ANTIALIAS: tl.constexpr,
-    QUANTIZE: tl.constexpr,
-    OUT_UINT8: tl.constexpr,
-    NPARAMS: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    BLOCK_W: tl.constexpr,
-    BLOCK_K: tl.constexpr,  # source rows / columns staged per step
-):
-    pid = tl.program_id(0)
-    b = pid // n_tiles
-    tile = pid % n_tiles
-    rows = (tile // n_tiles_w) * BLOCK_H + tl.arange(0, BLOCK_H)
-    cols = (tile % n_tiles_w) * BLOCK_W + tl.arange(0, BLOCK_W)
-    row_in = rows < out_h
-    col_in = cols < out_w
-
-    # ---- per-sample metadata and clamping: as in _resized_crop_kernel ----
-    b64 = b.to(tl.int64)
-    off = tl.load(offsets_ptr + b64).to(tl.int64)
-    H = tl.load(shapes_ptr + b64 * 3).to(tl.int64)
-    W = tl.load(shapes_ptr + b64 * 3 + 1).to(tl.int64)
-    C = tl.load(shapes_ptr + b64 * 3 + 2).to(tl.int64)
-    Hs = tl.maximum(H, 1)
-    Ws = tl.maximum(W, 1)
-    img_ok = (H > 0) & (W > 0) & (C > 0) & (off >= 0)
-    img_ok = img_ok & (H <= n_data) & (W <= n_data // Hs) & (C <= n_data // (Hs * Ws))
-    img_ok = img_ok & (off <= n_data - H * W * C)
-    Hf = H.to(tl.float32)
-    Wf = W.to(tl.float32)
-
-    p = params_ptr + b64 * NPARAMS
-    origin_y = tl.load(p + 0)
-    origin_x = tl.load(p + 1)
-    step_y = tl.load(p + 2)
-    step_x = tl.load(p + 3)
-    lo_y = tl.load(p + 4)
-    lo_y = tl.where(lo_y > 0.0, lo_y, 0.0)
-    lo_y = tl.where(lo_y < Hf - 1.0, lo_y, Hf - 1.0)
-    hi_y = tl.load(p + 5)
-    hi_y = tl.where(hi_y < Hf, hi_y, Hf)
-    hi_y = tl.where(hi_y > lo_y, hi_y, lo_y + 1.0)
-    lo_x = tl.load(p + 6)
-    lo_x = tl.where(lo_x > 0.0, lo_x, 0.0)
-    lo_x = tl.where(lo_x < Wf - 1.0, lo_x, Wf - 1.0)
-    hi_x = tl.load(p + 7)
-    hi_x = tl.where(hi_x < Wf, hi_x, Wf)
-    hi_x = tl.where(hi_x > lo_x, hi_x, lo_x + 1.0)
-    valid_y0 = tl.load(p + 8)
-    valid_y1 = tl.load(p + 9)
-    valid_x0 = tl.load(p + 10)
-    valid_x1 = tl.load(p + 11)
-
-    s_y = tl.abs(step_y)
-    s_x = tl.abs(step_x)
-    if ANTIALIAS:
-        support_y = tl.where(s_y >= 1.0, s_y, 1.0)
-        inv_y = tl.where(s_y >= 1.0, tl.div_rn(1.0, tl.maximum(s_y, 1.0)), 1.0)
-        support_x = tl.where(s_x >= 1.0, s_x, 1.0)
-        inv_x = tl.where(s_x >= 1.0, tl.div_rn(1.0, tl.maximum(s_x, 1.0)), 1.0)
-    else:
-        support_y = 1.0
-        inv_y = 1.0
-        support_x = 1.0
-        inv_x = 1.0
-
-    # ---- y axis: first tap, tap count, normaliser, fallback per output row ----
-    ri = rows.to(tl.float32)
-    cy = origin_y + step_y * (ri + 0.5)
-    ky_lo = tl.floor(cy - support_y + 0.5)
-    ky_lo = tl.where(ky_lo > lo_y, ky_lo, lo_y)
-    ky_hi = tl.floor(cy + support_y + 0.5)
-    ky_hi = tl.where(ky_hi < hi_y, ky_hi, hi_y)
-    n_yf = ky_hi - ky_lo
-    act_y = row_in & (ri >= valid_y0) & (ri < valid_y1) & img_ok
-    has_y = act_y & (n_yf > 0.0)
-    n_y = tl.where(has_y, n_yf, 0.0).to(tl.int32)
-    ky0 = tl.where(has_y, ky_lo, 0.0).to(tl.int32)
-    sum_y = tl.full([BLOCK_H], 0.0, tl.float32)
-    for t in range(0, tl.reduce(n_y, 0, _max_combine)):
-        wy = 1.0 - tl.abs(((ky0 + t).to(tl.float32) - cy + 0.5) * inv_y)
-        sum_y += tl.where((t < n_y) & (wy > 0.0), wy, 0.0)
-    fb_y = act_y & (sum_y == 0.0)
-    near_y = tl.floor(cy)
-    near_y = tl.where(near_y < hi_y - 1.0, near_y, hi_y - 1.0)
-    near_y = tl.where(near_y > lo_y, near_y, lo_y)
-    ky0 = tl.where(fb_y, near_y.to(tl.int32), ky0)
-    n_y = tl.where(fb_y, 1, n_y)
-    rnorm_y = tl.div_rn(tl.full([BLOCK_H], 1.0, tl.float32), tl.where(sum_y > 0.0, sum_y, 1.0))
-
-    # ---- x axis: same per output column ----
-    ci = cols.to(tl.float32)
-    cx = origin_x + step_x * (ci + 0.5)
-    kx_lo = tl.floor(cx - support_x + 0.5)
-    kx_lo = tl.where(kx_lo > lo_x, kx_lo, lo_x)
-    kx_hi = tl.floor(cx + support_x + 0.5)
-    kx_hi = tl.where(kx_hi < hi_x, kx_hi, hi_x)
-    n_xf = kx_hi - kx_lo
-    act_x = col_in & (ci >= valid_x0) & (ci < valid_x1)
-    has_x = act_x & (n_xf > 0.0)
-    n_x = tl.where(has_x, n_xf, 0.0).to(tl.int32)
-    kx0 = tl.where(has_x, kx_lo, 0.0).to(tl.int32)
-    sum_x = tl.full([BLOCK_W], 0.0, tl.float32)
-    for u in range(0, tl.reduce(n_x, 0, _max_combine)):
-        wx = 1.0 - tl.abs(((kx0 + u).to(tl.float32) - cx + 0.5) * inv_x)
-        sum_x += tl.where((u < n_x) & (wx > 0.0), wx, 0.0)
-    fb_x = act_x & (sum_x == 0.0)
-    near_x = tl.floor(cx)
-    near_x = tl.where(near_x < hi_x - 1.0, near_x, hi_x - 1.0)
-    near_x = tl.where(near_x > lo_x, near_x, lo_x)
-    kx0 = tl.where(fb_x, near_x.to(tl.int32), kx0)
-    n_x = tl.where(fb_x, 1, n_x)
-    rnorm_x = tl.div_rn(tl.full([BLOCK_W], 1.0, tl.float32), tl.where(sum_x > 0.0, sum_x, 1.0))
-
-    # Source span of the whole tile, [y0, y1) x [x0, x1): every tap lies in the
-    # clamp region, so staging only this span keeps reads inside the image.
-    # Empty (y0 > y1) when no row of the tile has taps, e.g. all padding.
-    big = 1 << 30
-    y0 = -tl.reduce(tl.where(n_y > 0, -ky0, -big), 0, _max_combine)
-    y1 = tl.reduce(tl.where(n_y > 0, ky0 + n_y, 0), 0, _max_combine)
-    x0 = -tl.reduce(tl.where(n_x > 0, -kx0, -big), 0, _max_combine)
-    x1 = tl.reduce(tl.where(n_x > 0, kx0 + n_x, 0), 0, _max_combine)
-
-    # The launcher uses this kernel only for data of fewer than 2**31 bytes, so
-    # offsets inside an image (itself inside data when img_ok) fit in int32.
-    img_ptr = data_ptr + off
-    C32 = C.to(tl.int32)
-    row_pitch = (W * C).to(tl.int32)
-    kk = tl.arange(0, BLOCK_K)
-    # Channel planes stacked along one axis: the horizontal pass is one product
-    # for all channels ([4 * K, K] @ [K, tile_w], plane ch at rows ch * K..),
-    # the vertical one too ([tile_h, K] @ [K, 4 * tile_w]). Plane 3 pads the
-    # count to a power of two; it is never loaded nor stored.
-    q = tl.arange(0, 4 * BLOCK_K)
-    q_ch = q // BLOCK_K
-    q_row = q % BLOCK_K
-    q_chan = tl.minimum(q_ch, C32 - 1)  # grayscale reads channel 0 three times
-    qo = tl.arange(0, 4 * BLOCK_W)
-    qo_ch = qo // BLOCK_W
-    qo_col = qo % BLOCK_W
-    acc = tl.full([BLOCK_H, 4 * BLOCK_W], 0.0, tl.float32)
-    for r0 in range(y0, y1, BLOCK_K):
-        ky = r0 + kk
-        dy = ky[None, :] - ky0[:, None]
-        wy = 1.0 - tl.abs((ky.to(tl.float32)[None, :] - cy[:, None] + 0.5) * inv_y)
-        wy = tl.where(fb_y[:, None], 1.0, tl.maximum(wy, 0.0) * rnorm_y[:, None])
-        wy = tl.where((dy >= 0) & (dy < n_y[:, None]), wy, 0.0)
-        wy_hi = wy.to(tl.float16)
-        wy_lo = (wy - wy_hi.to(tl.float32)).to(tl.float16)
-        qy = r0 + q_row
-        m_y = ((qy < y1) & (q_ch < 3))[:, None]
-        row_base = (qy * row_pitch + q_chan)[:, None]
-        tmp = tl.full([4 * BLOCK_K, BLOCK_W], 0.0, tl.float32)
-        for c0 in range(x0, x1, BLOCK_K):
-            kx = c0 + kk
-            dx = kx[:, None] - kx0[None, :]
-            wx = 1.0 - tl.abs((kx.to(tl.float32)[:, None] - cx[None, :] + 0.5) * inv_x)
-            wx = tl.where(fb_x[None, :], 1.0, tl.maximum(wx, 0.0) * rnorm_x[None, :])
-            wx = tl.where((dx >= 0) & (dx < n_x[None, :]), wx, 0.0)
-            wx_hi = wx.to(tl.float16)
-            wx_lo = (wx - wx_hi.to(tl.float32)).to(tl.float16)
-            m = m_y & (kx < x1)[None, :]
-            s = tl.load(img_ptr + (row_base + (kx * C32)[None, :]), mask=m, other=0).to(tl.float16)
-            tmp = tl.dot(s, wx_hi, tmp)
-            tmp = tl.dot(s, wx_lo, tmp)
-        # [4 * K, tile_w] (plane-major rows) -> [K, 4 * tile_w] (plane-major columns)
-        tmp = tl.reshape(tl.permute(tl.reshape(tmp, [4, BLOCK_K, BLOCK_W]), [1, 0, 2]), [BLOCK_K, 4 * BLOCK_W])
-        t_hi = tmp.to(tl.float16)
-        acc = tl.dot(wy_hi, t_hi, acc)
-        acc = tl.dot(wy_lo, t_hi, acc)
-        acc = tl.dot(wy_hi, (tmp - t_hi.to(tl.float32)).to(tl.float16), acc)
-
-    ch_ok = qo_ch < 3
-    ocol = (tile % n_tiles_w) * BLOCK_W + qo_col
-    out_mask = row_in[:, None] & ((ocol < out_w) & ch_ok)[None, :]
-    v = acc
-    if QUANTIZE:
-        v = tl.floor(tl.minimum(tl.maximum(v, 0.0), 255.0) + 0.5)
-    a_scale = tl.load(affine_ptr + qo_ch, mask=ch_ok, other=0.0)
-    a_bias = tl.load(affine_ptr + 3 + qo_ch, mask=ch_ok, other=0.0)
-    o = v * a_scale[None, :] + a_bias[None, :]
-    if OUT_UINT8:
-        o = tl.floor(tl.minimum(tl.maximum(o, 0.0), 255.0) + 0.5)
-    dst = (
-        out_ptr
-        + b64 * stride_ob
-        + rows.to(tl.int64)[:, None] * stride_oh
-        + (qo_ch.to(tl.int64) * stride_oc + ocol.to(tl.int64) * stride_ow)[None, :]
-    )
-    tl.store(dst, o.to(out_ptr.dtype.element_ty), mask=out_mask)
-
-
 # --------------------------------------------------------------------------- #
 # Argument checking shared by the launcher and the reference
 # --------------------------------------------------------------------------- #
@@ -892,7 +684,7 @@ def _load_triton() -> None:
     triton = triton_mod  # last: it marks the loading as done
 
 
-_VARIANTS = {"gather": _resized_crop_kernel, "dot": _resized_crop_dot_kernel, "stacked": _resized_crop_stacked_kernel}
+_VARIANTS = {"gather": _resized_crop_kernel, "dot": _resized_crop_dot_kernel}
 
 
 def _kernel_for(device: torch.device, variant: str) -> Any:
