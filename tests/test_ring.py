@@ -141,3 +141,15 @@ def test_a_retired_sampler_pass_hands_out_no_more_batch_numbers():
     assert [t[3] for t in next(iter(sampler))] == [0, 1, 2, 3]
     clone = pickle.loads(pickle.dumps(sampler))
     assert [b[0][5] for b in copy.deepcopy(clone)][:1] == [8]
+
+
+def test_a_long_wait_for_a_slot_is_reported(monkeypatch):
+    import threading
+
+    ring = HostRing(2, 4096)
+    monkeypatch.setattr(HostRing, "WARN_AFTER_S", 0.2)
+    threading.Timer(0.6, ring.release, args=(0,)).start()
+    with pytest.warns(RuntimeWarning, match="batch 2 has waited .* staging slot 0, which batch 0 still holds"):
+        ring.acquire(2)
+    assert ring._released[0] == 0
+    ring.close()

@@ -43,6 +43,8 @@ def ring_supported() -> bool:
 class HostRing:
     """``n_slots`` slots of ``slot_bytes`` each, shared by the main process and its workers."""
 
+    WARN_AFTER_S = 120.0  # a worker waiting this long for a slot says so (once per batch)
+
     def __init__(self, n_slots: int, slot_bytes: int) -> None:
         if not 1 <= n_slots <= MAX_SLOTS:
             raise ValueError(f"n_slots must be in [1, {MAX_SLOTS}], got {n_slots}")
@@ -90,17 +92,28 @@ class HostRing:
         k = seq % self.n_slots
         need = seq - self.n_slots
         if self._released[k] < need:
-            delay, waited = 1e-4, 0.0
+            delay, waited, since_check = 1e-4, 0.0, 0.0
             parent = os.getppid()
+            warned = False
             while self._released[k] < need:
                 time.sleep(delay)
                 waited += delay
+                since_check += delay
                 delay = min(delay * 2, 5e-3)
-                if waited > 1.0:
-                    waited = 0.0
+                if since_check > 1.0:
+                    since_check = 0.0
                     if os.getpid() != self.owner_pid and os.getppid() != parent:
                         raise RuntimeError("torchdali: the main process went away while a worker waited "
                                            "for a staging slot")
+                if not warned and waited > self.WARN_AFTER_S:
+                    warned = True
+                    import warnings
+
+                    warnings.warn(
+                        f"torchdali: batch {seq} has waited {waited:.0f} s for staging slot {k}, which batch "
+                        f"{need} still holds (released up to {int(self._released[k])}). Expected while the "
+                        f"training loop does not ask for batches; otherwise the loader is stuck.",
+                        RuntimeWarning, stacklevel=2)
         return self.slot(seq)
 
     # -- main-process side -------------------------------------------------------
