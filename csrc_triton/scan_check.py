@@ -23,7 +23,9 @@ tl: Any = None
 
 __all__ = ["bad_scan_markers", "bad_scan_markers_reference", "SCAN_OK"]
 
-#: SCAN_OK[b]: byte ``b`` may follow 0xFF inside scan data.
+#: SCAN_OK[b]: byte ``b`` may follow 0xFF inside scan data: stuffing (0x00), fill
+#: (0xFF), restart markers, EOI, and the table/scan markers that separate the scans
+#: of a multi-scan JPEG.
 SCAN_OK = np.zeros(256, dtype=bool)
 SCAN_OK[[0x00, 0xFF, 0xD9, 0xC4, 0xCC, 0xDA, 0xDB, 0xDD, 0xFE]] = True
 SCAN_OK[0xD0:0xD8] = True

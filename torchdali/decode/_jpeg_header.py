@@ -519,13 +519,9 @@ def image_info_batch(buf: Buffer, offsets, lengths) -> ImageInfoBatch:
     )
 
 
-# Bytes that may follow 0xFF inside entropy-coded data: stuffing (0x00), fill
-# (0xFF), restart markers, EOI, and the table/scan markers that separate the scans
-# of a multi-scan JPEG.
-_SCAN_OK = np.zeros(256, dtype=bool)
-_SCAN_OK[[0x00, 0xFF, 0xD9, 0xC4, 0xCC, 0xDA, 0xDB, 0xDD, 0xFE]] = True
-_SCAN_OK[0xD0:0xD8] = True
-_SCAN_OK[0xE0:0xF0] = True
+# Bytes that may follow 0xFF inside entropy-coded data; one table for this check
+# and the batched GPU kernel (importing it compiles nothing).
+from ..csrc_triton.scan_check import SCAN_OK as _SCAN_OK  # noqa: E402
 
 
 def scan_offset(buf: np.ndarray) -> int:
@@ -555,7 +551,7 @@ def entropy_data_ok(buf: np.ndarray) -> bool:
     hardware decoder can run through them without an error; libjpeg stops with
     "Unsupported marker type". O(n) in numpy, no Huffman decoding, so it cannot
     catch corruption that keeps the marker structure intact.
-    :func:`bad_scan_markers` is the same check for a whole batch, in torch.
+    ``csrc_triton/scan_check.py`` runs the same check on a whole batch on the GPU.
     """
     b = np.asarray(buf, dtype=np.uint8).reshape(-1)
     start = scan_offset(b)
@@ -564,40 +560,6 @@ def entropy_data_ok(buf: np.ndarray) -> bool:
     scan = b[start:]
     ff = np.flatnonzero(scan[:-1] == 0xFF)
     return bool(_SCAN_OK[scan[ff + 1]].all())
-
-
-_SCAN_OK_T: dict = {}
-
-
-def bad_scan_markers(data: "torch.Tensor", offsets: "torch.Tensor", lengths: "torch.Tensor",
-                     starts: "torch.Tensor") -> "torch.Tensor":
-    """Per sample, True when its entropy-coded data holds a marker no scan can hold.
-
-    ``data`` is a packed batch of JPEGs (1-D uint8, any device); sample ``i`` is
-    ``data[offsets[i]: offsets[i] + lengths[i]]`` and its scan data starts
-    ``starts[i]`` bytes in (-1: do not check). Runs as a few whole-batch tensor ops
-    with no host synchronisation, so on the GPU it costs a fraction of a
-    millisecond where :func:`entropy_data_ok` costs tens of microseconds of CPU
-    per image.
-    """
-    import torch
-
-    dev = data.device
-    n = offsets.numel()
-    if n == 0 or data.numel() < 2:
-        return torch.zeros(n, dtype=torch.bool, device=dev)
-    ok = _SCAN_OK_T.get(dev)
-    if ok is None:
-        ok = _SCAN_OK_T[dev] = torch.from_numpy(_SCAN_OK).to(dev)
-    # bad[p]: byte p is 0xFF and byte p+1 cannot follow it inside a scan
-    bad = (data[:-1] == 0xFF) & ~ok[data[1:].long()]
-    csum = torch.zeros(data.numel(), dtype=torch.int32, device=dev)
-    torch.cumsum(bad, 0, dtype=torch.int32, out=csum[1:])
-    # pairs (p, p+1) with p in [offset + start, offset + length - 1)
-    lo = (offsets + starts.clamp(min=0)).clamp(max=data.numel() - 1)
-    hi = (offsets + lengths - 1).clamp(min=0, max=data.numel() - 1)
-    count = csum[hi] - csum[torch.minimum(lo, hi)]
-    return (count > 0) & (starts >= 0)
 
 
 def header_code(info: JpegInfo) -> int:
