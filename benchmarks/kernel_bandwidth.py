@@ -1,13 +1,12 @@
 """Fused kernel throughput against the GPU's device-to-device copy bandwidth.
 
-    python benchmarks/kernel_bandwidth.py [--batch 256] [--kernel gather,dot] [--sweep] [--json out.json]
+    python benchmarks/kernel_bandwidth.py [--batch 256] [--sweep] [--json out.json]
 
 Bytes counted: each sample's source pixels inside its crop box (read once) plus
 the output batch (written once). The ratio to a large device-to-device copy
 (bytes read + written) says how close the kernel is to memory speed.
 
-``--kernel`` lists the kernel variants to time side by side ("gather": per-pixel
-tap gathers; "dot": staged source and band-matrix products per channel).
+``--sweep`` also times other tile shapes and warp counts.
 """
 from __future__ import annotations
 
@@ -65,9 +64,6 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--json", default=None)
-    p.add_argument("--kernel", default="gather,dot",
-                   help="comma-separated kernel variants to time side by side: gather, dot, "
-                        "auto (the launcher's own choice)")
     p.add_argument("--sweep", action="store_true", help="also time other tile shapes / warp counts")
     args = p.parse_args()
     rng = np.random.default_rng(0)
@@ -79,7 +75,6 @@ def main() -> None:
     offsets[1:] = numel.cumsum(0)[:-1]
     # several input sets so repeated runs are not served from L2
     sets = [torch.randint(0, 256, (int(numel.sum()),), dtype=torch.uint8, device="cuda") for _ in range(4)]
-    variants = args.kernel.split(",")
     results = {"device": torch.cuda.get_device_name(), "batch": n, "copy_GBps": copy_bandwidth(), "recipes": {},
                "versions": {"torch": torch.__version__, "triton": _triton_version()}, "cpus": os.cpu_count()}
     recipes = {
@@ -111,21 +106,16 @@ def main() -> None:
                                out_dtype=plan.out_dtype, channels_last=cl, antialias=plan.antialias,
                                quantize=plan.quantize, out=out)
 
-        for variant in variants:
-            rc.KERNEL_OVERRIDE = None if variant == "auto" else variant
-            try:
-                ms = time_ms(run)
-            finally:
-                rc.KERNEL_OVERRIDE = None
-            med = float(np.median(ms))
-            gbps = (read + written) / med / 1e6
-            results["recipes"][f"{name} [{variant}]"] = {
-                "ms_median": med, "ms_min": float(np.min(ms)), "ms_max": float(np.max(ms)),
-                "MB_read": read / 1e6, "MB_written": written / 1e6, "GBps": gbps,
-                "fraction_of_copy": gbps / results["copy_GBps"], "images_per_s": n / med * 1e3,
-            }
+        ms = time_ms(run)
+        med = float(np.median(ms))
+        gbps = (read + written) / med / 1e6
+        results["recipes"][name] = {
+            "ms_median": med, "ms_min": float(np.min(ms)), "ms_max": float(np.max(ms)),
+            "MB_read": read / 1e6, "MB_written": written / 1e6, "GBps": gbps,
+            "fraction_of_copy": gbps / results["copy_GBps"], "images_per_s": n / med * 1e3,
+        }
     print(f"{results['device']}: device-to-device copy {results['copy_GBps']:.0f} GB/s (read + written)")
-    print(f"{'recipe [kernel]':<49} {'ms':>7} {'min':>7} {'max':>7} {'GB/s':>7} {'of copy':>8} {'images/s':>10}")
+    print(f"{'recipe':<49} {'ms':>7} {'min':>7} {'max':>7} {'GB/s':>7} {'of copy':>8} {'images/s':>10}")
     for name, r in results["recipes"].items():
         print(f"{name:<49} {r['ms_median']:>7.3f} {r['ms_min']:>7.3f} {r['ms_max']:>7.3f} {r['GBps']:>7.0f} "
               f"{100 * r['fraction_of_copy']:>7.1f}% {r['images_per_s']:>10.0f}")
@@ -136,33 +126,27 @@ def main() -> None:
         out = torch.empty(n, 3, 224, 224, device="cuda")
         off_d, shp_d = offsets.cuda(), shapes.cuda()
         results["sweep"] = {}
-        configs = {
-            # (BLOCK_H, BLOCK_W, num_warps)
-            "gather": ((16, 32, 4), (8, 32, 4), (32, 16, 4)),
-            # (BLOCK_H, BLOCK_W, BLOCK_K, num_warps)
-            "dot": ((32, 32, 64, 4), (64, 32, 64, 4), (32, 64, 64, 4)),
-        }
-        print("train fp32 NCHW, tile sweep (kernel, BLOCK_H x BLOCK_W [x BLOCK_K], warps): ms median of 50, "
-              "rotating input sets")
-        for variant in variants:
-            for cfg in configs.get(variant, ()):
-                rc.KERNEL_OVERRIDE, rc.LAUNCH_OVERRIDE = variant, cfg
-                k = [0]
+        # (BLOCK_H, BLOCK_W, num_warps); the first is the launcher's default
+        configs = ((16, 32, 4), (8, 32, 4), (32, 16, 4), (16, 32, 8), (8, 64, 4))
+        print("train fp32 NCHW, tile sweep (BLOCK_H x BLOCK_W, warps): ms median of 50, rotating input sets")
+        for cfg in configs:
+            rc.LAUNCH_OVERRIDE = cfg
+            k = [0]
 
-                def run_sweep():
-                    k[0] = (k[0] + 1) % len(sets)
-                    fused_resized_crop(sets[k[0]], off_d, shp_d, params, plan.out_size, plan.scale, plan.bias,
-                                       out=out)
+            def run_sweep():
+                k[0] = (k[0] + 1) % len(sets)
+                fused_resized_crop(sets[k[0]], off_d, shp_d, params, plan.out_size, plan.scale, plan.bias,
+                                   out=out)
 
-                try:
-                    ms = float(np.median(time_ms(run_sweep)))
-                except Exception as e:  # a config the compiler rejects (e.g. out of shared memory)
-                    print(f"  {variant} {cfg}: failed: {type(e).__name__}: {str(e)[:200]}")
-                    continue
-                finally:
-                    rc.KERNEL_OVERRIDE, rc.LAUNCH_OVERRIDE = None, None
-                results["sweep"][f"{variant} " + "x".join(map(str, cfg))] = ms
-                print(f"  {variant} {cfg}: {ms:.3f}")
+            try:
+                ms = float(np.median(time_ms(run_sweep)))
+            except Exception as e:  # a config the compiler rejects
+                print(f"  {cfg}: failed: {type(e).__name__}: {str(e)[:200]}")
+                continue
+            finally:
+                rc.LAUNCH_OVERRIDE = None
+            results["sweep"]["x".join(map(str, cfg))] = ms
+            print(f"  {cfg}: {ms:.3f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

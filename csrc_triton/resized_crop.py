@@ -25,10 +25,12 @@ to an integer in ``[0, 255]`` (what torchvision's uint8 resize produces), then
 saturated for ``uint8``).
 
 :func:`fused_resized_crop` is the Triton launcher; :func:`resized_crop_reference`
-is the same function in plain torch, used for testing and as the CPU path. The
-launcher runs the per-pixel gather kernel; a tensor-core variant of the same
-function ("dot") can be chosen with ``KERNEL_OVERRIDE`` or the
-``TORCHDALI_RESIZED_CROP_KERNEL`` environment variable.
+is the same function in plain torch, used for testing and as the CPU path.
+
+The kernel gathers each output pixel's taps straight from the packed source. A
+tensor-core formulation (source staged per tile, both passes as band-matrix
+products) was measured slower on an H200 in every recipe and was dropped; see
+benchmarks/RESULTS.md.
 """
 from __future__ import annotations
 
@@ -265,241 +267,6 @@ def _resized_crop_kernel(
         tl.store(dst + ch * stride_oc, o.to(out_ptr.dtype.element_ty), mask=out_mask)
 
 
-# Same function as _resized_crop_kernel, computed as two matrix products per
-# tile: the gather kernel re-reads every source byte for each of the 3x3..5x5
-# output pixels that use it, and is bound by those load instructions. Here each
-# program stages the source rows and columns its tile needs, BLOCK_K at a time,
-# and applies the separable filter as band matrices built in registers:
-#     tmp[rows, tile_w] = src[rows, cols] @ Wx[cols, tile_w]
-#     out[tile_h, tile_w] += Wy[tile_h, rows] @ tmp[rows, tile_w]
-# Operands are float16 for the tensor cores; float16 alone (11 significant
-# bits) would put the result up to ~0.1 off on a 0..255 scale and flip uint8
-# rounding, so weights and the intermediate are split as hi + lo float16
-# pairs and the products that matter summed in float32 (source bytes are exact
-# in float16): error ~1e-4, about the float32 reference's own.
-# On an H200 it is slower than the gather kernel (0.70 against 0.49-0.62 ms per
-# 256-image batch, benchmarks/kernel_bandwidth.py): staging loads, building the
-# weight matrices and the layout changes between the products (shared memory,
-# barriers) cost more than the tap gathers they replace, so it is used only
-# when asked for (KERNEL_OVERRIDE).
-def _resized_crop_dot_kernel(
-    data_ptr,  # uint8, all images packed back to back (HWC each)
-    offsets_ptr,  # int64 [B]
-    shapes_ptr,  # int32/int64 [B, 3] contiguous: H, W, C
-    params_ptr,  # float32 [B, NUM_PARAMS] contiguous
-    affine_ptr,  # float32 [6]: scale[0..2], bias[0..2]
-    out_ptr,
-    n_data,  # number of elements in data; bounds every image read
-    out_h,
-    out_w,
-    n_tiles_w,
-    n_tiles,
-    stride_ob,
-    stride_oc,
-    stride_oh,
-    stride_ow,
-    ANTIALIAS: tl.constexpr,
-    QUANTIZE: tl.constexpr,
-    OUT_UINT8: tl.constexpr,
-    NPARAMS: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    BLOCK_W: tl.constexpr,
-    BLOCK_K: tl.constexpr,  # source rows / columns staged per step
-):
-    pid = tl.program_id(0)
-    b = pid // n_tiles
-    tile = pid % n_tiles
-    rows = (tile // n_tiles_w) * BLOCK_H + tl.arange(0, BLOCK_H)
-    cols = (tile % n_tiles_w) * BLOCK_W + tl.arange(0, BLOCK_W)
-    row_in = rows < out_h
-    col_in = cols < out_w
-
-    # ---- per-sample metadata and clamping: as in _resized_crop_kernel ----
-    b64 = b.to(tl.int64)
-    off = tl.load(offsets_ptr + b64).to(tl.int64)
-    H = tl.load(shapes_ptr + b64 * 3).to(tl.int64)
-    W = tl.load(shapes_ptr + b64 * 3 + 1).to(tl.int64)
-    C = tl.load(shapes_ptr + b64 * 3 + 2).to(tl.int64)
-    Hs = tl.maximum(H, 1)
-    Ws = tl.maximum(W, 1)
-    img_ok = (H > 0) & (W > 0) & (C > 0) & (off >= 0)
-    img_ok = img_ok & (H <= n_data) & (W <= n_data // Hs) & (C <= n_data // (Hs * Ws))
-    img_ok = img_ok & (off <= n_data - H * W * C)
-    Hf = H.to(tl.float32)
-    Wf = W.to(tl.float32)
-
-    p = params_ptr + b64 * NPARAMS
-    origin_y = tl.load(p + 0)
-    origin_x = tl.load(p + 1)
-    step_y = tl.load(p + 2)
-    step_x = tl.load(p + 3)
-    lo_y = tl.load(p + 4)
-    lo_y = tl.where(lo_y > 0.0, lo_y, 0.0)
-    lo_y = tl.where(lo_y < Hf - 1.0, lo_y, Hf - 1.0)
-    hi_y = tl.load(p + 5)
-    hi_y = tl.where(hi_y < Hf, hi_y, Hf)
-    hi_y = tl.where(hi_y > lo_y, hi_y, lo_y + 1.0)
-    lo_x = tl.load(p + 6)
-    lo_x = tl.where(lo_x > 0.0, lo_x, 0.0)
-    lo_x = tl.where(lo_x < Wf - 1.0, lo_x, Wf - 1.0)
-    hi_x = tl.load(p + 7)
-    hi_x = tl.where(hi_x < Wf, hi_x, Wf)
-    hi_x = tl.where(hi_x > lo_x, hi_x, lo_x + 1.0)
-    valid_y0 = tl.load(p + 8)
-    valid_y1 = tl.load(p + 9)
-    valid_x0 = tl.load(p + 10)
-    valid_x1 = tl.load(p + 11)
-
-    s_y = tl.abs(step_y)
-    s_x = tl.abs(step_x)
-    if ANTIALIAS:
-        support_y = tl.where(s_y >= 1.0, s_y, 1.0)
-        inv_y = tl.where(s_y >= 1.0, tl.div_rn(1.0, tl.maximum(s_y, 1.0)), 1.0)
-        support_x = tl.where(s_x >= 1.0, s_x, 1.0)
-        inv_x = tl.where(s_x >= 1.0, tl.div_rn(1.0, tl.maximum(s_x, 1.0)), 1.0)
-    else:
-        support_y = 1.0
-        inv_y = 1.0
-        support_x = 1.0
-        inv_x = 1.0
-
-    # ---- y axis: first tap, tap count, normaliser, fallback per output row ----
-    ri = rows.to(tl.float32)
-    cy = origin_y + step_y * (ri + 0.5)
-    ky_lo = tl.floor(cy - support_y + 0.5)
-    ky_lo = tl.where(ky_lo > lo_y, ky_lo, lo_y)
-    ky_hi = tl.floor(cy + support_y + 0.5)
-    ky_hi = tl.where(ky_hi < hi_y, ky_hi, hi_y)
-    n_yf = ky_hi - ky_lo
-    act_y = row_in & (ri >= valid_y0) & (ri < valid_y1) & img_ok
-    has_y = act_y & (n_yf > 0.0)
-    n_y = tl.where(has_y, n_yf, 0.0).to(tl.int32)
-    ky0 = tl.where(has_y, ky_lo, 0.0).to(tl.int32)
-    sum_y = tl.full([BLOCK_H], 0.0, tl.float32)
-    for t in range(0, tl.reduce(n_y, 0, _max_combine)):
-        wy = 1.0 - tl.abs(((ky0 + t).to(tl.float32) - cy + 0.5) * inv_y)
-        sum_y += tl.where((t < n_y) & (wy > 0.0), wy, 0.0)
-    fb_y = act_y & (sum_y == 0.0)
-    near_y = tl.floor(cy)
-    near_y = tl.where(near_y < hi_y - 1.0, near_y, hi_y - 1.0)
-    near_y = tl.where(near_y > lo_y, near_y, lo_y)
-    ky0 = tl.where(fb_y, near_y.to(tl.int32), ky0)
-    n_y = tl.where(fb_y, 1, n_y)
-    rnorm_y = tl.div_rn(tl.full([BLOCK_H], 1.0, tl.float32), tl.where(sum_y > 0.0, sum_y, 1.0))
-
-    # ---- x axis: same per output column ----
-    ci = cols.to(tl.float32)
-    cx = origin_x + step_x * (ci + 0.5)
-    kx_lo = tl.floor(cx - support_x + 0.5)
-    kx_lo = tl.where(kx_lo > lo_x, kx_lo, lo_x)
-    kx_hi = tl.floor(cx + support_x + 0.5)
-    kx_hi = tl.where(kx_hi < hi_x, kx_hi, hi_x)
-    n_xf = kx_hi - kx_lo
-    act_x = col_in & (ci >= valid_x0) & (ci < valid_x1)
-    has_x = act_x & (n_xf > 0.0)
-    n_x = tl.where(has_x, n_xf, 0.0).to(tl.int32)
-    kx0 = tl.where(has_x, kx_lo, 0.0).to(tl.int32)
-    sum_x = tl.full([BLOCK_W], 0.0, tl.float32)
-    for u in range(0, tl.reduce(n_x, 0, _max_combine)):
-        wx = 1.0 - tl.abs(((kx0 + u).to(tl.float32) - cx + 0.5) * inv_x)
-        sum_x += tl.where((u < n_x) & (wx > 0.0), wx, 0.0)
-    fb_x = act_x & (sum_x == 0.0)
-    near_x = tl.floor(cx)
-    near_x = tl.where(near_x < hi_x - 1.0, near_x, hi_x - 1.0)
-    near_x = tl.where(near_x > lo_x, near_x, lo_x)
-    kx0 = tl.where(fb_x, near_x.to(tl.int32), kx0)
-    n_x = tl.where(fb_x, 1, n_x)
-    rnorm_x = tl.div_rn(tl.full([BLOCK_W], 1.0, tl.float32), tl.where(sum_x > 0.0, sum_x, 1.0))
-
-    # Source span of the whole tile, [y0, y1) x [x0, x1): every tap lies in the
-    # clamp region, so staging only this span keeps reads inside the image.
-    # Empty (y0 > y1) when no row of the tile has taps, e.g. all padding.
-    big = 1 << 30
-    y0 = -tl.reduce(tl.where(n_y > 0, -ky0, -big), 0, _max_combine)
-    y1 = tl.reduce(tl.where(n_y > 0, ky0 + n_y, 0), 0, _max_combine)
-    x0 = -tl.reduce(tl.where(n_x > 0, -kx0, -big), 0, _max_combine)
-    x1 = tl.reduce(tl.where(n_x > 0, kx0 + n_x, 0), 0, _max_combine)
-
-    # The launcher uses this kernel only for data of fewer than 2**31 bytes, so
-    # offsets inside an image (itself inside data when img_ok) fit in int32.
-    img_ptr = data_ptr + off
-    C32 = C.to(tl.int32)
-    ch1 = tl.minimum(C32 - 1, 1)
-    ch2 = tl.minimum(C32 - 1, 2)
-    row_pitch = (W * C).to(tl.int32)
-    kk = tl.arange(0, BLOCK_K)
-    acc0 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
-    acc1 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
-    acc2 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
-    for r0 in range(y0, y1, BLOCK_K):
-        ky = r0 + kk
-        # Wy[out row, source row]: the row's normalised tap weight, 0 off its taps.
-        dy = ky[None, :] - ky0[:, None]
-        wy = 1.0 - tl.abs((ky.to(tl.float32)[None, :] - cy[:, None] + 0.5) * inv_y)
-        wy = tl.where(fb_y[:, None], 1.0, tl.maximum(wy, 0.0) * rnorm_y[:, None])
-        wy = tl.where((dy >= 0) & (dy < n_y[:, None]), wy, 0.0)
-        wy_hi = wy.to(tl.float16)
-        wy_lo = (wy - wy_hi.to(tl.float32)).to(tl.float16)
-        m_y = (ky < y1)[:, None]
-        row_base = (ky * row_pitch)[:, None]
-        t0 = tl.full([BLOCK_K, BLOCK_W], 0.0, tl.float32)
-        t1 = tl.full([BLOCK_K, BLOCK_W], 0.0, tl.float32)
-        t2 = tl.full([BLOCK_K, BLOCK_W], 0.0, tl.float32)
-        for c0 in range(x0, x1, BLOCK_K):
-            kx = c0 + kk
-            dx = kx[:, None] - kx0[None, :]
-            wx = 1.0 - tl.abs((kx.to(tl.float32)[:, None] - cx[None, :] + 0.5) * inv_x)
-            wx = tl.where(fb_x[None, :], 1.0, tl.maximum(wx, 0.0) * rnorm_x[None, :])
-            wx = tl.where((dx >= 0) & (dx < n_x[None, :]), wx, 0.0)
-            wx_hi = wx.to(tl.float16)
-            wx_lo = (wx - wx_hi.to(tl.float32)).to(tl.float16)
-            m = m_y & (kx < x1)[None, :]
-            src = img_ptr + (row_base + (kx * C32)[None, :])
-            s = tl.load(src, mask=m, other=0).to(tl.float16)
-            t0 = tl.dot(s, wx_hi, t0)
-            t0 = tl.dot(s, wx_lo, t0)
-            s = tl.load(src + ch1, mask=m, other=0).to(tl.float16)
-            t1 = tl.dot(s, wx_hi, t1)
-            t1 = tl.dot(s, wx_lo, t1)
-            s = tl.load(src + ch2, mask=m, other=0).to(tl.float16)
-            t2 = tl.dot(s, wx_hi, t2)
-            t2 = tl.dot(s, wx_lo, t2)
-        # wy_lo @ t_lo is below float32 rounding of the result: left out.
-        t_hi = t0.to(tl.float16)
-        acc0 = tl.dot(wy_hi, t_hi, acc0)
-        acc0 = tl.dot(wy_lo, t_hi, acc0)
-        acc0 = tl.dot(wy_hi, (t0 - t_hi.to(tl.float32)).to(tl.float16), acc0)
-        t_hi = t1.to(tl.float16)
-        acc1 = tl.dot(wy_hi, t_hi, acc1)
-        acc1 = tl.dot(wy_lo, t_hi, acc1)
-        acc1 = tl.dot(wy_hi, (t1 - t_hi.to(tl.float32)).to(tl.float16), acc1)
-        t_hi = t2.to(tl.float16)
-        acc2 = tl.dot(wy_hi, t_hi, acc2)
-        acc2 = tl.dot(wy_lo, t_hi, acc2)
-        acc2 = tl.dot(wy_hi, (t2 - t_hi.to(tl.float32)).to(tl.float16), acc2)
-
-    out_mask = row_in[:, None] & col_in[None, :]
-    dst = (
-        out_ptr
-        + b64 * stride_ob
-        + rows.to(tl.int64)[:, None] * stride_oh
-        + cols.to(tl.int64)[None, :] * stride_ow
-    )
-    for ch in tl.static_range(3):
-        if ch == 0:
-            v = acc0
-        elif ch == 1:
-            v = acc1
-        else:
-            v = acc2
-        if QUANTIZE:
-            v = tl.floor(tl.minimum(tl.maximum(v, 0.0), 255.0) + 0.5)
-        o = v * tl.load(affine_ptr + ch) + tl.load(affine_ptr + 3 + ch)
-        if OUT_UINT8:
-            o = tl.floor(tl.minimum(tl.maximum(o, 0.0), 255.0) + 0.5)
-        tl.store(dst + ch * stride_oc, o.to(out_ptr.dtype.element_ty), mask=out_mask)
-
-
 # --------------------------------------------------------------------------- #
 # Argument checking shared by the launcher and the reference
 # --------------------------------------------------------------------------- #
@@ -660,7 +427,7 @@ def _prepare(
 # Triton launcher
 # --------------------------------------------------------------------------- #
 
-_kernels: dict[tuple[str, str], Any] = {}  # (variant, "jit" / "interpret") -> launchable kernel
+_kernels: dict[str, Any] = {}  # "jit" / "interpret" -> launchable kernel
 
 
 def _interpret_mode() -> bool:
@@ -684,18 +451,14 @@ def _load_triton() -> None:
     triton = triton_mod  # last: it marks the loading as done
 
 
-_VARIANTS = {"gather": _resized_crop_kernel, "dot": _resized_crop_dot_kernel}
-
-
-def _kernel_for(device: torch.device, variant: str) -> Any:
-    """The kernel object of ``variant`` able to run on ``device`` (built on first use)."""
+def _kernel_for(device: torch.device) -> Any:
+    """The kernel object able to run on ``device`` (built on first use)."""
     _load_triton()
-    fn = _VARIANTS[variant]
     if device.type != "cpu":
-        if (variant, "jit") not in _kernels:
+        if "jit" not in _kernels:
             # Under TRITON_INTERPRET=1 this is already the interpreted version.
-            _kernels[variant, "jit"] = triton.jit(fn)
-        return _kernels[variant, "jit"]
+            _kernels["jit"] = triton.jit(_resized_crop_kernel)
+        return _kernels["jit"]
     if not _interpret_mode():
         raise RuntimeError(
             "fused_resized_crop got CPU tensors: Triton kernels run on a GPU. Use resized_crop_reference "
@@ -703,39 +466,18 @@ def _kernel_for(device: torch.device, variant: str) -> Any:
         )
     from triton.runtime.interpreter import InterpretedFunction
 
-    if (variant, "interpret") not in _kernels:
-        _kernels[variant, "interpret"] = InterpretedFunction(fn)
-    return _kernels[variant, "interpret"]
+    if "interpret" not in _kernels:
+        _kernels["interpret"] = InterpretedFunction(_resized_crop_kernel)
+    return _kernels["interpret"]
 
 
-#: Kernel to use instead of the built-in choice: "gather" (per-pixel tap
-#: gathers) or "dot" (staged source, band-matrix products); for benchmarks and
-#: tests only. The environment variable TORCHDALI_RESIZED_CROP_KERNEL does the
-#: same for a whole process.
-KERNEL_OVERRIDE: str | None = None
-
-#: (BLOCK_H, BLOCK_W, num_warps) for "gather", (BLOCK_H, BLOCK_W, BLOCK_K,
-#: num_warps) for "dot", to use instead of the built-in choice; for tuning only.
-LAUNCH_OVERRIDE: tuple[int, ...] | None = None
+#: (BLOCK_H, BLOCK_W, num_warps) to use instead of the built-in choice; for
+#: tuning only (benchmarks/kernel_bandwidth.py --sweep).
+LAUNCH_OVERRIDE: tuple[int, int, int] | None = None
 
 
 def _clamped_pow2(n: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, triton.next_power_of_2(max(n, 1))))
-
-
-def _choose_variant(n_data: int) -> str:
-    v = KERNEL_OVERRIDE or os.environ.get("TORCHDALI_RESIZED_CROP_KERNEL") or "auto"
-    if v != "auto" and v not in _VARIANTS:
-        raise ValueError(
-            f"unknown resized-crop kernel {v!r} (KERNEL_OVERRIDE / TORCHDALI_RESIZED_CROP_KERNEL); "
-            f"use one of {sorted(_VARIANTS)} or 'auto'"
-        )
-    if v == "auto" or n_data >= 2**31:
-        # The tensor-core variants measured slower than the gather kernel on an
-        # H200 (benchmarks/kernel_bandwidth.py), and address inside an image
-        # with int32.
-        return "gather"
-    return v
 
 
 def fused_resized_crop(
@@ -802,28 +544,14 @@ def fused_resized_crop(
     B = a.params.shape[0]
     if B == 0 or a.out_h == 0 or a.out_w == 0:
         return a.out
-    variant = _choose_variant(a.data.numel())
-    kernel = _kernel_for(a.data.device, variant)
-
-    if variant != "gather":
-        # Tensor-core tiles need every dimension >= 16; 32x32 output tiles
-        # with 64 staged source rows/columns cover a downscale by up to ~1.8
-        # in one step per axis (more steps beyond).
-        block_w = _clamped_pow2(a.out_w, 16, 32)
-        block_h = _clamped_pow2(a.out_h, 16, 32)
-        block_k, num_warps = 64, 4
-        if LAUNCH_OVERRIDE is not None:  # benchmarks/kernel_bandwidth.py --sweep
-            block_h, block_w, block_k, num_warps = LAUNCH_OVERRIDE
-        extra = {"BLOCK_K": block_k}
-    else:
-        # 16x32 tiles: a warp's row of stores is 128 contiguous bytes in NCHW float32,
-        # and source rows are reused across the 16 output rows through L1/L2.
-        block_w = _clamped_pow2(a.out_w, 8, 32)
-        block_h = _clamped_pow2(a.out_h, 1, 512 // block_w)
-        num_warps = 4
-        if LAUNCH_OVERRIDE is not None:  # benchmarks/kernel_bandwidth.py --sweep
-            block_h, block_w, num_warps = LAUNCH_OVERRIDE
-        extra = {}
+    kernel = _kernel_for(a.data.device)
+    # 16x32 tiles: a warp's row of stores is 128 contiguous bytes in NCHW float32,
+    # and source rows are reused across the 16 output rows through L1/L2.
+    block_w = _clamped_pow2(a.out_w, 8, 32)
+    block_h = _clamped_pow2(a.out_h, 1, 512 // block_w)
+    num_warps = 4
+    if LAUNCH_OVERRIDE is not None:
+        block_h, block_w, num_warps = LAUNCH_OVERRIDE
     n_tiles_w = triton.cdiv(a.out_w, block_w)
     n_tiles = triton.cdiv(a.out_h, block_h) * n_tiles_w
     grid = (B * n_tiles,)
@@ -841,7 +569,6 @@ def fused_resized_crop(
             BLOCK_H=block_h,
             BLOCK_W=block_w,
             num_warps=num_warps,
-            **extra,
         )
     return a.out
 
