@@ -548,7 +548,7 @@ class GpuIterator:
                         raise RuntimeError("torchdali executor threads ended without a result") from None
         except BaseException:
             # also what torch's SIGCHLD handler raises here when a worker dies, and Ctrl-C
-            self.close()
+            self._close(wait_for_workers=False)
             raise
         if item is _END:
             self._finished = True
@@ -556,7 +556,7 @@ class GpuIterator:
             self.close()
             raise StopIteration
         if isinstance(item, _Failure):
-            self.close()
+            self._close(wait_for_workers=False)
             raise item.exc
         batch, images, targets, ready, stages = item
         consumer = torch.cuda.current_stream(self._device)
@@ -573,6 +573,12 @@ class GpuIterator:
 
     def close(self) -> None:
         """Stop the threads and the workers; idempotent."""
+        self._close(wait_for_workers=True)
+
+    def _close(self, wait_for_workers: bool) -> None:
+        """``wait_for_workers=False`` is the error path: a worker that is stuck (the
+        reason for a timeout) must not hold the error back, so the workers are shut
+        down on a background thread (torch's shutdown ends them within seconds)."""
         if self._closed:
             return
         self._closed = True
@@ -597,7 +603,10 @@ class GpuIterator:
         if shutdown is not None and (not self._loader.persistent_workers or not self._finished):
             # Left mid-epoch: our staging thread may still be inside the workers' iterator,
             # so persistent workers cannot be reset for the next epoch safely; start anew.
-            shutdown()
+            if wait_for_workers:
+                shutdown()
+            else:
+                threading.Thread(target=shutdown, name="torchdali-worker-shutdown", daemon=True).start()
             if self._loader.persistent_workers and getattr(self._inner, "_iterator", None) is self._inner_it:
                 self._inner._iterator = None
         for t in self._threads:
