@@ -3,6 +3,8 @@
 #   PHASE=1 OUT=gpu_out bash benchmarks/gpu_final.sh   # GPU tests, train + val vs torchvision, ring off/on
 #   PHASE=2 OUT=gpu_out bash benchmarks/gpu_final.sh   # all GPU tests, sweeps (workers, batch size), memory +
 #                                                      # first batch, decoder alone, kernel
+#   PHASE=3 OUT=gpu_out bash benchmarks/gpu_final.sh   # all GPU tests, train + val vs torchvision, decoder
+#                                                      # alone on the same data, kernel (one call)
 # Everything lands in $OUT/logs; $OUT/phaseN.tgz bundles it.
 set -uo pipefail
 OUT=${OUT:-gpu_out}; N=${N:-16384}; PHASE=${PHASE:-1}; L=$OUT/logs; mkdir -p "$L"
@@ -28,6 +30,15 @@ if [ "$PHASE" = 1 ]; then
   done
   TORCHDALI_STAGING_RING=0 bench ring_off --only torchdali --batch-size 256 --workers $W --epochs 3 --warmup 1
   TORCHDALI_HYBRID_SPLIT=1 bench hybrid_split --only torchdali --batch-size 256 --workers $W --epochs 3 --warmup 1
+elif [ "$PHASE" = 3 ]; then
+  timeout 200 python3 -m pytest -m cuda -q -rs --tb=short -p no:cacheprovider -o faulthandler_timeout=45 \
+    tests > "$L/pytest_cuda.log" 2>&1; tail -2 "$L/pytest_cuda.log"
+  wait $GEN
+  for R in train val; do
+    bench $R --batch-size 256 --workers $W --recipe $R --epochs 3 --warmup 1
+  done
+  timeout 150 python3 benchmarks/profile_decode.py $D/synthetic-$N > "$L/profile_decode.log" 2>&1; tail -16 "$L/profile_decode.log"
+  timeout 90 python3 benchmarks/kernel_bandwidth.py --sweep --json "$L/kernel.json" > "$L/kernel.log" 2>&1; tail -14 "$L/kernel.log"
 else
   timeout 280 python3 -m pytest -m cuda -q -rs --tb=short -p no:cacheprovider -o faulthandler_timeout=45 \
     tests > "$L/pytest_cuda.log" 2>&1; tail -2 "$L/pytest_cuda.log"

@@ -2,8 +2,11 @@
 
     python benchmarks/profile_decode.py DATA_DIR [--batches 8] [--batch 256]
 
-Decodes the same packed batches with torchdali's NvjpegDecoder (hardware + hybrid,
-and hybrid only) and with torchvision's batched decode_jpeg on the GPU, in one run.
+Decodes the same packed batches (files drawn at random from the whole of DATA_DIR)
+with torchdali's NvjpegDecoder (hardware + hybrid, and hybrid only) and with
+torchvision's batched decode_jpeg on the GPU, in one run. The first row after the
+CPU-side ones is the decoder's ceiling on exactly the loader benchmark's data:
+every file of DATA_DIR once, in batches, nothing else running.
 """
 from __future__ import annotations
 
@@ -34,13 +37,17 @@ def pack(files):
     return blobs, host, offsets, lengths, sizes, hints
 
 
-def run_decoder(dec, batches, stream, reps=3, use_hints=False):
+def run_decoder(dec, batches, stream, reps=3, use_hints=False, alongside=None):
+    """images/s, median host ms per batch, decoder stats. ``alongside(k)`` is called
+    before batch ``k`` is decoded (work the loader queues next to the decoder)."""
     host_ms, walls = [], []
     for _ in range(reps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         n = 0
-        for blobs, pinned, offsets, lengths, sizes, hints in batches:
+        for k, (blobs, pinned, offsets, lengths, sizes, hints) in enumerate(batches):
+            if alongside is not None:
+                alongside(k)
             numel = sizes[:, 0] * sizes[:, 1] * 3
             out_off = np.zeros(len(numel), dtype=np.int64)
             out_off[1:] = np.cumsum(numel)[:-1]
@@ -51,7 +58,7 @@ def run_decoder(dec, batches, stream, reps=3, use_hints=False):
                                       hints=hints if use_hints else None)
             host_ms.append(1e3 * (time.perf_counter() - h0))
             assert all(s == 0 for s in status), dec.last_errors
-            n += len(blobs)
+            n += len(sizes)
         stream.synchronize()
         walls.append(n / (time.perf_counter() - t0))
     return statistics.median(walls), statistics.median(host_ms), dict(dec.last_stats)
@@ -63,7 +70,10 @@ def main():
     p.add_argument("--batches", type=int, default=8)
     p.add_argument("--batch", type=int, default=256)
     args = p.parse_args()
-    files = sorted(glob.glob(os.path.join(args.data, "*", "*.jpg")))[: args.batches * args.batch]
+    every = sorted(glob.glob(os.path.join(args.data, "*", "*.jpg")))
+    # classes may differ in image size: draw across all of them
+    pick = np.random.default_rng(0).permutation(len(every))
+    files = [every[i] for i in pick[: args.batches * args.batch]]
     batches = []
     for k in range(0, len(files), args.batch):
         blobs, host, offsets, lengths, sizes, hints = pack(files[k:k + args.batch])
@@ -71,6 +81,20 @@ def main():
     nbytes = batches[0][1].numel()
     stream = torch.cuda.Stream()
     rows = []
+
+    # ceiling: every file once, in shuffled batches (what one loader epoch decodes)
+    shuffled = [every[i] for i in pick]
+    whole = []
+    for k in range(0, len(shuffled), args.batch):
+        blobs, host, offsets, lengths, sizes, hints = pack(shuffled[k:k + args.batch])
+        whole.append((None, host.pin_memory(), offsets, lengths, sizes, hints))
+    with NvjpegDecoder(0) as dec:
+        run_decoder(dec, whole[:2], stream, reps=1, use_hints=True)
+        ips, host_ms, _ = run_decoder(dec, whole, stream, use_hints=True)
+    mean_kib = sum(w[1].numel() for w in whole) / len(shuffled) / 1024
+    rows.append((f"nvJPEG hw, header codes, all {len(shuffled)} files", f"{ips:.0f} images/s",
+                 f"host {host_ms:.2f} ms/batch, mean {mean_kib:.0f} KiB (the loader's ceiling)"))
+    del whole
 
     # staging copy: shared-memory tensor -> pinned buffer
     src = batches[0][1].clone()
@@ -100,6 +124,59 @@ def main():
             run_decoder(dec, batches[:2], stream, reps=1, use_hints=use_hints)  # warm-up
             ips, host_ms, stats = run_decoder(dec, batches, stream, use_hints=use_hints)
         rows.append((name, f"{ips:.0f} images/s", f"host {host_ms:.2f} ms/batch {stats}"))
+
+    # Does the decoder's speed depend on where the bytes live, on busy CPUs, or on the
+    # scan-marker check the loader runs beside it (a copy of the batch to the GPU and
+    # one kernel, on a side stream)?
+    import subprocess
+
+    from torchdali.csrc_triton.scan_check import bad_scan_markers
+    from torchdali._executor._ring import HostRing, ring_supported
+    from torchdali.decode._jpeg_header import scan_offset
+
+    variants = {"pinned (cudaHostAlloc)": batches,
+                "pageable": [(bt[0], torch.empty_like(bt[1]).copy_(bt[1])) + bt[2:] for bt in batches]}
+    ring = None
+    if ring_supported():
+        ring = HostRing(len(batches), max(bt[1].numel() for bt in batches) + 4096)
+        ring.register()
+        variants["staging ring (memfd, cudaHostRegister)"] = [
+            (bt[0], ring.slot(k)[: bt[1].numel()].copy_(bt[1])) + bt[2:] for k, bt in enumerate(batches)]
+    starts = [np.array([scan_offset(np.frombuffer(b, np.uint8)) for b in bt[0]]) for bt in batches]
+    check_stream = torch.cuda.Stream()
+
+    def scan_check(k, src):
+        bt = src[k]
+        with torch.cuda.stream(check_stream):
+            bad_scan_markers(bt[1].to("cuda", non_blocking=True), bt[2], bt[3], starts[k])
+
+    with NvjpegDecoder(0) as dec:
+        for label, src in variants.items():
+            run_decoder(dec, src[:2], stream, reps=1, use_hints=True)
+            ips, host_ms, _ = run_decoder(dec, src, stream, use_hints=True)
+            rows.append((f"nvJPEG hw, source {label}", f"{ips:.0f} images/s", f"host {host_ms:.2f} ms/batch"))
+            if label.startswith("staging"):
+                ips, host_ms, _ = run_decoder(dec, src, stream, use_hints=True,
+                                              alongside=lambda k, src=src: scan_check(k, src))
+                rows.append(("nvJPEG hw, ring source, scan check alongside", f"{ips:.0f} images/s",
+                             f"host {host_ms:.2f} ms/batch"))
+        n_busy = os.cpu_count() or 1
+        for label, code in (("spinning", "while True: pass"),
+                            ("copying memory", "import numpy as np\na = np.ones(1 << 26, np.uint8)\n"
+                                               "b = np.empty_like(a)\nwhile True: np.copyto(b, a)")):
+            procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n_busy)]
+            try:
+                time.sleep(1.0)
+                ips, host_ms, _ = run_decoder(dec, batches, stream, use_hints=True)
+            finally:
+                for pr in procs:
+                    pr.kill()
+                for pr in procs:
+                    pr.wait()
+            rows.append((f"nvJPEG hw, {n_busy} processes {label}", f"{ips:.0f} images/s",
+                         f"host {host_ms:.2f} ms/batch"))
+    if ring is not None:
+        ring.close()
 
     # two decoders in two threads on alternate batches: does the hardware path overlap?
     import threading
