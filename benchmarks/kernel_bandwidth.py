@@ -28,7 +28,8 @@ from torchdali.csrc_triton import resized_crop as rc  # noqa: E402
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
-def time_ms(fn, iters: int = 50, warmup: int = 5) -> list[float]:
+def time_ms(fn, iters: int = 10, per_timing: int = 20, warmup: int = 5) -> list[float]:
+    """ms per launch: ``iters`` timings of ``per_timing`` back-to-back launches each."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -36,10 +37,11 @@ def time_ms(fn, iters: int = 50, warmup: int = 5) -> list[float]:
     for _ in range(iters):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        for _ in range(per_timing):
+            fn()
         b.record()
         b.synchronize()
-        out.append(a.elapsed_time(b))
+        out.append(a.elapsed_time(b) / per_timing)
     return out
 
 
@@ -87,6 +89,7 @@ def main() -> None:
                                                        T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)]),
         "train RRC224 uint8": T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()]),
     }
+    runs = {}
     for name, tf in recipes.items():
         plan = T.compile_transforms(tf)
         g = plan.geometry(sizes, _rng.sample_keys(0, 0, np.arange(n)))
@@ -98,14 +101,14 @@ def main() -> None:
             out = out.contiguous(memory_format=torch.channels_last)
         written = out.numel() * out.element_size()
         off_d, shp_d = offsets.cuda(), shapes.cuda()
-        k = [0]
 
-        def run():
+        def run(k=[0], plan=plan, params=params, cl=cl, out=out, off_d=off_d, shp_d=shp_d):
             k[0] = (k[0] + 1) % len(sets)
             fused_resized_crop(sets[k[0]], off_d, shp_d, params, plan.out_size, plan.scale, plan.bias,
                                out_dtype=plan.out_dtype, channels_last=cl, antialias=plan.antialias,
                                quantize=plan.quantize, out=out)
 
+        runs[name] = (run, read + written)
         ms = time_ms(run)
         med = float(np.median(ms))
         gbps = (read + written) / med / 1e6
@@ -120,33 +123,23 @@ def main() -> None:
         print(f"{name:<49} {r['ms_median']:>7.3f} {r['ms_min']:>7.3f} {r['ms_max']:>7.3f} {r['GBps']:>7.0f} "
               f"{100 * r['fraction_of_copy']:>7.1f}% {r['images_per_s']:>10.0f}")
     if args.sweep:
-        plan = T.compile_transforms(recipes["train RRC224+flip fp32"])
-        g = plan.geometry(sizes, _rng.sample_keys(0, 0, np.arange(n)))
-        params = g.to_params().cuda()
-        out = torch.empty(n, 3, 224, 224, device="cuda")
-        off_d, shp_d = offsets.cuda(), shapes.cuda()
         results["sweep"] = {}
-        # (BLOCK_H, BLOCK_W, num_warps); the first is the launcher's default
-        configs = ((16, 32, 4), (8, 32, 4), (32, 16, 4), (16, 32, 8), (8, 64, 4))
-        print("train fp32 NCHW, tile sweep (BLOCK_H x BLOCK_W, warps): ms median of 50, rotating input sets")
+        # (BLOCK_H, BLOCK_W, num_warps), each against every recipe
+        configs = ((8, 64, 2), (16, 32, 4), (8, 32, 4), (8, 64, 4), (16, 64, 4), (8, 128, 4), (4, 128, 4),
+                   (8, 64, 1), (16, 64, 2), (8, 128, 2), (4, 128, 2), (16, 128, 4), (32, 64, 4))
+        print("tile sweep (BLOCK_H x BLOCK_W x warps): ms per launch (median of 10 timings of 20 launches), per recipe above")
         for cfg in configs:
             rc.LAUNCH_OVERRIDE = cfg
-            k = [0]
-
-            def run_sweep():
-                k[0] = (k[0] + 1) % len(sets)
-                fused_resized_crop(sets[k[0]], off_d, shp_d, params, plan.out_size, plan.scale, plan.bias,
-                                   out=out)
-
+            key = "x".join(map(str, cfg))
             try:
-                ms = float(np.median(time_ms(run_sweep)))
+                row = {name: float(np.median(time_ms(run))) for name, (run, _) in runs.items()}
             except Exception as e:  # a config the compiler rejects
-                print(f"  {cfg}: failed: {type(e).__name__}: {str(e)[:200]}")
+                print(f"  {key}: failed: {type(e).__name__}: {str(e)[:200]}")
                 continue
             finally:
                 rc.LAUNCH_OVERRIDE = None
-            results["sweep"]["x".join(map(str, cfg))] = ms
-            print(f"  {cfg}: {ms:.3f}")
+            results["sweep"][key] = row
+            print(f"  {key:<10} " + "  ".join(f"{v:.3f}" for v in row.values()))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
