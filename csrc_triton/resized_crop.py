@@ -47,6 +47,7 @@ import torch
 triton: Any = None
 tl: Any = None
 _max_combine: Any = None  # triton.jit(_max_combine_fn), set by _load_triton
+_tile_axis: Any = None  # triton.jit(_tile_axis_fn), set by _load_triton
 
 __all__ = ["NUM_PARAMS", "fused_resized_crop", "resized_crop_reference"]
 
@@ -61,6 +62,39 @@ _OUT_DTYPES = (torch.uint8, torch.float32, torch.float16, torch.bfloat16)
 def _max_combine_fn(a, b):
     # tl.reduce combiner: the most taps any pixel of a tile needs.
     return tl.maximum(a, b)
+
+
+def _tile_axis_fn(idx, in_range, origin, step, lo, hi, valid0, valid1, support, inv, N: tl.constexpr):
+    # One axis of the tile (output indices `idx`): sample centre, first tap, tap
+    # count, 1 / sum of weights, and whether the nearest-pixel fallback applies.
+    i = idx.to(tl.float32)
+    c = origin + step * (i + 0.5)
+    k_lo = tl.floor(c - support + 0.5)
+    k_lo = tl.where(k_lo > lo, k_lo, lo)
+    k_hi = tl.floor(c + support + 0.5)
+    k_hi = tl.where(k_hi < hi, k_hi, hi)
+    n_f = k_hi - k_lo
+    act = in_range & (i >= valid0) & (i < valid1)
+    # Indices that are padding or past the edge get no taps: they stay 0 and
+    # cost no loads. With taps, lo <= k_lo < k_hi <= hi <= size, so the
+    # float->int casts only ever see small non-negative values.
+    has = act & (n_f > 0.0)
+    n = tl.where(has, n_f, 0.0).to(tl.int32)
+    k0 = tl.where(has, k_lo, 0.0).to(tl.int32)
+    total = tl.full([N], 0.0, tl.float32)
+    for t in range(0, tl.reduce(n, 0, _max_combine)):
+        w = 1.0 - tl.abs(((k0 + t).to(tl.float32) - c + 0.5) * inv)
+        total += tl.where((t < n) & (w > 0.0), w, 0.0)
+    # A zero sum means the window missed [lo, hi) (the sample point lies
+    # outside the clamp region): fall back to the nearest pixel in it.
+    fb = act & (total == 0.0)
+    near = tl.floor(c)
+    near = tl.where(near < hi - 1.0, near, hi - 1.0)
+    near = tl.where(near > lo, near, lo)
+    k0 = tl.where(fb, near.to(tl.int32), k0)
+    n = tl.where(fb, 1, n)
+    rnorm = tl.div_rn(tl.full([N], 1.0, tl.float32), tl.where(total > 0.0, total, 1.0))
+    return c, k0, n, rnorm, fb
 
 
 # Compiled with triton.jit (or interpreted) on the first launch, see _kernel_for.
@@ -158,58 +192,13 @@ def _resized_crop_kernel(
         support_x = 1.0
         inv_x = 1.0
 
-    # ---- y axis: first tap, tap count and normaliser per output row ----
-    ri = rows.to(tl.float32)
-    cy = origin_y + step_y * (ri + 0.5)
-    ky_lo = tl.floor(cy - support_y + 0.5)
-    ky_lo = tl.where(ky_lo > lo_y, ky_lo, lo_y)
-    ky_hi = tl.floor(cy + support_y + 0.5)
-    ky_hi = tl.where(ky_hi < hi_y, ky_hi, hi_y)
-    n_yf = ky_hi - ky_lo
-    act_y = row_in & (ri >= valid_y0) & (ri < valid_y1) & img_ok
-    # Rows that are padding or past the edge get no taps: they stay 0 and
-    # cost no loads. With taps, lo <= ky_lo < ky_hi <= hi <= H, so the
-    # float->int casts only ever see small non-negative values.
-    has_y = act_y & (n_yf > 0.0)
-    n_y = tl.where(has_y, n_yf, 0.0).to(tl.int32)
-    ky0 = tl.where(has_y, ky_lo, 0.0).to(tl.int32)
-    sum_y = tl.full([BLOCK_H], 0.0, tl.float32)
-    for t in range(0, tl.reduce(n_y, 0, _max_combine)):
-        wy = 1.0 - tl.abs(((ky0 + t).to(tl.float32) - cy + 0.5) * inv_y)
-        sum_y += tl.where((t < n_y) & (wy > 0.0), wy, 0.0)
-    # A zero sum means the window missed [lo, hi) (the sample point lies
-    # outside the clamp region): fall back to the nearest pixel in it.
-    fb_y = act_y & (sum_y == 0.0)
-    near_y = tl.floor(cy)
-    near_y = tl.where(near_y < hi_y - 1.0, near_y, hi_y - 1.0)
-    near_y = tl.where(near_y > lo_y, near_y, lo_y)
-    ky0 = tl.where(fb_y, near_y.to(tl.int32), ky0)
-    n_y = tl.where(fb_y, 1, n_y)
-    rnorm_y = tl.div_rn(tl.full([BLOCK_H], 1.0, tl.float32), tl.where(sum_y > 0.0, sum_y, 1.0))
-
-    # ---- x axis: same per output column ----
-    ci = cols.to(tl.float32)
-    cx = origin_x + step_x * (ci + 0.5)
-    kx_lo = tl.floor(cx - support_x + 0.5)
-    kx_lo = tl.where(kx_lo > lo_x, kx_lo, lo_x)
-    kx_hi = tl.floor(cx + support_x + 0.5)
-    kx_hi = tl.where(kx_hi < hi_x, kx_hi, hi_x)
-    n_xf = kx_hi - kx_lo
-    act_x = col_in & (ci >= valid_x0) & (ci < valid_x1)
-    has_x = act_x & (n_xf > 0.0)
-    n_x = tl.where(has_x, n_xf, 0.0).to(tl.int32)
-    kx0 = tl.where(has_x, kx_lo, 0.0).to(tl.int32)
-    sum_x = tl.full([BLOCK_W], 0.0, tl.float32)
-    for u in range(0, tl.reduce(n_x, 0, _max_combine)):
-        wx = 1.0 - tl.abs(((kx0 + u).to(tl.float32) - cx + 0.5) * inv_x)
-        sum_x += tl.where((u < n_x) & (wx > 0.0), wx, 0.0)
-    fb_x = act_x & (sum_x == 0.0)
-    near_x = tl.floor(cx)
-    near_x = tl.where(near_x < hi_x - 1.0, near_x, hi_x - 1.0)
-    near_x = tl.where(near_x > lo_x, near_x, lo_x)
-    kx0 = tl.where(fb_x, near_x.to(tl.int32), kx0)
-    n_x = tl.where(fb_x, 1, n_x)
-    rnorm_x = tl.div_rn(tl.full([BLOCK_W], 1.0, tl.float32), tl.where(sum_x > 0.0, sum_x, 1.0))
+    # Per output row, then per output column: first tap, tap count, weight
+    # normaliser, nearest-pixel fallback. Rows of an image that does not fit
+    # in `data` get no taps.
+    cy, ky0, n_y, rnorm_y, fb_y = _tile_axis(
+        rows, row_in & img_ok, origin_y, step_y, lo_y, hi_y, valid_y0, valid_y1, support_y, inv_y, BLOCK_H)
+    cx, kx0, n_x, rnorm_x, fb_x = _tile_axis(
+        cols, col_in, origin_x, step_x, lo_x, hi_x, valid_x0, valid_x1, support_x, inv_x, BLOCK_W)
 
     # Grayscale reads channel 0 three times: min(ch, C - 1).
     ch1 = tl.minimum(C - 1, 1)
@@ -435,7 +424,7 @@ def _interpret_mode() -> bool:
 
 
 def _load_triton() -> None:
-    global triton, tl, _max_combine
+    global triton, tl, _max_combine, _tile_axis
     if triton is not None:
         return
     try:
@@ -447,6 +436,7 @@ def _load_triton() -> None:
             "resized_crop_reference computes the same result in plain torch"
         ) from e
     _max_combine = triton_mod.jit(_max_combine_fn)
+    _tile_axis = triton_mod.jit(_tile_axis_fn)
     tl = tl_mod
     triton = triton_mod  # last: it marks the loading as done
 

@@ -4,6 +4,7 @@
 ``NvjpegDecoder`` decodes JPEG batches on a GPU; ``decode_cpu`` handles whatever the
 GPU path reports as ``STATUS_NEEDS_CPU``.
 """
+from . import _jpeg_header, _nvjpeg
 from ._cpu import DecodeError, decode_cpu
 from ._jpeg_header import (
     FLAG_ARITHMETIC,
@@ -43,38 +44,8 @@ from ._nvjpeg import (
 )
 
 __all__ = [
-    "jpeg_info",
-    "JpegInfo",
-    "image_format",
-    "image_info_batch",
-    "ImageInfoBatch",
     "decode_cpu",
     "DecodeError",
-    "NvjpegDecoder",
-    "NvjpegError",
-    "load_nvjpeg",
-    "nvjpeg_version",
-    "status_name",
-    "STATUS_OK",
-    "STATUS_NEEDS_CPU",
-    "STATUS_SIZE_MISMATCH",
-    "FORMAT_UNKNOWN",
-    "FORMAT_JPEG",
-    "FORMAT_PNG",
-    "FORMAT_GIF",
-    "FORMAT_WEBP",
-    "FORMAT_BMP",
-    "FORMAT_TIFF",
-    "FORMAT_NAMES",
-    "FLAG_CORRUPT",
-    "FLAG_PROGRESSIVE",
-    "FLAG_LOSSLESS",
-    "FLAG_ARITHMETIC",
-    "FLAG_CMYK",
-    "FLAG_YCCK",
-    "FLAG_RGB_CODED",
-    "FLAG_HIGH_PRECISION",
-    "FLAG_RESTART",
-    "FLAG_ORIENTED",
-    "FLAG_GPU_UNSUITABLE",
+    *_jpeg_header.__all__,
+    *(name for name in _nvjpeg.__all__ if name in globals()),
 ]
