@@ -124,10 +124,12 @@ def main() -> None:
               f"{100 * r['fraction_of_copy']:>7.1f}% {r['images_per_s']:>10.0f}")
     if args.sweep:
         results["sweep"] = {}
-        # (BLOCK_H, BLOCK_W, num_warps), each against every recipe
-        configs = ((8, 64, 2), (16, 32, 4), (8, 32, 4), (8, 64, 4), (16, 64, 4), (8, 128, 4), (4, 128, 4),
-                   (8, 64, 1), (16, 64, 2), (8, 128, 2), (4, 128, 2), (16, 128, 4), (32, 64, 4))
-        print("tile sweep (BLOCK_H x BLOCK_W x warps): ms per launch (median of 10 timings of 20 launches), per recipe above")
+        # (BLOCK_H, BLOCK_W, num_warps[, maxnreg]), each against every recipe
+        configs = ((8, 64, 2), (16, 32, 4), (8, 64, 4), (8, 128, 4), (4, 128, 2), (8, 64, 1),
+                   (8, 64, 2, 96), (8, 64, 2, 80), (8, 64, 2, 64), (8, 64, 4, 64), (16, 32, 4, 64),
+                   (4, 128, 2, 64), (8, 128, 4, 64), (8, 64, 4, 80))
+        print("tile sweep (BLOCK_H x BLOCK_W x warps [x register cap]): ms per launch "
+              "(median of 10 timings of 20 launches), per recipe above")
         for cfg in configs:
             rc.LAUNCH_OVERRIDE = cfg
             key = "x".join(map(str, cfg))

@@ -461,9 +461,9 @@ def _kernel_for(device: torch.device) -> Any:
     return _kernels["interpret"]
 
 
-#: (BLOCK_H, BLOCK_W, num_warps) to use instead of the built-in choice; for
+#: (BLOCK_H, BLOCK_W, num_warps[, maxnreg]) to use instead of the built-in choice; for
 #: tuning only (benchmarks/kernel_bandwidth.py --sweep).
-LAUNCH_OVERRIDE: tuple[int, int, int] | None = None
+LAUNCH_OVERRIDE: tuple[int, ...] | None = None
 
 
 def _clamped_pow2(n: int, lo: int, hi: int) -> int:
@@ -542,8 +542,11 @@ def fused_resized_crop(
     block_w = _clamped_pow2(a.out_w, 8, 64)
     block_h = _clamped_pow2(a.out_h, 1, 512 // block_w)
     num_warps = 2
+    extra = {}
     if LAUNCH_OVERRIDE is not None:
-        block_h, block_w, num_warps = LAUNCH_OVERRIDE
+        block_h, block_w, num_warps = LAUNCH_OVERRIDE[:3]
+        if len(LAUNCH_OVERRIDE) > 3 and LAUNCH_OVERRIDE[3] and not _interpret_mode():
+            extra["maxnreg"] = LAUNCH_OVERRIDE[3]  # register cap per thread (compile option)
     n_tiles_w = triton.cdiv(a.out_w, block_w)
     n_tiles = triton.cdiv(a.out_h, block_h) * n_tiles_w
     grid = (B * n_tiles,)
@@ -561,6 +564,7 @@ def fused_resized_crop(
             BLOCK_H=block_h,
             BLOCK_W=block_w,
             num_warps=num_warps,
+            **extra,
         )
     return a.out
 
