@@ -133,6 +133,49 @@ CPU = {
 
 # (triton major.minor, compute capability) -> recipe -> checksums, from the GPU machine.
 GPU: dict[tuple[str, tuple[int, int]], dict[str, list[str]]] = {
+    # H200, torch 2.11, Triton 3.6
+    ("3.6", (9, 0)): {
+        "crop_bf16_cl": [
+            "624b985928bf46d2:305a438a4cc86849",
+            "7a2b1f0bf8754238:178eea70d1ba5e6d",
+            "bb92227f1a9e41f7:3c9b48d2cd010388",
+            "f52e2b91ff4a2284:d1ae9881fc4d1003",
+            "0d90f7869cf6f330:108f508ad36d209d",
+            "bc867bfa520de261:516732a9171ebc81",
+        ],
+        "jpeg_skip_u8": [
+            "695425ce0d201471:305a438a4cc86849",
+            "6b00dbf943c62e51:7178af28f4fc4e74",
+            "3965163751170410:a7a6c8bf8ac66a41",
+            "d24cee0b41944f2b:83378b549d6cfdbb",
+            "fb802bd846f1af8f:108f508ad36d209d",
+            "82c000b492553ed4:e3c1881bdcb26056",
+        ],
+        "pad_f16": [
+            "352d00bf95a01f9f:305a438a4cc86849",
+            "ee99eccd755ae1e0:178eea70d1ba5e6d",
+            "c9e737e54c938000:3c9b48d2cd010388",
+            "529e395f61b59bc8:d1ae9881fc4d1003",
+            "cffef09380be8644:108f508ad36d209d",
+            "cd3d561343073d8d:516732a9171ebc81",
+        ],
+        "train_f32": [
+            "975986e3f5500141:305a438a4cc86849",
+            "080a4f5786ee98eb:178eea70d1ba5e6d",
+            "31cf9fdabf3d53c3:3c9b48d2cd010388",
+            "89fecb45375b8672:d1ae9881fc4d1003",
+            "9d35ea2cda1424a0:108f508ad36d209d",
+            "fa974e0c7e27dc3e:516732a9171ebc81",
+        ],
+        "val_u8": [
+            "3af2e1e3f0681673:305a438a4cc86849",
+            "9366063e1975b9fe:178eea70d1ba5e6d",
+            "c41ea940fcb8d05f:3c9b48d2cd010388",
+            "baf91901ea69485e:d1ae9881fc4d1003",
+            "e1f166b22954ed8c:108f508ad36d209d",
+            "8f1091ae683fa8f2:516732a9171ebc81",
+        ],
+    },
 }
 
 
