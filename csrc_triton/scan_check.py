@@ -7,8 +7,8 @@ that rule. nvJPEG's hardware engines decode such a stream without an error, so
 the executor runs this check on the batch it has copied to the GPU and sends the
 flagged samples to the CPU decoder, which names what is wrong with them.
 
-:func:`bad_scan_markers` launches the Triton kernel (one program per sample and
-block of bytes, no temporaries); :func:`bad_scan_markers_reference` is the same
+:func:`bad_scan_markers` launches the Triton kernel (``_scan_check_kernel.py``: one
+program per sample and block of bytes, no temporaries); :func:`bad_scan_markers_reference` is the same
 function in plain torch.
 """
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-triton: Any = None
-tl: Any = None
+from . import _triton
 
 __all__ = ["bad_scan_markers", "bad_scan_markers_reference", "SCAN_OK"]
 
@@ -31,56 +30,8 @@ SCAN_OK[[0x00, 0xFF, 0xD9, 0xC4, 0xCC, 0xDA, 0xDB, 0xDD, 0xFE]] = True
 SCAN_OK[0xD0:0xD8] = True
 SCAN_OK[0xE0:0xF0] = True
 
-_BLOCK = 4096
+_BLOCK = 4096  # bytes per program
 _TABLES: dict = {}
-
-
-def _scan_check_kernel(data_ptr, n_data, offsets_ptr, lengths_ptr, starts_ptr, ok_ptr, flags_ptr,
-                       BLOCK: tl.constexpr):
-    i = tl.program_id(0)
-    chunk = tl.program_id(1)
-    start = tl.load(starts_ptr + i)
-    base = tl.load(offsets_ptr + i)
-    # pairs (p, p + 1) with p in [base + start, base + length - 1)
-    first = base + tl.maximum(start, 0) + chunk.to(tl.int64) * BLOCK
-    end = base + tl.load(lengths_ptr + i) - 1
-    p = first + tl.arange(0, BLOCK)
-    live = (p < end) & (p + 1 < n_data) & (start >= 0)
-    x = tl.load(data_ptr + p, mask=live, other=0)
-    nxt = tl.load(data_ptr + p + 1, mask=live & (x == 255), other=0)
-    allowed = tl.load(ok_ptr + nxt.to(tl.int32), mask=live & (x == 255), other=1)
-    bad = live & (x == 255) & (allowed == 0)
-    # every offending byte writes the same 1: no reduction or atomics needed
-    tl.store(flags_ptr + i + p * 0, 1, mask=bad)
-
-
-_kernels: dict = {}
-
-
-def _kernel_for(device: torch.device) -> Any:
-    global triton, tl
-    if triton is None:
-        try:
-            import triton as triton_mod
-            import triton.language as tl_mod
-        except ImportError as e:
-            raise RuntimeError("bad_scan_markers needs Triton (pip install triton); "
-                               "bad_scan_markers_reference does the same in plain torch") from e
-        tl, triton = tl_mod, triton_mod
-    kind = "jit" if device.type != "cpu" else "interpret"
-    if kind not in _kernels:
-        if kind == "interpret":
-            import os
-
-            if os.environ.get("TRITON_INTERPRET", "0") not in ("1", "true", "True"):
-                raise RuntimeError("bad_scan_markers got CPU tensors: Triton kernels run on a GPU (or on the "
-                                   "CPU with TRITON_INTERPRET=1); use bad_scan_markers_reference")
-            from triton.runtime.interpreter import InterpretedFunction
-
-            _kernels[kind] = InterpretedFunction(_scan_check_kernel)
-        else:
-            _kernels[kind] = triton.jit(_scan_check_kernel)
-    return _kernels[kind]
 
 
 def _as_i64(x: Any, device: torch.device) -> torch.Tensor:
@@ -111,8 +62,9 @@ def bad_scan_markers(data: torch.Tensor, offsets: Any, lengths: Any, starts: Any
     ok = _TABLES.get(dev)
     if ok is None:
         ok = _TABLES[dev] = torch.from_numpy(SCAN_OK.astype(np.uint8)).to(dev)
-    kernel = _kernel_for(dev)
-    grid = (n, triton.cdiv(span, _BLOCK))
+    kernel = _triton.kernel("_scan_check_kernel", "scan_check_kernel", dev,
+                            "bad_scan_markers", "bad_scan_markers_reference")
+    grid = (n, _triton.cdiv(span, _BLOCK))
     kernel[grid](data, data.numel(), _as_i64(offsets, dev), _as_i64(lengths_np, dev), _as_i64(starts_np, dev),
                  ok, flags, BLOCK=_BLOCK)
     return flags.bool()

@@ -22,10 +22,7 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 import torchvision.transforms.v2.functional as TF  # noqa: E402
 
-try:
-    from csrc_triton import NUM_PARAMS, fused_resized_crop, resized_crop_reference
-except ImportError:  # installed package rather than a source checkout
-    from torchdali.csrc_triton import NUM_PARAMS, fused_resized_crop, resized_crop_reference
+from csrc_triton import NUM_PARAMS, LaunchSettings, fused_resized_crop, resized_crop_reference
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 
@@ -156,6 +153,7 @@ def _check(
     bias: list[float] = IDENTITY[1],
     exact: bool = False,
     noncontig_meta: bool = False,
+    launch: LaunchSettings | None = None,
     **kwargs,
 ) -> torch.Tensor:
     """Run the kernel on `device` and the reference on CPU; compare; check that
@@ -176,7 +174,7 @@ def _check(
         assert torch.equal(t, b), f"reference modified its input {name}"
 
     dev_in = [t.to(device) for t in cpu_in]
-    got = fused_resized_crop(*dev_in, out_size, scale, bias, **kwargs)
+    got = fused_resized_crop(*dev_in, out_size, scale, bias, launch=launch, **kwargs)
     for name, t, b in zip(names, dev_in, before):
         assert torch.equal(t.cpu(), b), f"kernel modified its input {name}"
     assert got.device.type == torch.device(device).type
@@ -243,19 +241,15 @@ def test_kernel_matches_reference(case: str, device: str) -> None:
     _check(images, rows, out, device, out_dtype=torch.float32, quantize=False, **kw)
 
 
-_KERNEL_MODULE = sys.modules[fused_resized_crop.__module__]
-
-
-# (BLOCK_H, BLOCK_W, num_warps): the default and tiles smaller than every image,
-# so that an image spans several tiles in both directions.
-LAUNCHES = [None, (4, 8, 1)]
+# The default and tiles smaller than every image, so that an image spans
+# several tiles in both directions.
+LAUNCHES = [None, LaunchSettings(block_h=4, block_w=8, num_warps=1)]
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("launch", LAUNCHES, ids=["default", "4x8"])
-def test_kernel_tiles(launch: tuple[int, int, int] | None, device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kernel_tiles(launch: LaunchSettings | None, device: str) -> None:
     """Strong downscale, several tiles per image, tiles that are all padding and a flipped upscale."""
-    monkeypatch.setattr(_KERNEL_MODULE, "LAUNCH_OVERRIDE", launch)
     images = _images([(150, 210, 3), (70, 90, 1), (9, 11, 3)], seed=23)
     out = (36, 40)
     rows = [
@@ -265,8 +259,9 @@ def test_kernel_tiles(launch: tuple[int, int, int] | None, device: str, monkeypa
     ]
     for kw in (dict(out_dtype=torch.uint8), dict(out_dtype=torch.float32, quantize=False),
                dict(out_dtype=torch.bfloat16, antialias=False, channels_last=True)):
-        got = _check(images, rows, out, device, **kw)
-    _check(images, rows, out, device, scale=IMAGENET_SCALE, bias=IMAGENET_BIAS, out_dtype=torch.float16)
+        got = _check(images, rows, out, device, launch=launch, **kw)
+    _check(images, rows, out, device, launch=launch, scale=IMAGENET_SCALE, bias=IMAGENET_BIAS,
+           out_dtype=torch.float16)
     assert (got[1, :, :, :33] == 0).all()
 
 

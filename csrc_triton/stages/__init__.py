@@ -1,0 +1,21 @@
+"""The fused kernel's stages, as Triton functions: imported on the first launch only.
+
+A fused kernel is one pass over the output tiles of a batch, in four stages:
+
+* ``source``: where sample ``b``'s decoded pixels are and how one source pixel
+  is read (interleaved HWC uint8 today, grayscale replicated to three channels);
+* ``sample``: which source pixels an output pixel reads and with what weights
+  (separable triangle taps per axis, antialiased when shrinking), and their sum;
+* ``colour``: the per-sample colour program on the resampled values;
+* ``epilogue``: quantise, per-channel scale and bias, cast and store.
+
+Each stage module holds ``@triton.jit`` functions only; ``csrc_triton/reference.py``
+has a plain-torch twin of each stage under the same name, so a kernel test that
+fails can be narrowed to one stage. Per-sample values are read by their names in
+``csrc_triton/layout.py``.
+
+These functions use no jit'd helpers of ``triton.language`` (``tl.max``,
+``tl.zeros``): those are compiled or interpreted depending on ``TRITON_INTERPRET``
+when Triton is first imported, and torch may import Triton long before a test
+sets it. ``tl.reduce`` with our own combiner and ``tl.full`` are used instead.
+"""
