@@ -1,10 +1,11 @@
 """Packaging for torchdali.
 
-``csrc_triton/`` (the Triton kernels) ships as the import package
-``torchdali.csrc_triton`` through ``package_dir`` so kernels keep their own
-top-level folder in the source tree.
+Two import packages ship: ``torchdali`` (the library) and ``csrc_triton`` (the
+Triton kernels, their stages and plain-torch references), each from its own
+top-level folder, so ``import csrc_triton`` works the same in a source checkout
+and in an installed copy.
 """
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="torchdali",
@@ -14,14 +15,7 @@ setup(
     long_description_content_type="text/markdown",
     license="BSD-3-Clause",
     python_requires=">=3.10",
-    packages=[
-        "torchdali",
-        "torchdali.transforms",
-        "torchdali.decode",
-        "torchdali._executor",
-        "torchdali.csrc_triton",
-    ],
-    package_dir={"torchdali.csrc_triton": "csrc_triton"},
+    packages=find_packages(include=["torchdali", "torchdali.*", "csrc_triton", "csrc_triton.*"]),
     install_requires=[
         "torch>=2.4",
         "torchvision>=0.19",

@@ -22,8 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from torchdali import _rng  # noqa: E402
 from torchdali import transforms as T  # noqa: E402
-from torchdali.csrc_triton import fused_resized_crop  # noqa: E402
-from torchdali.csrc_triton import resized_crop as rc  # noqa: E402
+from csrc_triton import LaunchSettings, fused_resized_crop  # noqa: E402
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -102,11 +101,11 @@ def main() -> None:
         written = out.numel() * out.element_size()
         off_d, shp_d = offsets.cuda(), shapes.cuda()
 
-        def run(k=[0], plan=plan, params=params, cl=cl, out=out, off_d=off_d, shp_d=shp_d):
+        def run(launch=None, k=[0], plan=plan, params=params, cl=cl, out=out, off_d=off_d, shp_d=shp_d):
             k[0] = (k[0] + 1) % len(sets)
             fused_resized_crop(sets[k[0]], off_d, shp_d, params, plan.out_size, plan.scale, plan.bias,
                                out_dtype=plan.out_dtype, channels_last=cl, antialias=plan.antialias,
-                               quantize=plan.quantize, out=out)
+                               quantize=plan.quantize, out=out, launch=launch)
 
         runs[name] = run
         ms = time_ms(run)
@@ -131,15 +130,13 @@ def main() -> None:
         print("tile sweep (BLOCK_H x BLOCK_W x warps [x register cap]): ms per launch "
               "(median of 10 timings of 20 launches), per recipe above")
         for cfg in configs:
-            rc.LAUNCH_OVERRIDE = cfg
+            launch = LaunchSettings(*cfg)
             key = "x".join(map(str, cfg))
             try:
-                row = {name: float(np.median(time_ms(run))) for name, run in runs.items()}
+                row = {name: float(np.median(time_ms(lambda run=run: run(launch)))) for name, run in runs.items()}
             except Exception as e:  # a config the compiler rejects
                 print(f"  {key}: failed: {type(e).__name__}: {str(e)[:200]}")
                 continue
-            finally:
-                rc.LAUNCH_OVERRIDE = None
             results["sweep"][key] = row
             print(f"  {key:<10} " + "  ".join(f"{v:.3f}" for v in row.values()))
     if args.json:

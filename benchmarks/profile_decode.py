@@ -130,7 +130,7 @@ def main():
     # one kernel, on a side stream)?
     import subprocess
 
-    from torchdali.csrc_triton.scan_check import bad_scan_markers
+    from csrc_triton.scan_check import bad_scan_markers
     from torchdali._executor._ring import HostRing, ring_supported
     from torchdali.decode._jpeg_header import scan_offset
 

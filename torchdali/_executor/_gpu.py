@@ -181,7 +181,7 @@ class BatchExecutor:
         The kernel's GPU time is read from the previous batch's events, which
         have completed by then, so timing never waits on the GPU.
         """
-        from ..csrc_triton import fused_resized_crop
+        from csrc_triton import fused_resized_crop
 
         t0 = time.perf_counter()
         if self.ring is not None:
@@ -301,7 +301,7 @@ class BatchExecutor:
         starts = batch.scan_starts
         if starts is None or not len(enc) or (starts[enc] < 0).all():
             return lambda: ()
-        from ..csrc_triton.scan_check import bad_scan_markers
+        from csrc_triton.scan_check import bad_scan_markers
 
         with torch.cuda.stream(self.check_stream):
             on_gpu = pinned.to(self.device, non_blocking=True)

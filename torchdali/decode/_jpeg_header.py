@@ -521,7 +521,7 @@ def image_info_batch(buf: Buffer, offsets, lengths) -> ImageInfoBatch:
 
 # Bytes that may follow 0xFF inside entropy-coded data; one table for this check
 # and the batched GPU kernel (importing it compiles nothing).
-from ..csrc_triton.scan_check import SCAN_OK as _SCAN_OK  # noqa: E402
+from csrc_triton.scan_check import SCAN_OK as _SCAN_OK  # noqa: E402
 
 
 def scan_offset(buf: np.ndarray) -> int:

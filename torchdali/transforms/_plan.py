@@ -83,7 +83,7 @@ def pack_images(images: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Ten
 def run_reference(plan: Plan, images: Sequence[torch.Tensor], params: torch.Tensor,
                   channels_last: bool = False) -> torch.Tensor:
     """Run ``plan`` with ``params`` on HWC uint8 CPU images with the plain-torch reference kernel."""
-    from ..csrc_triton import resized_crop_reference
+    from csrc_triton import resized_crop_reference
 
     data, offsets, shapes = pack_images(images)
     return resized_crop_reference(

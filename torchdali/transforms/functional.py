@@ -27,7 +27,7 @@ def resized_crop(image: torch.Tensor, top: int, left: int, height: int, width: i
     Same semantics as ``torchvision.transforms.v2.functional.resized_crop`` (bilinear),
     computed by torchdali's reference kernel.
     """
-    from ..csrc_triton import resized_crop_reference
+    from csrc_triton import resized_crop_reference
     from ._plan import pack_images
 
     hwc = to_hwc(image)

@@ -1,0 +1,50 @@
+"""The built package: ``csrc_triton`` and ``torchdali`` import from an installed copy."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """A wheel of the checkout, installed (not editable) into a folder of its own."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp),
+             str(ROOT)]
+    r = subprocess.run(build, capture_output=True, text=True, timeout=300, cwd=tmp)
+    assert r.returncode == 0, r.stderr
+    (wheel,) = tmp.glob("torchdali-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    sources = {p.relative_to(ROOT).as_posix() for d in ("torchdali", "csrc_triton") for p in (ROOT / d).rglob("*.py")}
+    assert sources <= set(names), f"missing from the wheel: {sorted(sources - set(names))}"
+    site = tmp / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+                       capture_output=True, text=True, timeout=300, cwd=tmp)
+    assert r.returncode == 0, r.stderr
+    return site
+
+
+def test_installed_copy_imports_both_packages(installed: Path) -> None:
+    code = """
+import csrc_triton, torchdali
+from csrc_triton import layout, resized_crop_reference
+from torchdali.transforms import compile_transforms
+print(csrc_triton.__file__)
+print(torchdali.__file__)
+print(layout.NUM_PARAMS)
+"""
+    env = {**os.environ, "PYTHONPATH": str(installed)}
+    # run outside the checkout so that its folders are not importable
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                       cwd=installed.parent)
+    assert r.returncode == 0, r.stderr
+    kernels, library, width = r.stdout.split()
+    assert Path(kernels).is_relative_to(installed) and Path(library).is_relative_to(installed)
+    assert int(width) > 0
