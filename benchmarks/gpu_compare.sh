@@ -31,7 +31,7 @@ for R in train val; do
 done
 for t in old new; do
   T=$([ $t = old ] && echo "$OLD" || echo "$NEW")
-  (cd "$T" && PYTHONPATH=$T timeout 90 python3 "$NEW/benchmarks/kernel_bandwidth.py" --json "$L/kernel_$t.json") \
+  (cd "$T" && PYTHONPATH=$T timeout 90 python3 "$T/benchmarks/kernel_bandwidth.py" --json "$L/kernel_$t.json") \
     > "$L/kernel_$t.log" 2>&1; sed "s/^/kernel $t: /" "$L/kernel_$t.log" | tail -5
 done
 tar czf "$OUT/compare.tgz" -C "$OUT" logs
