@@ -298,7 +298,8 @@ class Normalize(Transform):
         return f"mean={self.mean}, std={self.std}"
 
 
-@register("ToImage", "PILToTensor", "ToPureTensor", "Identity", semantics="accepted")
+@register("ToImage", "PILToTensor", "ToPureTensor", "Identity", semantics="accepted",
+          notes="no-op: images reach the kernel decoded")
 class Identity(Transform):
     """No-op; stands for ``ToImage``/``PILToTensor``/``ToPureTensor`` in torchvision pipelines.
 
@@ -320,7 +321,7 @@ PILToTensor = Identity
 ToPureTensor = Identity
 
 
-@register("ToTensor", semantics="accepted")
+@register("ToTensor", semantics="accepted", notes="= `ToDtype(torch.float32, scale=True)`")
 class ToTensor(Transform):
     """torchvision's v1 ``ToTensor``: uint8 HWC to float [0, 1] CHW."""
 
@@ -337,7 +338,8 @@ class ToTensor(Transform):
         return self._inner.update_state(state)
 
 
-@register("ConvertImageDtype", semantics="accepted")
+@register("ConvertImageDtype", usage="ConvertImageDtype(dtype=torch.float32)", semantics="accepted",
+          notes="= `ToDtype(dtype, scale=True)`")
 class ConvertImageDtype(ToDtype):
     """``ConvertImageDtype(dtype)`` = ``ToDtype(dtype, scale=True)``."""
 
