@@ -1,9 +1,10 @@
 """torchvision.transforms.v2-named transforms, executed as one fused kernel per batch.
 
-Layers, bottom up: ``_geometry`` (per-sample geometry algebra), ``_state`` (static
-pipeline state), ``_reference`` (CPU reference execution), ``_registry`` (the list
-of supported transforms), ``_plan`` (the Transform protocol and its compilation),
-``_transforms`` (the classes), ``functional`` (single-image functionals).
+Layers, bottom up (each imports only those before it): ``_geometry`` (per-sample
+geometry algebra), ``_state`` (static pipeline state), ``_args`` (argument checks),
+``_reference`` (CPU reference execution), ``_registry`` (the list of supported
+transforms), ``_plan`` (the Transform protocol and its compilation), ``_transforms``
+(the classes), ``functional`` (single-image functionals).
 """
 from . import _registry, functional
 from ._plan import Plan, compile_transforms, to_torchdali
