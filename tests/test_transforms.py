@@ -158,3 +158,60 @@ def test_params_are_per_sample_and_reproducible():
     assert 0.3 < flips < 0.7
     other_epoch = plan.params(sizes, _rng.sample_keys(7, 1, np.arange(64)))
     assert not torch.equal(p1, other_epoch)
+
+
+def test_make_params_then_transform_replays_the_same_geometry():
+    """Randomness is only in make_params: the same params give the same geometry."""
+    sizes = np.array([[100, 120], [64, 200], [300, 90]])
+    u = _rng.uniform(_rng.sample_keys(1, 0, np.arange(3)), 0, 40)
+    for t in [T.RandomResizedCrop(16), T.RandomCrop(20), T.RandomHorizontalFlip(), T.Resize(50), T.CenterCrop(70)]:
+        params = t.make_params(G.BatchGeometry.identity(sizes), u[:, : t.n_uniforms] if t.n_uniforms else None)
+        assert all(len(v) == len(sizes) for v in params.values())
+        rows = []
+        for _ in range(2):
+            g = G.BatchGeometry.identity(sizes)
+            t.transform(g, params)
+            rows.append(g.to_params())
+        assert torch.equal(rows[0], rows[1])
+
+
+def test_static_state_is_frozen_and_each_transform_returns_a_new_one():
+    import dataclasses
+
+    from torchdali.transforms._state import StaticState
+
+    s0 = StaticState()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s0.size = (1, 1)
+    s1 = T.ToDtype(torch.float32, scale=True).update_state(s0)
+    s2 = T.Normalize(MEAN, STD).update_state(s1)
+    assert s0 == StaticState() and s1.dtype == torch.float32 and s2.scale != s1.scale
+
+
+def test_every_class_declares_a_kernel_stage():
+    from torchdali.transforms._plan import STAGES
+
+    assert T.RandomResizedCrop.stage == "geometry" and T.Normalize.stage == "epilogue"
+    assert T.Identity.stage == "meta"
+    leaves = [T.RandomResizedCrop(8), T.Resize(8), T.CenterCrop(8), T.RandomCrop(8), T.RandomHorizontalFlip(),
+              T.RandomVerticalFlip(), T.ToDtype(torch.float32), T.Normalize(MEAN, STD), T.ToImage(), T.ToTensor(),
+              T.ConvertImageDtype()]
+    assert all(t.stage in STAGES for t in leaves)
+    with pytest.raises(TypeError, match="stage"):
+        type("Bad", (T.Transform,), {"stage": "warp"})
+
+
+def test_supported_comes_from_the_registry():
+    assert "RandomResizedCrop" in T.SUPPORTED and "ColorJitter" not in T.SUPPORTED
+    for name in T.SUPPORTED:
+        assert f"`{name}" in T.supported_table()
+
+
+def test_readme_transform_table_is_the_registry_table():
+    import pathlib
+
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Transforms", 1)[1]
+    lines = section.strip().splitlines()
+    table = "\n".join(line for line in lines[: next(i for i, ln in enumerate(lines) if not ln.startswith("|"))])
+    assert table == T.supported_table(), "README's transform table is stale: paste T.supported_table() into it"

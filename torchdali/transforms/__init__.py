@@ -1,7 +1,13 @@
-"""torchvision.transforms.v2-named transforms, executed as one fused kernel per batch."""
-from . import functional
-from ._convert import SUPPORTED, to_torchdali
-from ._plan import Plan, compile_transforms
+"""torchvision.transforms.v2-named transforms, executed as one fused kernel per batch.
+
+Layers, bottom up (each imports only those before it): ``_geometry`` (per-sample
+geometry algebra), ``_state`` (static pipeline state), ``_args`` (argument checks),
+``_reference`` (CPU reference execution), ``_registry`` (the list of supported
+transforms), ``_plan`` (the Transform protocol and its compilation), ``_transforms``
+(the classes), ``functional`` (single-image functionals).
+"""
+from . import _registry, functional
+from ._plan import Plan, compile_transforms, to_torchdali
 from ._transforms import (
     CenterCrop,
     Compose,
@@ -21,9 +27,13 @@ from ._transforms import (
     Transform,
 )
 
+#: torchvision transform names torchdali converts (every class in ``_transforms`` has registered by now)
+SUPPORTED = _registry.supported()
+supported_table = _registry.supported_table
+
 __all__ = [
     "CenterCrop", "Compose", "ConvertImageDtype", "Identity", "Normalize", "PILToTensor", "Plan",
     "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize",
     "SUPPORTED", "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "compile_transforms",
-    "functional", "to_torchdali",
+    "functional", "supported_table", "to_torchdali",
 ]

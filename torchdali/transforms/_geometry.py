@@ -5,6 +5,11 @@ per axis (``source = origin + step * (out + 0.5)``), a clamp region in the sourc
 (what torchvision's resize sees as the image border) and a valid window in the
 output (outside it the pixel is zero padding). That is exactly what the fused
 kernel consumes, so the whole pipeline runs as one resampling pass.
+
+This is the internal layer under both tiers: the transform classes apply their
+per-sample parameters here, and the functionals build a one-image geometry here
+before running the reference kernel. Everything is float64 numpy, one entry per
+sample; the functions update a ``BatchGeometry`` in place.
 """
 from __future__ import annotations
 
@@ -13,12 +18,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-NUM_PARAMS = 12
+from csrc_triton import layout
 
 
 @dataclass
 class BatchGeometry:
-    """Geometry state of a batch, one entry per sample (float64 numpy arrays)."""
+    """Geometry state of a batch, one entry per sample (float64 numpy arrays).
+
+    The fields named like columns of the kernel's ``geometry`` parameter block
+    (``csrc_triton.layout``) are exactly those columns; ``height``/``width`` are
+    the size of the current (virtual) image and ``resampled`` whether a resize
+    has happened yet, which changes what a later crop does.
+    """
 
     height: np.ndarray  # current (virtual) image height
     width: np.ndarray
@@ -54,13 +65,15 @@ class BatchGeometry:
         return len(self.height)
 
     def to_params(self) -> torch.Tensor:
-        """``[B, NUM_PARAMS]`` float32 tensor in the kernel's column order."""
-        cols = (
-            self.origin_y, self.origin_x, self.step_y, self.step_x,
-            self.lo_y, self.hi_y, self.lo_x, self.hi_x,
-            self.valid_y0, self.valid_y1, self.valid_x0, self.valid_x1,
-        )
-        return torch.from_numpy(np.stack(cols, axis=1).astype(np.float32))
+        """``[B, layout.NUM_PARAMS]`` float32 kernel parameters.
+
+        Fills the ``geometry`` block column by column from the fields of the same
+        name; the other blocks stay zero until a stage reads per-sample values there.
+        """
+        rows = np.zeros((len(self), layout.NUM_PARAMS), dtype=np.float32)
+        for name in layout.block("geometry").columns:
+            rows[:, layout.column(name)] = getattr(self, name)
+        return torch.from_numpy(rows)
 
 
 def _broadcast(value, n: int) -> np.ndarray:

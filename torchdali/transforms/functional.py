@@ -1,43 +1,138 @@
-"""Functional forms: apply one geometric step to a batch geometry, or a whole
-resized crop to a single image with the reference kernel."""
+"""Functional forms, named and ordered like ``torchvision.transforms.v2.functional``.
+
+Each function applies one operation with explicit parameters to one image (a
+CHW or HWC uint8 tensor, numpy array or PIL image) and returns the result as a
+CHW tensor, computed by torchdali's CPU reference kernel: the same arithmetic
+the fused GPU kernel does for a pipeline with that step. As in the kernel's
+output, the result has three channels (a grayscale image's channel repeated)
+and only bilinear interpolation exists. ``normalize`` takes a float image, as
+torchvision's does, and applies the kernel's epilogue arithmetic to it.
+
+The transform classes do not call these: they fold into one kernel launch per
+batch. Use these to apply a step to a single image, or to check the classes
+(``make_params`` followed by the matching functional gives the same pixels).
+"""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
-from ._geometry import (  # noqa: F401  (re-exported)
-    BatchGeometry,
-    center_crop_box,
-    crop,
-    horizontal_flip,
-    random_resized_crop_box,
-    resize,
-    resized_output_size,
-    vertical_flip,
-)
-from ._plan import to_hwc
+from . import _geometry as G
+from ._args import check_bilinear, setup_size
+from ._reference import resample, to_hwc
+from ._state import FLOAT_DTYPES
+
+__all__ = [
+    "center_crop", "crop", "horizontal_flip", "normalize", "resize", "resized_crop", "to_dtype",
+    "vertical_flip",
+]
+
+_UNIT = (1.0, 1.0, 1.0)
+_ZERO = (0.0, 0.0, 0.0)
 
 
-def resized_crop(image: torch.Tensor, top: int, left: int, height: int, width: int,
-                 size: Sequence[int], antialias: bool = True, flip: bool = False) -> torch.Tensor:
-    """Crop ``image`` (uint8, CHW or HWC) to the box and resize it to ``size``; returns CHW uint8.
-
-    Same semantics as ``torchvision.transforms.v2.functional.resized_crop`` (bilinear),
-    computed by torchdali's reference kernel.
-    """
-    from csrc_triton import resized_crop_reference
-    from ._plan import pack_images
-
+def _run(image: Any, step: Callable[[G.BatchGeometry], None], *, antialias: bool = True,
+         out_dtype: torch.dtype = torch.uint8, scale: Sequence[float] = _UNIT,
+         bias: Sequence[float] = _ZERO) -> torch.Tensor:
+    """Apply the geometry ``step`` to one image on the reference kernel; CHW result."""
     hwc = to_hwc(image)
-    g = BatchGeometry.identity(np.array([[hwc.shape[0], hwc.shape[1]]]))
-    crop(g, top, left, height, width)
-    resize(g, size[0], size[1])
-    if flip:
-        horizontal_flip(g, True)
-    data, offsets, shapes = pack_images([hwc])
-    out = resized_crop_reference(data, offsets, shapes, g.to_params(), (int(size[0]), int(size[1])),
-                                 (1.0, 1.0, 1.0), (0.0, 0.0, 0.0), out_dtype=torch.uint8,
-                                 antialias=antialias, quantize=True)
-    return out[0]
+    g = G.BatchGeometry.identity(np.array([hwc.shape[:2]]))
+    step(g)
+    out_size = (int(g.height[0]), int(g.width[0]))
+    # quantize: a uint8 resize rounds the resampled value, as torchvision's does; on an
+    # unresampled image the value is already an integer, so rounding changes nothing.
+    return resample([hwc], g.to_params(), out_size, scale, bias, out_dtype=out_dtype,
+                    antialias=antialias, quantize=True)[0]
+
+
+def resize(image: Any, size: int | Sequence[int], interpolation: Any = "bilinear",
+           max_size: int | None = None, antialias: bool | None = True) -> torch.Tensor:
+    """Resize to ``size``: an int (or 1-element list) sets the shorter side, ``(h, w)`` the exact size."""
+    check_bilinear(interpolation, "resize")
+    size = setup_size(size, "resize")
+
+    def step(g: G.BatchGeometry) -> None:
+        G.resize(g, *G.resized_output_size(g.height, g.width, size, max_size))
+
+    return _run(image, step, antialias=True if antialias is None else bool(antialias))
+
+
+def crop(image: Any, top: int, left: int, height: int, width: int) -> torch.Tensor:
+    """The ``height x width`` box at ``(top, left)``; the part outside the image is zero."""
+    return _run(image, lambda g: G.crop(g, top, left, height, width))
+
+
+def center_crop(image: Any, output_size: int | Sequence[int]) -> torch.Tensor:
+    """The central ``output_size`` box, padded with zeros where it is larger than the image."""
+    size = setup_size(output_size, "center_crop")
+    crop_h, crop_w = (size[0], size[0]) if len(size) == 1 else size
+
+    def step(g: G.BatchGeometry) -> None:
+        top, left = G.center_crop_box(g.height, g.width, crop_h, crop_w)
+        G.crop(g, top, left, crop_h, crop_w)
+
+    return _run(image, step)
+
+
+def resized_crop(image: Any, top: int, left: int, height: int, width: int, size: Sequence[int],
+                 interpolation: Any = "bilinear", antialias: bool | None = True) -> torch.Tensor:
+    """Crop the box, then resize it to ``size`` (``(h, w)``; an int gives a square)."""
+    check_bilinear(interpolation, "resized_crop")
+    size = setup_size(size, "resized_crop")
+    out_h, out_w = (size[0], size[0]) if len(size) == 1 else size
+
+    def step(g: G.BatchGeometry) -> None:
+        G.crop(g, top, left, height, width)
+        G.resize(g, out_h, out_w)
+
+    return _run(image, step, antialias=True if antialias is None else bool(antialias))
+
+
+def horizontal_flip(image: Any) -> torch.Tensor:
+    """Mirror left-right."""
+    return _run(image, G.horizontal_flip)
+
+
+def vertical_flip(image: Any) -> torch.Tensor:
+    """Mirror top-bottom."""
+    return _run(image, G.vertical_flip)
+
+
+def to_dtype(image: Any, dtype: torch.dtype = torch.float32, scale: bool = False) -> torch.Tensor:
+    """Convert a uint8 image to ``dtype``; ``scale=True`` maps [0, 255] to [0, 1] for a float dtype.
+
+    float64 is computed in float32 (the kernel has no float64 output) and then cast.
+    """
+    if dtype == torch.uint8:
+        return _run(image, lambda g: None)
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"to_dtype: unsupported dtype {dtype!r}; use uint8, float16, bfloat16, float32 or float64")
+    factor = tuple(v / 255.0 for v in _UNIT) if scale else _UNIT
+    kernel_dtype = torch.float32 if dtype == torch.float64 else dtype
+    return _run(image, lambda g: None, out_dtype=kernel_dtype, scale=factor).to(dtype)
+
+
+def normalize(image: torch.Tensor, mean: Sequence[float], std: Sequence[float],
+              inplace: bool = False) -> torch.Tensor:
+    """``(image - mean) / std`` per channel of a float ``[..., C, H, W]`` image.
+
+    Computed as the kernel's epilogue does, ``image * (1 / std) + (-mean / std)`` in float32.
+    """
+    if not isinstance(image, torch.Tensor) or not image.is_floating_point():
+        got = image.dtype if isinstance(image, torch.Tensor) else type(image).__name__
+        raise TypeError(f"normalize: expected a float tensor image, got {got}; "
+                        "convert it first with to_dtype(image, torch.float32, scale=True)")
+    mean_t = torch.tensor([float(m) for m in mean], dtype=torch.float64)
+    std_t = torch.tensor([float(v) for v in std], dtype=torch.float64)
+    if (std_t == 0).any():
+        raise ValueError(f"normalize: std evaluated to zero, leading to division by zero: {std_t.tolist()}")
+    # the same fold as Normalize after an identity affine (scale 1, bias 0), rounded to float32
+    scale_t = (1.0 / std_t).float()
+    bias_t = ((0.0 - mean_t) / std_t).float()
+    shape = (-1, 1, 1)
+    out = torch.addcmul(bias_t.view(shape), image.float(), scale_t.view(shape)).to(image.dtype)
+    if inplace:
+        return image.copy_(out)
+    return out

@@ -1,0 +1,102 @@
+"""torchdali.transforms.functional against torchvision.transforms.v2.functional (independent reference)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms.v2.functional as TF
+
+from torchdali import _rng
+from torchdali import transforms as T
+from torchdali.transforms import _geometry as G
+from torchdali.transforms import functional as F
+from torchdali.transforms._plan import apply_to_images
+
+from ._helpers import assert_close_uint8
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+SIZES = [(37, 53), (64, 64), (97, 61)]
+
+
+def _img(h: int, w: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed * 1000 + h * 7 + w)
+    # smooth + noise, so resampling errors show up (flat images hide them)
+    base = torch.nn.functional.interpolate(torch.rand(1, 3, 5, 5, generator=g) * 255, size=(h, w),
+                                           mode="bilinear", align_corners=False)[0]
+    return (base + torch.randn(3, h, w, generator=g) * 30).clamp(0, 255).to(torch.uint8)
+
+
+@pytest.mark.parametrize("h,w", SIZES)
+@pytest.mark.parametrize("size,max_size", [([24, 32], None), ([150, 90], None), ([30], None), (40, 50)])
+@pytest.mark.parametrize("antialias", [True, False])
+def test_resize(h, w, size, max_size, antialias):
+    img = _img(h, w)
+    ours = F.resize(img, size, max_size=max_size, antialias=antialias)
+    ref = TF.resize(img, size if isinstance(size, list) else [size], max_size=max_size, antialias=antialias)
+    assert_close_uint8(ours, ref)
+
+
+@pytest.mark.parametrize("box", [(5, 7, 20, 30), (0, 0, 37, 53), (-3, 10, 30, 50), (20, 40, 25, 20)])
+def test_crop_is_exact_and_pads_outside(box):
+    img = _img(37, 53)
+    assert torch.equal(F.crop(img, *box), TF.crop(img, *box))
+
+
+@pytest.mark.parametrize("h,w", SIZES)
+@pytest.mark.parametrize("size", [[32, 32], [20, 45], [70, 70], 33])
+def test_center_crop_is_exact(h, w, size):
+    img = _img(h, w, seed=1)
+    assert torch.equal(F.center_crop(img, size), TF.center_crop(img, size if isinstance(size, list) else [size]))
+
+
+@pytest.mark.parametrize("h,w", SIZES)
+@pytest.mark.parametrize("box,size", [((3, 4, 30, 25), [48, 48]), ((10, 0, 20, 40), [16, 24])])
+def test_resized_crop(h, w, box, size):
+    img = _img(h, w, seed=2)
+    assert_close_uint8(F.resized_crop(img, *box, size), TF.resized_crop(img, *box, size, antialias=True))
+
+
+def test_flips_are_exact():
+    img = _img(31, 44)
+    assert torch.equal(F.horizontal_flip(img), TF.horizontal_flip(img))
+    assert torch.equal(F.vertical_flip(img), TF.vertical_flip(img))
+
+
+def test_functionals_take_hwc_images():
+    img = _img(30, 40)
+    assert torch.equal(F.horizontal_flip(img.permute(1, 2, 0).contiguous()), TF.horizontal_flip(img))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("scale", [True, False])
+def test_to_dtype(dtype, scale):
+    img = _img(20, 30)
+    ours = F.to_dtype(img, dtype, scale=scale)
+    ref = TF.to_dtype(img, dtype, scale=scale)
+    assert ours.dtype == dtype
+    torch.testing.assert_close(ours, ref)
+
+
+def test_to_dtype_uint8_is_identity():
+    img = _img(20, 30)
+    assert torch.equal(F.to_dtype(img, torch.uint8), img)
+
+
+def test_normalize():
+    img = TF.to_dtype(_img(25, 35), torch.float32, scale=True)
+    torch.testing.assert_close(F.normalize(img, MEAN, STD), TF.normalize(img, MEAN, STD))
+    with pytest.raises(TypeError, match="float"):
+        F.normalize(_img(5, 5), MEAN, STD)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_class_params_replayed_by_functional_give_the_same_pixels(seed):
+    """make_params draws the box; the functional with that box computes what the pipeline does."""
+    img = _img(90, 70, seed)
+    rrc = T.RandomResizedCrop((40, 30), scale=(0.3, 0.9))
+    keys = _rng.sample_keys(seed, 0, np.arange(1))
+    g = G.BatchGeometry.identity(np.array([[90, 70]]))
+    p = rrc.make_params(g, _rng.uniform(keys, 0, rrc.n_uniforms))
+    box = [int(p[k][0]) for k in ("top", "left", "height", "width")]
+    ours = apply_to_images(T.Compose([rrc]), [img], seed=seed)[0]
+    assert torch.equal(ours, F.resized_crop(img, *box, [40, 30]))
