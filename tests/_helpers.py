@@ -38,3 +38,11 @@ def assert_close_uint8(actual: torch.Tensor, expected: torch.Tensor, max_off: in
     within = (diff <= 1).double().mean().item()
     assert diff.max().item() <= max_off, f"max difference {diff.max().item()} > {max_off}"
     assert within >= frac_within_1, f"only {within:.5f} of pixels within 1"
+
+
+def smooth_image(h: int, w: int, seed: int = 0) -> torch.Tensor:
+    """A CHW uint8 image, smooth plus noise, so resampling errors show up (flat images hide them)."""
+    g = torch.Generator().manual_seed(seed * 1000 + h * 7 + w)
+    base = torch.nn.functional.interpolate(torch.rand(1, 3, 5, 5, generator=g) * 255, size=(h, w),
+                                           mode="bilinear", align_corners=False)[0]
+    return (base + torch.randn(3, h, w, generator=g) * 30).clamp(0, 255).to(torch.uint8)

@@ -12,18 +12,10 @@ from torchdali import transforms as T
 from torchdali.transforms import _geometry as G
 from torchdali.transforms._plan import apply_to_images
 
-from ._helpers import assert_close_uint8
+from ._helpers import assert_close_uint8, smooth_image as _img
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 SIZES = [(37, 53), (64, 64), (97, 61), (120, 180), (211, 157)]
-
-
-def _img(h: int, w: int, seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed * 1000 + h * 7 + w)
-    # smooth + noise, so resampling errors show up (flat images hide them)
-    base = torch.nn.functional.interpolate(torch.rand(1, 3, 5, 5, generator=g) * 255, size=(h, w),
-                                           mode="bilinear", align_corners=False)[0]
-    return (base + torch.randn(3, h, w, generator=g) * 30).clamp(0, 255).to(torch.uint8)
 
 
 @pytest.mark.parametrize("h,w", SIZES)
