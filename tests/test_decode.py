@@ -608,15 +608,20 @@ def test_gpu_corrupt_image_does_not_poison_batch(decoder):
 
 
 @pytest.mark.cuda
-def test_gpu_batch_failure_retries_one_by_one():
+def test_gpu_batch_failure_retries_one_by_one(monkeypatch):
     blobs = [jpeg(48, 64, seed=i) for i in range(3)] + [jpeg(40, 40, progressive=True)]
     with NvjpegDecoder(0) as dec:
-        dec._fail_batched_for_testing = True  # every batched call "fails": exercises the retry path
-        status, images = gpu_decode(dec, blobs)
-        assert status == [STATUS_OK] * 4, dec.last_errors
-        for img, data in zip(images, blobs):
-            assert_close(img, decode_cpu(data))
-        dec._fail_batched_for_testing = False
+        with monkeypatch.context() as m:
+            # Every batched decode call "fails" (NVJPEG_STATUS_INTERNAL_ERROR) after its
+            # nvjpegDecodeBatchedInitialize: exercises the retry path.  dec._lib is the
+            # CDLL the decoder looks these functions up on at call time.
+            for name in ("nvjpegDecodeBatched", "nvjpegDecodeBatchedEx"):
+                if hasattr(dec._lib, name):
+                    m.setattr(dec._lib, name, lambda *args: 8)
+            status, images = gpu_decode(dec, blobs)
+            assert status == [STATUS_OK] * 4, dec.last_errors
+            for img, data in zip(images, blobs):
+                assert_close(img, decode_cpu(data))
         status, _ = gpu_decode(dec, blobs)
         assert status == [STATUS_OK] * 4
 

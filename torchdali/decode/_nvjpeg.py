@@ -154,7 +154,6 @@ class NvjpegDecoder:
         self.last_stats: Dict[str, int] = {}
         self._lock = threading.Lock()
         self._next_set = 0
-        self._fail_batched_for_testing = False
         #: backend chosen per header code (see decode_batch's ``hints``): True = hardware
         self._routes: Dict[int, bool] = {}
         self._call_hints: Optional[List[int]] = None
@@ -567,9 +566,6 @@ class NvjpegDecoder:
         else:
             handle, state, attr = self._hy, ss.hy, "hy_batch"
         k = len(idx)
-        if self._fail_batched_for_testing:
-            setattr(ss, attr, 0)
-            return 8  # NVJPEG_STATUS_INTERNAL_ERROR
         self._claim(state, used, stream)
         stream_handle = stream.cuda_stream
         sel = np.asarray(idx, dtype=np.int64)
