@@ -42,7 +42,7 @@ from torchdali.decode import (
     nvjpeg_version,
     status_name,
 )
-from torchdali.decode import _nvjpeg
+from torchdali.decode import _nvjpeg_lib
 
 # torchvision >= 0.29 flags its image codecs as deprecated on every call.
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
@@ -422,10 +422,10 @@ def test_load_nvjpeg_finds_library():
 
 def test_load_nvjpeg_failure_lists_places(monkeypatch, tmp_path):
     missing = str(tmp_path / "nowhere" / "libnvjpeg.so.99")
-    monkeypatch.setattr(_nvjpeg, "_lib", None)
-    monkeypatch.setattr(_nvjpeg, "_lib_error", None)
-    monkeypatch.setattr(_nvjpeg, "_cuda_majors", lambda: [99])
-    monkeypatch.setattr(_nvjpeg, "_search_plan", lambda major: [
+    monkeypatch.setattr(_nvjpeg_lib, "_lib", None)
+    monkeypatch.setattr(_nvjpeg_lib, "_lib_error", None)
+    monkeypatch.setattr(_nvjpeg_lib, "_cuda_majors", lambda: [99])
+    monkeypatch.setattr(_nvjpeg_lib, "_search_plan", lambda major: [
         ("pip nvidia-nvjpeg", missing, "glob"),
         ("dynamic loader", "libnvjpeg.so.99", "soname"),
     ])
@@ -441,7 +441,7 @@ def test_load_nvjpeg_failure_lists_places(monkeypatch, tmp_path):
 def test_search_plan_covers_all_sources(monkeypatch):
     monkeypatch.setenv("CUDA_HOME", "/opt/cudaX")
     monkeypatch.setenv("TORCHDALI_NVJPEG_LIBRARY", "/custom/libnvjpeg.so.13")
-    plan = _nvjpeg._search_plan(13)
+    plan = _nvjpeg_lib._search_plan(13)
     patterns = [p for _, p, _ in plan]
     assert patterns[0] == "/custom/libnvjpeg.so.13"
     text = "\n".join(patterns)
@@ -465,8 +465,8 @@ def test_status_names_and_error():
 def test_nvjpeg_image_layout():
     import ctypes
 
-    assert ctypes.sizeof(_nvjpeg.NvjpegImage) == 64
-    assert _nvjpeg.NvjpegImage.channel.offset == 0 and _nvjpeg.NvjpegImage.pitch.offset == 32
+    assert ctypes.sizeof(_nvjpeg_lib.NvjpegImage) == 64
+    assert _nvjpeg_lib.NvjpegImage.channel.offset == 0 and _nvjpeg_lib.NvjpegImage.pitch.offset == 32
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error")
@@ -608,15 +608,20 @@ def test_gpu_corrupt_image_does_not_poison_batch(decoder):
 
 
 @pytest.mark.cuda
-def test_gpu_batch_failure_retries_one_by_one():
+def test_gpu_batch_failure_retries_one_by_one(monkeypatch):
     blobs = [jpeg(48, 64, seed=i) for i in range(3)] + [jpeg(40, 40, progressive=True)]
     with NvjpegDecoder(0) as dec:
-        dec._fail_batched_for_testing = True  # every batched call "fails": exercises the retry path
-        status, images = gpu_decode(dec, blobs)
-        assert status == [STATUS_OK] * 4, dec.last_errors
-        for img, data in zip(images, blobs):
-            assert_close(img, decode_cpu(data))
-        dec._fail_batched_for_testing = False
+        with monkeypatch.context() as m:
+            # Every batched decode call "fails" (NVJPEG_STATUS_INTERNAL_ERROR) after its
+            # nvjpegDecodeBatchedInitialize: exercises the retry path.  dec._lib is the
+            # CDLL the decoder looks these functions up on at call time.
+            for name in ("nvjpegDecodeBatched", "nvjpegDecodeBatchedEx"):
+                if hasattr(dec._lib, name):
+                    m.setattr(dec._lib, name, lambda *args: 8)
+            status, images = gpu_decode(dec, blobs)
+            assert status == [STATUS_OK] * 4, dec.last_errors
+            for img, data in zip(images, blobs):
+                assert_close(img, decode_cpu(data))
         status, _ = gpu_decode(dec, blobs)
         assert status == [STATUS_OK] * 4
 

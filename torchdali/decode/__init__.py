@@ -4,7 +4,7 @@
 ``NvjpegDecoder`` decodes JPEG batches on a GPU; ``decode_cpu`` handles whatever the
 GPU path reports as ``STATUS_NEEDS_CPU``.
 """
-from . import _jpeg_header, _nvjpeg
+from . import _jpeg_header, _nvjpeg, _nvjpeg_lib
 from ._cpu import DecodeError, decode_cpu
 from ._jpeg_header import (
     FLAG_ARITHMETIC,
@@ -32,11 +32,11 @@ from ._jpeg_header import (
     image_info_batch,
     jpeg_info,
 )
-from ._nvjpeg import (
+from ._nvjpeg import NvjpegDecoder
+from ._nvjpeg_lib import (
     STATUS_NEEDS_CPU,
     STATUS_OK,
     STATUS_SIZE_MISMATCH,
-    NvjpegDecoder,
     NvjpegError,
     load_nvjpeg,
     nvjpeg_version,
@@ -47,5 +47,5 @@ __all__ = [
     "decode_cpu",
     "DecodeError",
     *_jpeg_header.__all__,
-    *(name for name in _nvjpeg.__all__ if name in globals()),
+    *(name for name in (*_nvjpeg.__all__, *_nvjpeg_lib.__all__) if name in globals()),
 ]
