@@ -59,30 +59,6 @@ class _RingSlot:
         self.seq = seq
 
 
-class HybridSplit:
-    """Fraction of each batch's JPEGs given to the CUDA (hybrid) decoder while the
-    hardware engines take the rest, both at once.
-
-    Starts from the engine count (more engines: less for the CUDA decoder) and then
-    follows the measured rates of both decoders, so both finish a batch at about
-    the same time. A small floor keeps the CUDA decoder's rate measured.
-    """
-
-    def __init__(self, engines: int, floor: float = 0.04) -> None:
-        self.fraction = 1.0 / (1.0 + engines) if engines else 1.0
-        self.floor = floor
-        self.rates: dict[str, float] = {}
-
-    def update(self, n_hw: int, t_hw: float, n_hy: int, t_hy: float) -> None:
-        for name, n, t in (("hardware", n_hw, t_hw), ("hybrid", n_hy, t_hy)):
-            if n >= 8 and t > 0:
-                r = n / t
-                self.rates[name] = r if name not in self.rates else 0.7 * self.rates[name] + 0.3 * r
-        if len(self.rates) == 2:
-            target = self.rates["hybrid"] / (self.rates["hybrid"] + self.rates["hardware"])
-            self.fraction = min(0.9, max(self.floor, target))
-
-
 class BatchExecutor:
     """Per-loader, per-device GPU state: streams, nvJPEG handles, pinned staging ring.
 
@@ -92,10 +68,7 @@ class BatchExecutor:
     """
 
     def __init__(self, plan: Any, device: torch.device, channels_last: bool, depth: int,
-                 dataset: Any = None, on_error: Any = "raise", hybrid_split: bool = False,
-                 ring: Any = None) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
+                 dataset: Any = None, on_error: Any = "raise", ring: Any = None) -> None:
         from ..decode import NvjpegDecoder
         from ._worker import PrepareBatch
 
@@ -109,12 +82,6 @@ class BatchExecutor:
             # fancy (interpolating) chroma upsampling, as libjpeg-turbo does, so the
             # GPU and CPU paths agree on 4:2:0/4:2:2 images
             self.decoder = NvjpegDecoder(device, pipeline_depth=2, fancy_upsampling=True)
-            self.hybrid = None
-            if hybrid_split and self.decoder.has_hardware:
-                self.hybrid = NvjpegDecoder(device, backend="hybrid", pipeline_depth=2, fancy_upsampling=True)
-                self.hybrid_stream = torch.cuda.Stream(device)
-        self.split = HybridSplit(self.decoder.hardware_engines)
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="torchdali-hybrid") if self.hybrid else None
         self.free_slots: queue.Queue = queue.Queue()
         for _ in range(depth + 2):
             self.free_slots.put(_PinnedSlot())
@@ -130,14 +97,9 @@ class BatchExecutor:
         self.bias = torch.tensor(plan.bias, dtype=torch.float32, device=device)
 
     def close(self) -> None:
-        for name in ("decoder", "hybrid"):
-            dec = getattr(self, name, None)
-            if dec is not None:
-                dec.close()
-                setattr(self, name, None)
-        if getattr(self, "_pool", None) is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        if getattr(self, "decoder", None) is not None:
+            self.decoder.close()
+            self.decoder = None
 
     def stage(self, batch: PackedBatch, stop: threading.Event) -> tuple[Any, float]:
         """Copy the batch's bytes into a free pinned slot (staging thread); a batch in the
@@ -244,47 +206,30 @@ class BatchExecutor:
 
     def _decode(self, batch: PackedBatch, pinned: torch.Tensor, enc: np.ndarray, shapes: np.ndarray,
                 decoded: torch.Tensor, out_offsets: np.ndarray) -> torch.Tensor:
-        """nvJPEG on the encoded samples: hardware and CUDA decoders side by side,
-        then the CPU for what both reject, then the on_error policy."""
+        """nvJPEG on the encoded samples, then the CPU for what it rejects, then the
+        on_error policy."""
         from ..decode import decode_cpu
 
         suspects = self._check_scans(batch, pinned, enc)
-        m = int(round(self.split.fraction * len(enc))) if self.hybrid is not None else 0
-        # the CUDA decoder takes the largest images: the engines' cost is per image,
-        # the CUDA decoder's per pixel, so this balances better than an even split
-        order = np.argsort(-(shapes[enc, 0] * shapes[enc, 1]), kind="stable")
-        hy, hw = np.sort(enc[order[:m]]), np.sort(enc[order[m:]])
-        future = None
-        if len(hy):
-            self.hybrid_stream.wait_stream(self.stream)  # `decoded` was allocated on self.stream
-            future = self._pool.submit(self._timed_decode, self.hybrid, pinned, batch, hy, shapes, decoded,
-                                       out_offsets, self.hybrid_stream)
-        results = []
-        if len(hw):
-            results.append((hw, *self._timed_decode(self.decoder, pinned, batch, hw, shapes, decoded,
-                                                    out_offsets, self.stream)))
-        if future is not None:
-            results.append((hy, *future.result()))
-            done = torch.cuda.Event()
-            done.record(self.hybrid_stream)
-            self.stream.wait_event(done)
-            decoded.record_stream(self.hybrid_stream)
-            self.split.update(len(hw), results[0][2] if len(hw) else 0.0, len(hy), results[-1][2])
+        hints = batch.hints[enc] if batch.hints is not None else None
+        if hints is not None and (hints < 0).any():
+            hints = None
+        status = self.decoder.decode_batch(pinned, batch.offsets[enc], batch.lengths[enc], shapes[enc, :2],
+                                           decoded, out_offsets[enc], self.stream, hints=hints)
         failed = []
         flagged = set(suspects())
-        for idx, status, _, decoder in results:
-            for k, st in enumerate(status):
-                i = int(idx[k])
-                if st == 0 and i not in flagged:
-                    continue
-                reason = decoder.describe(st, k) if st != 0 else \
-                    "decoded, but its compressed data holds a marker no JPEG scan can hold"
-                try:
-                    self._decode_on_cpu(i, batch, pinned, decoded, out_offsets[i], shapes[i], decode_cpu, reason)
-                except SampleError as err:
-                    if self.fallback.on_error == "raise":
-                        raise
-                    failed.append((i, err))
+        for k, st in enumerate(status):
+            i = int(enc[k])
+            if st == 0 and i not in flagged:
+                continue
+            reason = self.decoder.describe(st, k) if st != 0 else \
+                "decoded, but its compressed data holds a marker no JPEG scan can hold"
+            try:
+                self._decode_on_cpu(i, batch, pinned, decoded, out_offsets[i], shapes[i], decode_cpu, reason)
+            except SampleError as err:
+                if self.fallback.on_error == "raise":
+                    raise
+                failed.append((i, err))
         if failed:
             decoded = self._replace(batch, failed, decoded, shapes, out_offsets)
         return decoded
@@ -318,17 +263,6 @@ class BatchExecutor:
             return enc[host.numpy().nonzero()[0]].tolist()
 
         return flagged
-
-    @staticmethod
-    def _timed_decode(decoder: Any, pinned: torch.Tensor, batch: PackedBatch, idx: np.ndarray, shapes: np.ndarray,
-                      decoded: torch.Tensor, out_offsets: np.ndarray, stream: torch.cuda.Stream):
-        t0 = time.perf_counter()
-        hints = batch.hints[idx] if batch.hints is not None else None
-        if hints is not None and (hints < 0).any():
-            hints = None
-        status = decoder.decode_batch(pinned, batch.offsets[idx], batch.lengths[idx], shapes[idx, :2],
-                                      decoded, out_offsets[idx], stream, hints=hints)
-        return status, time.perf_counter() - t0, decoder
 
     def _replace(self, batch: PackedBatch, failed: list, decoded: torch.Tensor, shapes: np.ndarray,
                  out_offsets: np.ndarray) -> torch.Tensor:
@@ -381,13 +315,8 @@ def executor_for(loader: Any, device: torch.device) -> BatchExecutor:
     cache = loader.__dict__.setdefault("_executors", {})
     ex = cache.get(device.index)
     if ex is None:
-        import os
-
-        # Hardware engines + CUDA decoder side by side: measured slower on an H200
-        # (benchmarks/RESULTS.md), so off unless asked for.
-        split = os.environ.get("TORCHDALI_HYBRID_SPLIT", "0") == "1"
         ex = BatchExecutor(loader.plan, device, loader.memory_format == torch.channels_last,
-                           loader.prefetch_depth, loader.dataset, loader.on_error, hybrid_split=split,
+                           loader.prefetch_depth, loader.dataset, loader.on_error,
                            ring=loader.__dict__.get("_ring"))
         cache[device.index] = ex
     return ex
