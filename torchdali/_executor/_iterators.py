@@ -77,8 +77,8 @@ from ._executor import executor_for
 from ._staging import Slot, Stopped
 from ._worker import PackedBatch
 
-QUEUE_POLL_S = 0.1  # puts into a full queue, and the executor's wait for a staged batch, check the stop event this often
-RING_POLL_S = 0.002  # the executor's wait for a staged batch while ring slots wait for the GPU (a worker may wait for one)
+QUEUE_POLL_S = 0.1  # how often a blocked put, or the executor's wait for a staged batch, checks the stop event
+RING_POLL_S = 0.002  # that wait's step while ring slots wait for the GPU: a worker may be waiting for one
 WORKER_POLL_S = 0.2  # the staging thread waits for the workers' next batch in steps this long
 EXEC_JOIN_S = 2.0  # close waits this long for the executor thread before it releases ring slots
 THREAD_JOIN_S = 5.0  # close waits this long for each background thread at the end

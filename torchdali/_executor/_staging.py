@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import torch
 
@@ -33,6 +33,7 @@ class PinnedSlot:
         self.view = self.buffer
 
     def take(self, nbytes: int) -> torch.Tensor:
+        """The first ``nbytes`` of the buffer, once the GPU has read the batch before (grown if needed)."""
         if self.event is not None:
             self.event.synchronize()  # only blocks when the GPU is a whole ring behind
         if self.buffer.numel() < nbytes:
@@ -52,6 +53,13 @@ class RingSlot:
 Slot = Union[PinnedSlot, RingSlot]
 
 
+class HeldRingSlot(NamedTuple):
+    """Batch ``seq``'s ring slot, which the GPU may read until ``ready`` has passed."""
+
+    ready: torch.cuda.Event
+    seq: int
+
+
 class Staging:
     """The pinned memory a batch's bytes wait in until the GPU has read them.
 
@@ -67,8 +75,7 @@ class Staging:
         self.ring = ring  # HostRing the workers write into, or None
         if ring is not None:
             ring.register()
-        # (ready event, batch number) of the ring slots the GPU may still read
-        self.pending: list[tuple[torch.cuda.Event, int]] = []
+        self.pending: list[HeldRingSlot] = []  # ring slots the GPU may still read, oldest first
 
     def stage(self, batch: PackedBatch, stop: threading.Event) -> tuple[Slot, float]:
         """(slot holding the batch's bytes, seconds spent copying): copies a blob into a
@@ -102,12 +109,12 @@ class Staging:
         Every numbered batch comes through here, in order, whether or not its bytes
         went through the ring: the next batch for that slot waits for exactly this number.
         """
-        self.pending.append((ready, seq))
+        self.pending.append(HeldRingSlot(ready, seq))
 
     def release_ready(self) -> None:
         """Hand ring slots back to the workers once the GPU has read them."""
-        while self.pending and self.pending[0][0].query():
-            self.ring.release(self.pending.pop(0)[1])
+        while self.pending and self.pending[0].ready.query():
+            self.ring.release(self.pending.pop(0).seq)
 
     def release_all(self, last_seq: int) -> None:
         """Free every ring slot up to batch ``last_seq``; the caller has waited for the GPU.

@@ -1,16 +1,17 @@
 """Which samples form a batch, and the tag that follows each sample from the
 sampler through the workers to the GPU.
 
-The inner torch DataLoader iterates *tagged* indices (``SampleTag``): the
-position of a sample in the epoch keys its random parameters, so a sample gets
-the same crop whichever worker reads it. The dataset wrappers read the sample a
-tag names and hand ``TaggedSample`` records to the packing step (``_worker.py``).
+The inner torch DataLoader iterates *tagged* indices (``SampleTag``, sent to
+the workers a batch at a time as a ``TagBatch``): the position of a sample in
+the epoch keys its random parameters, so a sample gets the same crop whichever
+worker reads it. The dataset wrappers read the sample a tag names and hand
+``TaggedSample`` records to the packing step (``_worker.py``).
 """
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -36,6 +37,42 @@ class SampleTag(NamedTuple):
     index: int
     spare: bool
     seq: int = -1
+
+
+@dataclass(slots=True)
+class TagBatch:
+    """One batch's tags as the sampler hands them to a worker; iterating it yields
+    its ``SampleTag``s, the batch's samples first, then its spares.
+
+    Torch pickles every batch's indices in the main process: the few numbers that
+    describe a batch pickle many times faster than a list of NamedTuples, and the
+    tags are built in the worker.
+    """
+
+    seed: int
+    epoch: int
+    seq: int
+    first_position: int  # the batch's samples are at consecutive positions of the epoch
+    indices: Sequence[int]
+    spare_positions: Sequence[int] = ()
+    spare_indices: Sequence[int] = ()
+
+    def __reduce__(self) -> tuple:
+        return TagBatch, (self.seed, self.epoch, self.seq, self.first_position, self.indices,
+                          self.spare_positions, self.spare_indices)
+
+    def __len__(self) -> int:
+        return len(self.indices) + len(self.spare_indices)
+
+    def __iter__(self) -> Iterator[SampleTag]:
+        seed, epoch, seq, pos = self.seed, self.epoch, self.seq, self.first_position
+        for i, idx in enumerate(self.indices):
+            yield SampleTag(seed, epoch, pos + i, idx, False, seq)
+        for p, idx in zip(self.spare_positions, self.spare_indices):
+            yield SampleTag(seed, epoch, p, idx, True, seq)
+
+    def __getitem__(self, k: int) -> SampleTag:
+        return list(self)[k]
 
 
 class TaggedSample(NamedTuple):
@@ -75,7 +112,7 @@ class EpochState:
 
 
 class TaggedBatchSampler:
-    """Wraps the loader's batch sampler; yields batches of ``SampleTag``.
+    """Wraps the loader's batch sampler; yields ``TagBatch``es.
 
     With a bad-sample policy other than "raise", each batch also carries
     ``NUM_SPARES`` spare tags: samples drawn, deterministically from ``(seed,
@@ -112,10 +149,10 @@ class TaggedBatchSampler:
             self._generation += 1
             return self.state.next_seq - 1
 
-    def __iter__(self) -> Iterator[list[SampleTag]]:
+    def __iter__(self) -> Iterator[TagBatch]:
         return self._pass(self._generation)
 
-    def _pass(self, generation: int) -> Iterator[list[SampleTag]]:
+    def _pass(self, generation: int) -> Iterator[TagBatch]:
         seed, epoch, skip = self.state.seed, self.state.epoch, self.state.skip_batches
         self.state.skip_batches = 0  # a resume offset applies to one epoch only
         batches = self.batch_sampler
@@ -134,12 +171,13 @@ class TaggedBatchSampler:
                     return  # retired: its iterator was closed
                 seq = self.state.next_seq
                 self.state.next_seq += 1
-            tags = [SampleTag(seed, epoch, pos + i, idx, False, seq) for i, idx in enumerate(batch)]
+            tags = TagBatch(seed, epoch, seq, pos, batch)
             if order:
                 picks = _rng.uniform(_rng.sample_keys(seed, epoch, np.array([b])), 1 << 20, NUM_SPARES)[0]
-                for p in (picks * len(order)).astype(np.int64):
-                    # spare positions live past the epoch's so their params differ from the original's
-                    tags.append(SampleTag(seed, epoch, len(order) + int(p), order[int(p)], True, seq))
+                picks = [int(p) for p in (picks * len(order)).astype(np.int64)]
+                # spare positions live past the epoch's so their params differ from the original's
+                tags.spare_positions = [len(order) + p for p in picks]
+                tags.spare_indices = [order[p] for p in picks]
             yield tags
             pos += len(batch)
 
@@ -158,7 +196,8 @@ class TaggedDataset(torch.utils.data.Dataset):
             return TaggedSample(tag, None, SPARE)
         return TaggedSample(tag, sample_path(self.dataset, tag.index), self.dataset[tag.index])
 
-    def __getitems__(self, tags: list[SampleTag]) -> list[TaggedSample]:
+    def __getitems__(self, tags: TagBatch | list[SampleTag]) -> list[TaggedSample]:
+        tags = list(tags)
         getitems = getattr(self.dataset, "__getitems__", None)
         if getitems is None:
             return [self[t] for t in tags]
