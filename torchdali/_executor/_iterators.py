@@ -219,15 +219,15 @@ class GpuIterator:
                     return
                 batch = item.batch
                 try:
-                    ready = ex.process(batch, item.slot)
+                    done = ex.process(batch, item.slot)
                 except SampleError:
                     raise
                 except Exception as e:
                     raise RuntimeError(
                         f"torchdali GPU executor failed on batch {k} (samples {batch.indices[:8].tolist()}"
                         f"{'...' if len(batch.indices) > 8 else ''}): {type(e).__name__}: {e}") from e
-                ready.stages["fetch_s"], ready.stages["stage_s"] = item.fetch_s, item.stage_s
-                if not self._put(self._queue, ready):
+                done.stages["fetch_s"], done.stages["stage_s"] = item.fetch_s, item.stage_s
+                if not self._put(self._queue, done):
                     return
                 k += 1
         except BaseException as e:
