@@ -29,7 +29,6 @@ if [ "$PHASE" = 1 ]; then
     bench $R --batch-size 256 --workers $W --recipe $R --epochs 3 --warmup 1
   done
   TORCHDALI_STAGING_RING=0 bench ring_off --only torchdali --batch-size 256 --workers $W --epochs 3 --warmup 1
-  TORCHDALI_HYBRID_SPLIT=1 bench hybrid_split --only torchdali --batch-size 256 --workers $W --epochs 3 --warmup 1
 elif [ "$PHASE" = 3 ]; then
   timeout 200 python3 -m pytest -m cuda -q -rs --tb=short -p no:cacheprovider -o faulthandler_timeout=45 \
     tests > "$L/pytest_cuda.log" 2>&1; tail -2 "$L/pytest_cuda.log"

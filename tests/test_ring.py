@@ -11,6 +11,7 @@ import torch
 
 from torchdali import transforms as T
 from torchdali._executor._ring import HostRing, plan_ring, ring_supported
+from torchdali._executor._tags import SampleTag, TaggedSample
 from torchdali._executor._worker import PackedBatch, PrepareBatch
 from torchdali.transforms import compile_transforms
 
@@ -67,7 +68,7 @@ def _encoded_samples(folder, n, seq):
     import torchdali as td
 
     ds = td.datasets.ImageFolder(folder)
-    return [((0, 0, i, i, False, seq), ds.samples[i][0], ds[i]) for i in range(n)]
+    return [TaggedSample(SampleTag(0, 0, i, i, False, seq), ds.samples[i][0], ds[i]) for i in range(n)]
 
 
 def test_prepare_batch_writes_the_batch_into_its_slot_and_pickles_small(tmp_path):
@@ -79,7 +80,7 @@ def test_prepare_batch_writes_the_batch_into_its_slot_and_pickles_small(tmp_path
     batch = PrepareBatch(plan, "gpu", ring=ring)(samples)
     assert batch.blob is None and batch.ring_seq == 4
     total = int(batch.offsets[-1] + batch.lengths[-1])
-    expected = torch.cat([s[2][0] for s in samples])
+    expected = torch.cat([s.item[0] for s in samples])
     assert torch.equal(ring.slot(4)[:total], expected)
     wire = pickle.dumps(batch)
     assert len(wire) < 8192  # metadata only: the bytes stayed in the ring
@@ -96,7 +97,7 @@ def test_a_batch_larger_than_a_slot_travels_as_a_blob(tmp_path):
     samples = _encoded_samples(folder, 4, seq=0)
     batch = PrepareBatch(plan, "gpu", ring=ring)(samples)
     assert batch.ring_seq == -1
-    assert torch.equal(batch.blob, torch.cat([s[2][0] for s in samples]))
+    assert torch.equal(batch.blob, torch.cat([s.item[0] for s in samples]))
     assert ring._released.tolist() == [-3, -2, -1]  # nothing released
     ring.close()
 
@@ -126,21 +127,21 @@ def test_packed_batch_keeps_unusual_target_types():
 def test_a_retired_sampler_pass_hands_out_no_more_batch_numbers():
     import copy
 
-    from torchdali._executor._worker import EpochState, TaggedBatchSampler
+    from torchdali._executor._tags import EpochState, TaggedBatchSampler
 
     state = EpochState()
     sampler = TaggedBatchSampler(torch.utils.data.BatchSampler(range(20), 4, False), state)
     old = iter(sampler)
-    seqs = [next(old)[0][5] for _ in range(2)]
+    seqs = [next(old)[0].seq for _ in range(2)]
     assert seqs == [0, 1]
     assert sampler.retire() == 1
     with pytest.raises(StopIteration):  # the abandoned pass is done, even mid-epoch
         next(old)
-    new = [b[0][5] for b in sampler]  # the next pass numbers on from there
+    new = [b[0].seq for b in sampler]  # the next pass numbers on from there
     assert new == [2, 3, 4, 5, 6]
-    assert [t[3] for t in next(iter(sampler))] == [0, 1, 2, 3]
+    assert [t.index for t in next(iter(sampler))] == [0, 1, 2, 3]
     clone = pickle.loads(pickle.dumps(sampler))
-    assert [b[0][5] for b in copy.deepcopy(clone)][:1] == [8]
+    assert [b[0].seq for b in copy.deepcopy(clone)][:1] == [8]
 
 
 def test_a_long_wait_for_a_slot_is_reported(monkeypatch):

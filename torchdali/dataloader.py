@@ -12,20 +12,14 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-import time
 from typing import Any, Callable
 
 import torch
 import torch.utils.data as tud
 
-from ._executor._worker import (
-    EpochState,
-    PrepareBatch,
-    TaggedBatchSampler,
-    TaggedDataset,
-    TaggedIterable,
-    check_on_error,
-)
+from ._executor._iterators import CpuIterator, GpuIterator
+from ._executor._tags import EpochState, TaggedBatchSampler, TaggedDataset, TaggedIterable
+from ._executor._worker import PrepareBatch, check_on_error
 from ._stats import LoaderStats
 from .transforms import compile_transforms
 
@@ -166,10 +160,8 @@ class DataLoader(tud.DataLoader):
         self.__dict__["_epochs_started"] = self._epochs_started + 1
         inner = self._inner_loader()
         if self.device.type == "cuda":
-            from ._executor._gpu import GpuIterator
-
             return GpuIterator(self, inner)
-        return _CpuIterator(self, inner)
+        return CpuIterator(self, inner)
 
     # -- public ------------------------------------------------------------
     def stats(self) -> LoaderStats:
@@ -209,6 +201,7 @@ class DataLoader(tud.DataLoader):
     def close(self) -> None:
         """Release GPU state (nvJPEG handles, streams, threads) and persistent workers. Idempotent;
         also runs when the loader is garbage-collected."""
+        # what outlives iterators: Note [torchdali iterator shutdown] in _executor/_iterators.py
         for ex in self.__dict__.pop("_executors", {}).values():
             ex.close()
         inner = self.__dict__.get("_inner")
@@ -296,35 +289,3 @@ class DataLoader(tud.DataLoader):
         self.__dict__["_inner"] = inner
         return inner
 
-
-def _unpack(batch: Any, images: torch.Tensor):
-    if batch.has_target:
-        return images, batch.targets
-    return images
-
-
-class _CpuIterator:
-    """Batches are finished in the workers; the main process only hands them over."""
-
-    def __init__(self, loader: DataLoader, inner: tud.DataLoader) -> None:
-        self._loader = loader
-        self._it = iter(inner)
-        self._stats = loader._stats
-        self._stats.start_epoch(loader._epoch_state.epoch)
-
-    def __iter__(self):
-        return self
-
-    def __len__(self) -> int:
-        return len(self._loader)
-
-    def __next__(self):
-        t0 = time.perf_counter()
-        try:
-            batch = next(self._it)
-        except StopIteration:
-            self._stats.end_epoch()
-            raise
-        self._stats.add_batch(len(batch.indices), wait=time.perf_counter() - t0, worker=batch.seconds)
-        self._loader._on_batch(batch)
-        return _unpack(batch, batch.images)

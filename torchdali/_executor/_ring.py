@@ -15,7 +15,7 @@ waits there (it never happens while ``n_slots`` exceeds the batches in flight).
 Batches are released in any order; the lowest unreleased batch never waits, so
 the ring cannot deadlock as long as the executor keeps going. Closing an
 iterator releases every slot it dispatched, so workers finishing abandoned
-batches never block.
+batches never block (Note [torchdali iterator shutdown], ``_iterators.py``).
 
 The mapping is an anonymous ``memfd``: forked workers inherit it, spawned ones
 open it through ``/proc/<pid>/fd``, and it disappears with the last process
@@ -34,6 +34,9 @@ import torch
 _HEADER = 4096  # released[n_slots] int64, then the abandon watermark
 _ALIGN = 4096
 MAX_SLOTS = 256  # the header holds this many release counters
+ACQUIRE_FIRST_SLEEP_S = 1e-4  # a worker waiting for a slot first sleeps this long, doubling each time ...
+ACQUIRE_MAX_SLEEP_S = 5e-3  # ... up to this, so a slot released soon is taken soon without a busy loop
+PARENT_CHECK_S = 1.0  # a waiting worker checks this often that the main process is still there
 
 
 def ring_supported() -> bool:
@@ -92,15 +95,15 @@ class HostRing:
         k = seq % self.n_slots
         need = seq - self.n_slots
         if self._released[k] < need:
-            delay, waited, since_check = 1e-4, 0.0, 0.0
+            delay, waited, since_check = ACQUIRE_FIRST_SLEEP_S, 0.0, 0.0
             parent = os.getppid()
             warned = False
             while self._released[k] < need:
                 time.sleep(delay)
                 waited += delay
                 since_check += delay
-                delay = min(delay * 2, 5e-3)
-                if since_check > 1.0:
+                delay = min(delay * 2, ACQUIRE_MAX_SLEEP_S)
+                if since_check > PARENT_CHECK_S:
                     since_check = 0.0
                     if os.getpid() != self.owner_pid and os.getppid() != parent:
                         raise RuntimeError("torchdali: the main process went away while a worker waited "
@@ -134,7 +137,8 @@ class HostRing:
             self._released[k] = seq
 
     def release_upto(self, seq: int) -> None:
-        """Release every batch up to ``seq`` (an abandoned iterator's dispatched batches)."""
+        """Release every batch up to ``seq``: an abandoned iterator's dispatched batches,
+        once the GPU is done (Note [torchdali iterator shutdown], ``_iterators.py``)."""
         self._released[:] = np.maximum(self._released, seq - (seq - np.arange(self.n_slots)) % self.n_slots)
 
     def close(self) -> None:

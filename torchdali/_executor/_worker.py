@@ -1,17 +1,16 @@
-"""What runs in the DataLoader workers: read, tag, and pack (or decode) a batch.
+"""What runs in the DataLoader workers: read and pack (or, on the CPU path, decode
+and transform) a batch, and draw its samples' random parameters.
 
-The inner torch DataLoader iterates *tagged* indices ``(seed, epoch, position,
-index)``: the position of a sample in the epoch keys its random parameters, so a
-sample gets the same crop whichever worker reads it. A whole batch leaves the
-worker as a handful of tensors (one bytes blob plus small metadata arrays),
-never one tensor per sample: one shared-memory segment per sample exhausts file
-descriptors at batch 256 with many workers.
+The workers receive ``TaggedSample`` records (``_tags.py``). A whole batch
+leaves the worker as a handful of tensors (one bytes blob plus small metadata
+arrays), never one tensor per sample: one shared-memory segment per sample
+exhausts file descriptors at batch 256 with many workers.
 """
 from __future__ import annotations
 
-import threading
+import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -20,152 +19,23 @@ from torch.utils.data._utils.collate import default_collate
 from .. import _rng
 from ..errors import SampleError
 from ..transforms._plan import Plan, run_reference, to_hwc
+from ._tags import SampleTag, TaggedSample, sample_path
 
 # Sample kinds inside a packed batch.
 ENCODED = 0  # encoded image bytes, to be decoded (GPU path)
 RAW = 1  # already decoded HWC uint8 pixels
 
 
-def sample_path(dataset: Any, index: int) -> str | None:
-    """The file path of ``dataset[index]`` when the dataset knows it."""
-    try:
-        if hasattr(dataset, "path_of"):
-            return str(dataset.path_of(index))
-        samples = getattr(dataset, "samples", None) or getattr(dataset, "imgs", None)
-        if samples is not None:
-            entry = samples[index]
-            return str(entry[0] if isinstance(entry, (tuple, list)) else entry)
-    except Exception:
-        pass
-    return None
+def draw_params(plan: Plan, shapes: np.ndarray, seed: int, epoch: int, positions: np.ndarray) -> torch.Tensor:
+    """Kernel parameters of the samples at ``positions`` of ``epoch``, whose images are
+    ``shapes`` ([B, >=2] H, W, ...).
 
-
-NUM_SPARES = 4  # replacement candidates sent with each batch when on_error is not "raise"
-
-
-@dataclass
-class EpochState:
-    """What the sampler wrapper and the workers need to know about the current epoch."""
-
-    seed: int = 0
-    epoch: int = 0
-    skip_batches: int = 0  # resume: batches of this epoch already consumed
-    spares: bool = False  # send replacement candidates with each batch
-    next_seq: int = 0  # loader-wide batch counter: picks the staging-ring slot
-
-
-class TaggedBatchSampler:
-    """Wraps the loader's batch sampler; yields tagged batches.
-
-    A tag is ``(seed, epoch, position, index, spare, seq)``; ``seq`` numbers the
-    batches the loader has dispatched (all epochs) and picks their staging slot. With a bad-sample policy
-    other than "raise", each batch also carries ``NUM_SPARES`` spare tags: samples
-    drawn, deterministically from ``(seed, epoch, batch)``, out of the same epoch
-    order. Spares are not read unless a sample of the batch fails.
+    The one place parameters are drawn: a sample's draw depends on ``(seed, epoch,
+    position)`` and its size only, so a sample packed in a worker and a replacement
+    found later on the GPU get their parameters the same way.
     """
-
-    def __init__(self, batch_sampler: Any, state: EpochState) -> None:
-        self.batch_sampler = batch_sampler
-        self.state = state
-        self._lock = threading.Lock()
-        self._generation = 0
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self.batch_sampler) - self.state.skip_batches
-
-    def retire(self) -> int:
-        """End every pass started so far and return the last batch number handed out.
-
-        An abandoned iterator's pass may still be asked for batches (torch refills its
-        prefetch from whichever thread is inside it); after this it yields none, so
-        no batch number beyond the returned one can belong to it.
-        """
-        with self._lock:
-            self._generation += 1
-            return self.state.next_seq - 1
-
-    def __iter__(self):
-        return self._pass(self._generation)
-
-    def _pass(self, generation: int):
-        seed, epoch, skip = self.state.seed, self.state.epoch, self.state.skip_batches
-        self.state.skip_batches = 0  # a resume offset applies to one epoch only
-        batches = self.batch_sampler
-        order: list[int] | None = None
-        if self.state.spares:
-            batches = [list(b) for b in batches]
-            order = [i for b in batches for i in b]
-        pos = 0
-        for b, batch in enumerate(batches):
-            batch = list(batch)
-            if b < skip:
-                pos += len(batch)
-                continue
-            with self._lock:
-                if self._generation != generation:
-                    return  # retired: its iterator was closed
-                seq = self.state.next_seq
-                self.state.next_seq += 1
-            tags = [(seed, epoch, pos + i, idx, False, seq) for i, idx in enumerate(batch)]
-            if order:
-                picks = _rng.uniform(_rng.sample_keys(seed, epoch, np.array([b])), 1 << 20, NUM_SPARES)[0]
-                for p in (picks * len(order)).astype(np.int64):
-                    # spare positions live past the epoch's so their params differ from the original's
-                    tags.append((seed, epoch, len(order) + int(p), order[int(p)], True, seq))
-            yield tags
-            pos += len(batch)
-
-
-_SPARE = object()  # placeholder item: a spare candidate that has not been read
-
-
-class TaggedDataset(torch.utils.data.Dataset):
-    """Map-style wrapper: ``ds[tag] -> (tag, path, dataset[index])``; spares are not read."""
-
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, tag: tuple):
-        idx = tag[3]
-        if tag[4]:
-            return tag, None, _SPARE
-        return tag, sample_path(self.dataset, idx), self.dataset[idx]
-
-    def __getitems__(self, tags: list[tuple]):
-        getitems = getattr(self.dataset, "__getitems__", None)
-        if getitems is None:
-            return [self[t] for t in tags]
-        real = [t for t in tags if not t[4]]
-        items = getitems([t[3] for t in real])
-        out = [(t, sample_path(self.dataset, t[3]), it) for t, it in zip(real, items)]
-        return out + [(t, None, _SPARE) for t in tags if t[4]]
-
-
-class TaggedIterable(torch.utils.data.IterableDataset):
-    """Iterable wrapper: tags samples with ``(seed, epoch, worker*2**40 + count, count, False)``."""
-
-    def __init__(self, dataset: Any, state: EpochState) -> None:
-        self.dataset = dataset
-        self.state = state
-
-    def __iter__(self):
-        info = torch.utils.data.get_worker_info()
-        wid = info.id if info is not None else 0
-        seed, epoch = self.state.seed, self.state.epoch
-        for count, item in enumerate(self.dataset):
-            yield (seed, epoch, (wid << 40) + count, count, False), None, item
+    keys = _rng.sample_keys(seed, epoch, positions)
+    return plan.params(shapes[:, :2], keys)
 
 
 def _split_item(item: Any) -> tuple[Any, Any, bool]:
@@ -205,14 +75,45 @@ def classify(data: Any) -> tuple[int, Any]:
     )
 
 
+class Skipped(NamedTuple):
+    """A sample on_error replaced (it crosses from the worker to the main process in ``PackedBatch``)."""
+
+    index: int
+    path: str | None
+    reason: str
+
+
+class LoadedSample(NamedTuple):
+    """One sample ready to pack: its kind, payload and (H, W, C)."""
+
+    kind: int  # ENCODED or RAW
+    payload: torch.Tensor  # encoded bytes (1-D) or HWC uint8 pixels
+    shape: tuple  # (H, W, C) of the decoded image
+    hint: int  # header code for nvJPEG's backend routing (-1: none)
+    scan_start: int  # where the JPEG's scan data starts (-1: not checked)
+
+
+class Replacement(NamedTuple):
+    """What on_error put in place of a failed sample (``PrepareBatch.replace``)."""
+
+    tag: SampleTag | None  # the spare sample used; None when the callable policy supplied the sample
+    path: str | None
+    target: Any
+    has_target: bool
+    kind: int
+    payload: torch.Tensor
+    shape: tuple
+
+
 @dataclass
 class PackedBatch:
     """A batch as it leaves a worker.
 
     ``images`` is set on the CPU path (already decoded and transformed). On the GPU
     path ``blob`` holds every sample's payload back to back; ``kinds``, ``offsets``,
-    ``lengths`` and ``shapes`` (H, W, C) locate them. ``spares`` are replacement
-    candidates ``(position, index)`` for failures found later, on the GPU.
+    ``lengths`` and ``shapes`` (H, W, C) locate them. ``spares`` are the batch's
+    unused spare ``SampleTag``s: replacement candidates for failures found later, on
+    the GPU.
     """
 
     seed: int
@@ -233,8 +134,8 @@ class PackedBatch:
     scan_starts: np.ndarray | None = None  # where each JPEG's scan data starts (-1: not checked)
     seq: int = -1  # the loader-wide batch number (-1: not numbered, e.g. an IterableDataset)
     ring_seq: int = -1  # >= 0: the bytes are in slot ``ring_seq`` of the staging ring, not in ``blob``
-    spares: list = field(default_factory=list)
-    skipped: list = field(default_factory=list)  # (index, path, reason) replaced under on_error
+    spares: list[SampleTag] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)  # samples replaced under on_error
     seconds: float = 0.0  # worker time spent on this batch
 
     # Small tensors cross the worker queue as numpy arrays, pickled inline: a torch
@@ -277,6 +178,7 @@ _NP_SAFE = (torch.float32, torch.float64, torch.float16, torch.int64, torch.int3
 
 
 def check_on_error(on_error: Any) -> None:
+    """Raise ValueError unless ``on_error`` is a valid bad-sample policy."""
     if not (on_error in ("raise", "skip") or callable(on_error)):
         raise ValueError(f'on_error must be "raise", "skip" or a callable (index, path, exception) -> '
                          f"replacement sample or None; got {on_error!r}")
@@ -303,8 +205,8 @@ class PrepareBatch:
         self.on_error = on_error
         self.dataset = dataset
 
-    def load(self, data: Any, idx: int, path: str | None) -> tuple[int, torch.Tensor, tuple, int, int]:
-        """(kind, payload, (H, W, C), header code, scan start) of one sample; raises SampleError naming it."""
+    def load(self, data: Any, idx: int, path: str | None) -> LoadedSample:
+        """One sample's data, classified (and decoded here when the GPU cannot); raises SampleError naming it."""
         from ..decode import DecodeError, decode_cpu
 
         try:
@@ -314,12 +216,13 @@ class PrepareBatch:
         if kind == ENCODED:
             probe = _gpu_decodable_shape(payload) if self.mode == "gpu" else None
             if probe is not None:
-                return kind, payload, probe[0], probe[1], probe[2]
+                shape, hint, scan_start = probe
+                return LoadedSample(kind, payload, shape, hint, scan_start)
             kind, payload = RAW, _decode_or_raise(decode_cpu, DecodeError, payload, idx, path)
-        return kind, payload, tuple(payload.shape), -1, -1
+        return LoadedSample(kind, payload, tuple(payload.shape), -1, -1)
 
-    def replace(self, err: SampleError, spares: list, used: set) -> tuple:
-        """A replacement for a failed sample: (tag, path, target, has_target, kind, payload, shape).
+    def replace(self, err: SampleError, spares: list[SampleTag], used: set[SampleTag]) -> Replacement:
+        """A replacement for a failed sample (in the worker, or later on the GPU).
 
         The callable policy is asked first; then spare samples of the same epoch
         are tried in order. Raises the original error when nothing can replace it.
@@ -328,60 +231,57 @@ class PrepareBatch:
             item = self.on_error(err.index, err.path, err)
             if item is not None:
                 data, target, has = _split_item(item)
-                kind, payload, shape, _, _ = self.load(data, err.index, err.path)
-                return None, err.path, target, has, kind, payload, shape
+                loaded = self.load(data, err.index, err.path)
+                return Replacement(None, err.path, target, has, loaded.kind, loaded.payload, loaded.shape)
         for tag in spares:
             if tag in used or self.dataset is None:
                 continue
             used.add(tag)
-            idx = tag[3]
-            path = sample_path(self.dataset, idx)
+            path = sample_path(self.dataset, tag.index)
             try:
-                data, target, has = _split_item(self.dataset[idx])
-                kind, payload, shape, _, _ = self.load(data, idx, path)
+                data, target, has = _split_item(self.dataset[tag.index])
+                loaded = self.load(data, tag.index, path)
             except Exception:
                 continue
-            return tag, path, target, has, kind, payload, shape
+            return Replacement(tag, path, target, has, loaded.kind, loaded.payload, loaded.shape)
         raise SampleError(f"{err} (on_error could not replace it: no usable spare sample in this batch)",
                           index=err.index, path=err.path) from err
 
-    def __call__(self, samples: Sequence[tuple]) -> PackedBatch:
-        import time
-
+    def __call__(self, samples: Sequence[TaggedSample]) -> PackedBatch:
         t0 = time.perf_counter()
-        spares = [s[0] for s in samples if s[0][4]]
-        samples = [s for s in samples if not s[0][4]]
+        spares = [s.tag for s in samples if s.tag.spare]
+        samples = [s for s in samples if not s.tag.spare]
         n = len(samples)
-        seed, epoch = samples[0][0][0], samples[0][0][1]
-        indices = np.fromiter((s[0][3] for s in samples), dtype=np.int64, count=n)
-        positions = np.fromiter((s[0][2] for s in samples), dtype=np.int64, count=n)
-        paths = [s[1] for s in samples]
+        seed, epoch = samples[0].tag.seed, samples[0].tag.epoch
+        indices = np.fromiter((s.tag.index for s in samples), dtype=np.int64, count=n)
+        positions = np.fromiter((s.tag.position for s in samples), dtype=np.int64, count=n)
+        paths = [s.path for s in samples]
         targets, has_target = [], True
         kinds = np.empty(n, dtype=np.int8)
         payloads: list[torch.Tensor] = []
         shapes = np.zeros((n, 3), dtype=np.int64)
         hints = np.full(n, -1, dtype=np.int64)
         scan_starts = np.full(n, -1, dtype=np.int64)
-        skipped: list = []
-        used: set = set()
-        for i, (_, path, item) in enumerate(samples):
-            data, target, has = _split_item(item)
+        skipped: list[Skipped] = []
+        used: set[SampleTag] = set()
+        for i, sample in enumerate(samples):
+            data, target, has = _split_item(sample.item)
             try:
-                kind, payload, shape, hints[i], scan_starts[i] = self.load(data, int(indices[i]), path)
+                kind, payload, shape, hints[i], scan_starts[i] = self.load(data, int(indices[i]), sample.path)
             except SampleError as err:
                 if self.on_error == "raise":
                     raise
-                tag, path, target, has, kind, payload, shape = self.replace(err, spares, used)
-                skipped.append((err.index, err.path, str(err)))
-                if tag is not None:
-                    indices[i], positions[i], paths[i] = tag[3], tag[2], path
+                sub = self.replace(err, spares, used)
+                target, has, kind, payload, shape = sub.target, sub.has_target, sub.kind, sub.payload, sub.shape
+                skipped.append(Skipped(err.index, err.path, str(err)))
+                if sub.tag is not None:
+                    indices[i], positions[i], paths[i] = sub.tag.index, sub.tag.position, sub.path
             targets.append(target)
             has_target = has_target and has
             kinds[i], shapes[i] = kind, shape
             payloads.append(payload)
 
-        keys = _rng.sample_keys(seed, epoch, positions)
-        params = self.plan.params(shapes[:, :2], keys)
+        params = draw_params(self.plan, shapes, seed, epoch, positions)
         collated = self.collate_fn(targets) if has_target else None
         batch = PackedBatch(seed=seed, epoch=epoch, indices=indices, positions=positions, paths=paths,
                             params=params, targets=collated, has_target=has_target,
@@ -394,7 +294,7 @@ class PrepareBatch:
             np.cumsum(lengths[:-1], out=offsets[1:])
             flat = [p.reshape(-1) for p in payloads]
             total = int(lengths.sum())
-            seq = batch.seq = samples[0][0][5] if len(samples[0][0]) > 5 else -1
+            seq = batch.seq = samples[0].tag.seq
             # A numbered batch takes its slot even when it does not fit (and then travels as a
             # blob): slot ownership passes from batch to batch in order, so a release can
             # never free a slot that an earlier batch is still being decoded from.

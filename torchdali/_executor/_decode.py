@@ -1,0 +1,182 @@
+"""GPU decode of a staged batch: nvJPEG, the scan check, the CPU fallback, on_error.
+
+Every sample's pixels land back to back in one buffer from torch's caching
+allocator: samples the workers already decoded (``RAW``) are copied in, the
+JPEGs are decoded there by nvJPEG. A JPEG nvJPEG rejects, or whose compressed
+data the scan check flags, is decoded on the CPU; one the CPU cannot decode
+either is replaced under the on_error policy, its parameters drawn by
+``_worker.draw_params`` like every other sample's.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+import torch
+
+from ..errors import SampleError
+from ._tags import SampleTag
+from ._worker import ENCODED, RAW, PackedBatch, PrepareBatch, Skipped, draw_params
+
+
+class DecodedBatch(NamedTuple):
+    """A batch's pixels on the GPU, as the kernel reads them."""
+
+    buffer: torch.Tensor  # uint8, every image HWC back to back
+    shapes: np.ndarray  # int64 [B, 3]: (H, W, C) of each image
+    offsets: np.ndarray  # int64 [B]: where each image starts in ``buffer``
+
+
+class GpuDecoder:
+    """Per-loader, per-device decode state: the nvJPEG decoder, the scan-check stream
+    and the CPU fallback with the on_error policy."""
+
+    def __init__(self, plan: Any, device: torch.device, on_error: Any = "raise", dataset: Any = None) -> None:
+        from ..decode import NvjpegDecoder
+
+        # CPU decoding for the rare sample nvJPEG rejects, and the on_error policy
+        self.fallback = PrepareBatch(plan, "cpu", on_error=on_error, dataset=dataset)
+        self.plan = plan
+        self.device = device
+        with torch.cuda.device(device):
+            # fancy (interpolating) chroma upsampling, as libjpeg-turbo does, so the
+            # GPU and CPU paths agree on 4:2:0/4:2:2 images
+            self.nvjpeg = NvjpegDecoder(device, pipeline_depth=2, fancy_upsampling=True)
+            # the scan check runs beside the decode (see _check_scans)
+            self.check_stream = torch.cuda.Stream(device)
+        self._flags_host = torch.empty(0, dtype=torch.bool)
+
+    def close(self) -> None:
+        """Release the nvJPEG handles; idempotent."""
+        nvjpeg = getattr(self, "nvjpeg", None)
+        if nvjpeg is not None:
+            nvjpeg.close()
+            self.nvjpeg = None
+
+    def decode(self, batch: PackedBatch, pinned: torch.Tensor, stream: torch.cuda.Stream) -> DecodedBatch:
+        """Decode every sample of ``batch`` (bytes staged in ``pinned``) into one GPU buffer.
+
+        Runs with ``stream`` current on the executor's device: the buffer is
+        allocated there and every copy and decode is ordered on it. May replace
+        samples under on_error, which updates ``batch`` (indices, positions, paths,
+        params, targets, skipped).
+        """
+        n = len(batch.indices)
+        shapes = batch.shapes.copy()
+        numel = shapes[:, 0] * shapes[:, 1] * shapes[:, 2]
+        out_offsets = np.zeros(n, dtype=np.int64)
+        if n > 1:
+            np.cumsum(numel[:-1], out=out_offsets[1:])
+        total = int(numel.sum())
+        decoded = torch.empty(max(total, 1), dtype=torch.uint8, device=self.device)
+        for i in np.nonzero(batch.kinds == RAW)[0]:  # decoded in the worker (CPU fallback, external source)
+            src = pinned[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]]
+            decoded[out_offsets[i]: out_offsets[i] + numel[i]].copy_(src, non_blocking=True)
+        enc = np.nonzero(batch.kinds == ENCODED)[0]
+        if len(enc):
+            decoded = self._decode_encoded(batch, pinned, enc, shapes, decoded, out_offsets, stream)
+        return DecodedBatch(decoded, shapes, out_offsets)
+
+    def _decode_encoded(self, batch: PackedBatch, pinned: torch.Tensor, enc: np.ndarray, shapes: np.ndarray,
+                        decoded: torch.Tensor, out_offsets: np.ndarray, stream: torch.cuda.Stream) -> torch.Tensor:
+        """nvJPEG on the encoded samples, then the CPU for what it rejects (or the scan
+        check flags), then the on_error policy."""
+        from ..decode import decode_cpu
+
+        suspects = self._check_scans(batch, pinned, enc)
+        hints = batch.hints[enc] if batch.hints is not None else None
+        if hints is not None and (hints < 0).any():
+            hints = None
+        status = self.nvjpeg.decode_batch(pinned, batch.offsets[enc], batch.lengths[enc], shapes[enc, :2],
+                                          decoded, out_offsets[enc], stream, hints=hints)
+        failed = []
+        flagged = set(suspects())
+        for k, st in enumerate(status):
+            i = int(enc[k])
+            if st == 0 and i not in flagged:
+                continue
+            reason = self.nvjpeg.describe(st, k) if st != 0 else \
+                "decoded, but its compressed data holds a marker no JPEG scan can hold"
+            try:
+                self._decode_on_cpu(i, batch, pinned, decoded, out_offsets[i], shapes[i], decode_cpu, reason)
+            except SampleError as err:
+                if self.fallback.on_error == "raise":
+                    raise
+                failed.append((i, err))
+        if failed:
+            decoded = self._replace(batch, failed, decoded, shapes, out_offsets)
+        return decoded
+
+    def _check_scans(self, batch: PackedBatch, pinned: torch.Tensor, enc: np.ndarray) -> Callable[[], Any]:
+        """Start the scan-marker check of the batch's JPEGs on a side stream; returns a
+        function giving the flagged sample numbers once the check is done.
+
+        The engines decode a JPEG with an overwritten scan without an error; the
+        check copies the batch's bytes to the GPU and looks at every 0xFF there,
+        while the decoder works. Waiting for it costs nothing: the batched hardware
+        decode holds the host far longer.
+        """
+        starts = batch.scan_starts
+        if starts is None or not len(enc) or (starts[enc] < 0).all():
+            return lambda: ()
+        from csrc_triton.scan_check import bad_scan_markers
+
+        with torch.cuda.stream(self.check_stream):
+            on_gpu = pinned.to(self.device, non_blocking=True)
+            flags = bad_scan_markers(on_gpu, batch.offsets[enc], batch.lengths[enc], starts[enc])
+            if self._flags_host.numel() < len(enc):
+                self._flags_host = torch.empty(max(len(enc), 256), dtype=torch.bool, pin_memory=True)
+            host = self._flags_host[: len(enc)]
+            host.copy_(flags, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self.check_stream)
+
+        def flagged():
+            done.synchronize()
+            return enc[host.numpy().nonzero()[0]].tolist()
+
+        return flagged
+
+    def _replace(self, batch: PackedBatch, failed: list[tuple[int, SampleError]], decoded: torch.Tensor,
+                 shapes: np.ndarray, out_offsets: np.ndarray) -> torch.Tensor:
+        """Apply on_error to samples that failed on the GPU and on the CPU: their
+        replacements are decoded on the CPU and appended to the decode buffer."""
+        used: set[SampleTag] = set()
+        extra, end = [], decoded.numel()
+        params = batch.params.clone()
+        for i, err in failed:
+            sub = self.fallback.replace(err, batch.spares, used)
+            batch.skipped.append(Skipped(err.index, err.path, str(err)))
+            if sub.tag is not None:
+                batch.indices[i], batch.positions[i], batch.paths[i] = sub.tag.index, sub.tag.position, sub.path
+            shapes[i] = sub.shape
+            out_offsets[i] = end
+            end += sub.payload.numel()
+            extra.append(sub.payload.reshape(-1))
+            # the sample's own position (that of the spare when one replaced it), drawn as in the worker
+            params[i] = draw_params(self.plan, shapes[i: i + 1], batch.seed, batch.epoch, batch.positions[i: i + 1])[0]
+            if batch.has_target:
+                batch.targets[i] = torch.as_tensor(sub.target) if isinstance(batch.targets, torch.Tensor) \
+                    else sub.target
+        batch.params = params
+        grown = torch.empty(end, dtype=torch.uint8, device=self.device)
+        grown[: decoded.numel()].copy_(decoded)
+        grown[decoded.numel():].copy_(torch.cat(extra).pin_memory(), non_blocking=True)
+        return grown
+
+    def _decode_on_cpu(self, i: int, batch: PackedBatch, pinned: torch.Tensor, decoded: torch.Tensor,
+                       offset: int, shape: np.ndarray, decode_cpu: Any, gpu_reason: str) -> None:
+        """A sample nvJPEG rejected: decode it on the CPU, or name it in the error."""
+        idx, path = int(batch.indices[i]), batch.paths[i]
+        data = pinned[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]].clone()
+        try:
+            img = decode_cpu(data)
+        except Exception as e:
+            raise SampleError.for_sample(idx, path, "cannot decode image",
+                                         f"{e} (GPU decoder: {gpu_reason})") from None
+        if tuple(img.shape) != (int(shape[0]), int(shape[1]), 3):
+            raise SampleError.for_sample(idx, path, "cannot decode image",
+                                         f"header says {int(shape[0])}x{int(shape[1])} but the data decodes to "
+                                         f"{img.shape[0]}x{img.shape[1]} (GPU decoder: {gpu_reason})")
+        n = img.numel()
+        decoded[offset: offset + n].copy_(img.reshape(-1).pin_memory(), non_blocking=True)

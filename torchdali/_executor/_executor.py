@@ -1,0 +1,110 @@
+"""The GPU batch executor: one staged batch through decode and kernel, on our own stream.
+
+``BatchExecutor.process`` runs on the executor thread (``_iterators.py``): it
+decodes the batch with nvJPEG into a buffer from torch's caching allocator
+(``_decode.py``), runs the fused kernel (``_launch.py``) on the executor's
+stream, records a ready event, and hands the batch's staging memory back once
+that event has passed (``_staging.py``). The consumer's stream waits on the
+ready event (no host synchronisation).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, NamedTuple
+
+import torch
+
+from ._decode import GpuDecoder
+from ._launch import KernelLauncher
+from ._staging import Slot, Staging
+from ._worker import PackedBatch
+
+
+class ReadyBatch(NamedTuple):
+    """A batch the GPU is producing, as it waits in the prefetch queue for the training loop."""
+
+    batch: PackedBatch
+    images: torch.Tensor
+    targets: Any
+    ready: torch.cuda.Event  # passed once ``images`` (and ``targets``) are written
+    stages: dict  # host/GPU seconds per stage, for LoaderStats
+
+
+class BatchExecutor:
+    """Per-loader, per-device GPU state: the executor's stream, the decoder, the
+    pinned staging memory and the kernel.
+
+    Built once and reused across epochs, so GPU state is initialised once.
+    ``staging.stage`` (host copy into pinned memory) and ``process`` (decode +
+    kernel) run on two threads so a batch is staged while the previous one decodes.
+    """
+
+    def __init__(self, plan: Any, device: torch.device, channels_last: bool, depth: int,
+                 dataset: Any = None, on_error: Any = "raise", ring: Any = None) -> None:
+        self.device = device
+        with torch.cuda.device(device):
+            self.stream = torch.cuda.Stream(device)
+        self.decoder = GpuDecoder(plan, device, on_error=on_error, dataset=dataset)
+        self.staging = Staging(depth, ring)
+        self.launcher = KernelLauncher(plan, device, channels_last)
+
+    def close(self) -> None:
+        """Release the nvJPEG handles; idempotent."""
+        self.decoder.close()
+
+    def release_all(self, last_seq: int) -> None:
+        """After a stop: wait for the GPU, then free every ring slot up to ``last_seq``.
+        See Note [torchdali iterator shutdown] in ``_iterators.py``."""
+        if self.staging.ring is None:
+            return
+        with torch.cuda.device(self.device):
+            self.stream.synchronize()
+        self.staging.release_all(last_seq)
+
+    def process(self, batch: PackedBatch, slot: Slot) -> ReadyBatch:
+        """Decode and transform one staged batch (executor thread).
+
+        The kernel's GPU time is read from the previous batch's events, which
+        have completed by then, so timing never waits on the GPU.
+        """
+        staging = self.staging
+        t0 = time.perf_counter()
+        if staging.ring is not None:
+            staging.release_ready()
+        ready = None
+        try:
+            with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+                decoded = self.decoder.decode(batch, slot.view, self.stream)
+                t_decoded = time.perf_counter()
+                images, kernel_events = self.launcher.launch(decoded, batch.params, self.stream)
+                targets = batch.targets
+                if isinstance(targets, torch.Tensor):
+                    targets = targets.to(self.device, non_blocking=True)
+                self.stream.wait_stream(self.decoder.check_stream)  # it read the staged bytes too
+                ready = torch.cuda.Event()
+                ready.record(self.stream)
+                slot.event = ready
+        finally:
+            staging.give_back(slot)  # the event guards the reuse of a pinned slot
+            if staging.ring is not None and batch.seq >= 0:
+                if ready is None:  # failed half-way: work may be queued that reads the slot
+                    ready = torch.cuda.Event()
+                    ready.record(self.stream)
+                staging.hold(ready, batch.seq)
+        t_end = time.perf_counter()
+        kernel_s = self.launcher.previous_kernel_s(kernel_events)
+        stages = {"executor_s": t_end - t0, "decode_s": t_decoded - t0, "launch_s": t_end - t_decoded,
+                  "kernel_s": kernel_s}
+        return ReadyBatch(batch, images, targets, ready, stages)
+
+
+def executor_for(loader: Any, device: torch.device) -> BatchExecutor:
+    """The loader's executor for ``device``, built on first use and kept until ``loader.close()``."""
+    cache = loader.__dict__.setdefault("_executors", {})
+    ex = cache.get(device.index)
+    if ex is None:
+        ex = BatchExecutor(loader.plan, device, loader.memory_format == torch.channels_last,
+                           loader.prefetch_depth, loader.dataset, loader.on_error,
+                           ring=loader.__dict__.get("_ring"))
+        cache[device.index] = ex
+    return ex

@@ -1,0 +1,359 @@
+"""The iterators ``DataLoader.__iter__`` returns: where batches reach the training loop.
+
+``GpuIterator`` (device="cuda"): a staging thread takes packed batches from the
+inner torch DataLoader and stages their bytes (``_staging.py``); an executor
+thread decodes and transforms them (``BatchExecutor.process``); at most
+``prefetch_depth`` finished batches wait in the prefetch queue for the training
+loop, whose stream waits on each batch's ready event. ``CpuIterator``
+(device="cpu"): the workers finished the batches; it only hands them over.
+
+Note [torchdali iterator shutdown]
+==================================
+
+A GPU iterator ends in one of three ways: the epoch ends (the staging thread
+meets StopIteration and sends ``_END`` down the queues; ``__next__`` closes the
+iterator), the user leaves early (``close()``, garbage collection,
+``DataLoader.close``), or something fails (a background thread sends a
+``_Failure``; or the user's own wait is interrupted, by Ctrl-C or by torch's
+SIGCHLD handler when a worker dies). Every path ends in ``_close``, which is
+idempotent (``_closed``; a closed iterator raises StopIteration) and does, in
+this order:
+
+1. Set the stop event. No background wait blocks for good: each one polls with
+   a named timeout (``QUEUE_POLL_S``, ``RING_POLL_S``, ``WORKER_POLL_S``,
+   ``_staging.SLOT_POLL_S``) and checks the event in between. A put that sees it
+   gives up and its thread returns; a wait that sees it raises ``Stopped``, which
+   ends the thread quietly. Torch's iterator has no way to cancel a wait for a
+   worker, so ``_next_inner`` waits in ``WORKER_POLL_S`` steps through torch's own
+   ``timeout`` (which leaves its state untouched when it fires); the user's
+   ``timeout`` still holds across the steps.
+2. Drain both queues, so a producer blocked on a full queue wakes; staged
+   batches give their pinned slots back.
+3. Join the executor thread (``EXEC_JOIN_S``): it is the only thread that queues
+   GPU work on the staged bytes and releases ring slots.
+4. Retire the sampler pass (``TaggedBatchSampler.retire``), which returns the
+   last batch number handed out, *then* release ring slots up to it
+   (``BatchExecutor.release_all``: wait for the executor's stream, so the GPU
+   is done reading, then ``HostRing.release_upto``). Workers may be writing
+   (or waiting to write) batches this iterator dispatched and will never
+   consume; after the release every slot is theirs, so they never block. The
+   staging thread may still be inside torch's iterator, which refills its
+   prefetch from the sampler: retiring first means no batch number past
+   ``last`` can be handed out by this iterator, so none waits for a slot that
+   is never released.
+5. Workers. At the end of an epoch, persistent workers stay: torch resets them
+   on the next ``iter()``, and the next ``GpuIterator`` gives the previous torch
+   iterator the user's ``timeout`` back for that reset (instead of the short
+   ``WORKER_POLL_S`` steps). Otherwise (workers not persistent, or the epoch
+   left half-way, when the staging thread may still be inside torch's iterator
+   and the workers cannot be reset safely) the workers are shut down, and the
+   inner loader forgets its persistent iterator so the next epoch starts anew.
+   On the error path (``wait_for_workers=False``) the shutdown runs on a
+   background thread (``torchdali-worker-shutdown``): a stuck worker (the
+   reason for a timeout) must not hold the error back, and torch's shutdown
+   ends the workers within seconds.
+6. Join both threads (``THREAD_JOIN_S`` each) and drain the staged queue once
+   more: the staging thread may have put a batch there while we drained.
+
+Errors in a background thread never leave it: it sends them as a ``_Failure``
+(unless the stop event is set: then the error is a consequence of the
+shutdown), and ``__next__`` closes the iterator (error path) and re-raises
+them in the user's thread. The executor thread wraps errors other than
+``SampleError`` with the batch they happened in. ``DataLoader.close`` releases
+what outlives iterators: the executors (nvJPEG handles), persistent workers,
+and the ring.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any, NamedTuple
+
+import torch
+
+from ..errors import SampleError
+from ._executor import executor_for
+from ._staging import Slot, Stopped
+from ._worker import PackedBatch
+
+QUEUE_POLL_S = 0.1  # how often a blocked put, or the executor's wait for a staged batch, checks the stop event
+RING_POLL_S = 0.002  # that wait's step while ring slots wait for the GPU: a worker may be waiting for one
+WORKER_POLL_S = 0.2  # the staging thread waits for the workers' next batch in steps this long
+EXEC_JOIN_S = 2.0  # close waits this long for the executor thread before it releases ring slots
+THREAD_JOIN_S = 5.0  # close waits this long for each background thread at the end
+CONSUMER_POLL_S = 1.0  # the training loop's wait for a batch checks this often that the threads are alive
+
+_END = object()  # end of the epoch, sent down both queues
+
+
+class _Failure:
+    """An exception raised in a background thread, carried to the user's thread."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class StagedBatch(NamedTuple):
+    """A batch whose bytes wait in pinned memory for the executor thread."""
+
+    batch: PackedBatch
+    slot: Slot
+    fetch_s: float  # staging thread waiting for the workers' batch
+    stage_s: float  # copying its bytes into pinned memory
+
+
+class GpuIterator:
+    """Iterator over GPU batches.
+
+    Two background threads: one takes packed batches from the workers and stages
+    their bytes in pinned memory, the other decodes and transforms them; at most
+    ``prefetch_depth`` finished batches wait for the training loop.
+    """
+
+    def __init__(self, loader: Any, inner: torch.utils.data.DataLoader) -> None:
+        device = loader.device
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self._loader = loader
+        self._device = device
+        self._executor = executor_for(loader, device)
+        self._stats = loader._stats
+        self._stats.start_epoch(loader._epoch_state.epoch)
+        self._queue: queue.Queue = queue.Queue(maxsize=loader.prefetch_depth)  # ReadyBatch, _END or _Failure
+        self._staged: queue.Queue = queue.Queue(maxsize=1)  # StagedBatch, _END or _Failure
+        self._stop = threading.Event()
+        self._closed = False
+        self._inner = inner
+        self._finished = False
+        previous = getattr(inner, "_iterator", None)
+        if previous is not None and hasattr(previous, "_timeout"):
+            # persistent workers' reset for this epoch: Note [torchdali iterator shutdown], step 5
+            previous._timeout = float(loader.timeout or 0)
+        self._inner_it = iter(inner)
+        self._threads = [threading.Thread(target=self._stage_loop, name="torchdali-stage", daemon=True),
+                         threading.Thread(target=self._exec_loop, name="torchdali-executor", daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    # -- producers -------------------------------------------------------------
+    def _put(self, q: queue.Queue, item: Any) -> bool:
+        """Put ``item`` into ``q``; False when the iterator stopped first
+        (Note [torchdali iterator shutdown], step 1)."""
+        staging = self._executor.staging
+        while not self._stop.is_set():
+            try:
+                q.put(item, timeout=QUEUE_POLL_S)
+                return True
+            except queue.Full:
+                if q is self._queue and staging.pending:
+                    staging.release_ready()  # the training loop is busy: workers need not be
+                continue
+        return False
+
+    def _next_inner(self) -> PackedBatch:
+        """The workers' next batch; raises ``Stopped`` when the iterator is closed.
+
+        Waits in ``WORKER_POLL_S`` steps: Note [torchdali iterator shutdown], step 1.
+        """
+        it = self._inner_it
+        if not hasattr(it, "_timeout") or not hasattr(it, "_workers"):
+            return next(it)
+        user_timeout = float(self._loader.timeout or 0)
+        it._timeout = WORKER_POLL_S if not user_timeout else min(WORKER_POLL_S, user_timeout)
+        waited = 0.0
+        while True:
+            try:
+                return next(it)
+            except RuntimeError as e:
+                if not str(e).startswith("DataLoader timed out after"):
+                    raise
+                if self._stop.is_set():
+                    raise Stopped() from None
+                waited += it._timeout
+                if user_timeout and waited >= user_timeout:
+                    raise RuntimeError(f"DataLoader timed out after {user_timeout} seconds") from None
+
+    def _stage_loop(self) -> None:
+        """Staging thread: workers' batches -> pinned memory -> ``_staged``."""
+        staging = self._executor.staging
+        try:
+            t_fetch = time.perf_counter()
+            while True:
+                try:
+                    batch = self._next_inner()
+                except StopIteration:
+                    break
+                fetch_s = time.perf_counter() - t_fetch
+                if self._stop.is_set():  # Note [torchdali iterator shutdown]
+                    return
+                slot, seconds = staging.stage(batch, self._stop)
+                t_fetch = time.perf_counter()
+                if not self._put(self._staged, StagedBatch(batch, slot, fetch_s, seconds)):
+                    staging.give_back(slot)
+                    return
+            self._put(self._staged, _END)
+        except Stopped:
+            return
+        except BaseException as e:  # re-raised in the consumer's thread
+            if not self._stop.is_set():
+                self._put(self._staged, _Failure(e))
+
+    def _exec_loop(self) -> None:
+        """Executor thread: ``_staged`` -> decode + kernel -> the prefetch queue."""
+        try:
+            torch.cuda.set_device(self._device)
+            k = 0
+            ex = self._executor
+            staging = ex.staging
+            while not self._stop.is_set():  # Note [torchdali iterator shutdown]
+                try:
+                    # while ring slots wait for the GPU, poll often: a worker may wait for one
+                    item = self._staged.get(timeout=RING_POLL_S if staging.pending else QUEUE_POLL_S)
+                except queue.Empty:
+                    if staging.pending:
+                        staging.release_ready()
+                    continue
+                if item is _END or isinstance(item, _Failure):
+                    self._put(self._queue, item)
+                    return
+                batch = item.batch
+                try:
+                    done = ex.process(batch, item.slot)
+                except SampleError:
+                    raise
+                except Exception as e:
+                    raise RuntimeError(
+                        f"torchdali GPU executor failed on batch {k} (samples {batch.indices[:8].tolist()}"
+                        f"{'...' if len(batch.indices) > 8 else ''}): {type(e).__name__}: {e}") from e
+                done.stages["fetch_s"], done.stages["stage_s"] = item.fetch_s, item.stage_s
+                if not self._put(self._queue, done):
+                    return
+                k += 1
+        except BaseException as e:
+            if not self._stop.is_set():
+                self._put(self._queue, _Failure(e))
+
+    # -- consumer ------------------------------------------------------------
+    def __iter__(self) -> GpuIterator:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __next__(self) -> Any:
+        if self._closed:
+            raise StopIteration
+        t0 = time.perf_counter()
+        try:
+            while True:
+                try:
+                    item = self._queue.get(timeout=CONSUMER_POLL_S)
+                    break
+                except queue.Empty:
+                    if not any(t.is_alive() for t in self._threads):
+                        raise RuntimeError("torchdali executor threads ended without a result") from None
+        except BaseException:
+            # also what torch's SIGCHLD handler raises here when a worker dies, and Ctrl-C
+            self._close(wait_for_workers=False)
+            raise
+        if item is _END:
+            self._finished = True
+            self._stats.end_epoch()
+            self.close()
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self._close(wait_for_workers=False)
+            raise item.exc
+        batch: PackedBatch = item.batch
+        consumer = torch.cuda.current_stream(self._device)
+        consumer.wait_event(item.ready)
+        item.images.record_stream(consumer)
+        targets = item.targets
+        if isinstance(targets, torch.Tensor) and targets.is_cuda:
+            targets.record_stream(consumer)
+        self._stats.add_batch(len(batch.indices), wait=time.perf_counter() - t0, worker=batch.seconds,
+                              stages=item.stages)
+        self._loader._on_batch(batch)
+        if batch.has_target:
+            return item.images, targets
+        return item.images
+
+    def close(self) -> None:
+        """Stop the threads and the workers; idempotent."""
+        self._close(wait_for_workers=True)
+
+    def _close(self, wait_for_workers: bool) -> None:
+        """Note [torchdali iterator shutdown]; ``wait_for_workers=False`` is its error path."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()  # step 1
+        for q in (self._queue, self._staged):  # step 2
+            while True:
+                try:
+                    item = q.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(item, StagedBatch):
+                    self._executor.staging.give_back(item.slot)
+        self._threads[1].join(timeout=EXEC_JOIN_S)  # step 3
+        sampler = getattr(self._inner, "batch_sampler", None)  # step 4
+        last = sampler.retire() if hasattr(sampler, "retire") else self._loader._epoch_state.next_seq - 1
+        self._executor.release_all(last)
+        shutdown = getattr(self._inner_it, "_shutdown_workers", None)  # step 5
+        if shutdown is not None and (not self._loader.persistent_workers or not self._finished):
+            if wait_for_workers:
+                shutdown()
+            else:
+                threading.Thread(target=shutdown, name="torchdali-worker-shutdown", daemon=True).start()
+            if self._loader.persistent_workers and getattr(self._inner, "_iterator", None) is self._inner_it:
+                self._inner._iterator = None
+        for t in self._threads:  # step 6
+            t.join(timeout=THREAD_JOIN_S)
+        while True:
+            try:
+                item = self._staged.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, StagedBatch):
+                self._executor.staging.give_back(item.slot)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class CpuIterator:
+    """Iterator over CPU batches: finished in the workers; the main process only hands them over.
+
+    Torch's own iterator shuts its workers down; nothing of Note [torchdali
+    iterator shutdown] applies here.
+    """
+
+    def __init__(self, loader: Any, inner: torch.utils.data.DataLoader) -> None:
+        self._loader = loader
+        self._it = iter(inner)
+        self._stats = loader._stats
+        self._stats.start_epoch(loader._epoch_state.epoch)
+
+    def __iter__(self) -> CpuIterator:
+        return self
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __next__(self) -> Any:
+        t0 = time.perf_counter()
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            self._stats.end_epoch()
+            raise
+        self._stats.add_batch(len(batch.indices), wait=time.perf_counter() - t0, worker=batch.seconds)
+        self._loader._on_batch(batch)
+        if batch.has_target:
+            return batch.images, batch.targets
+        return batch.images

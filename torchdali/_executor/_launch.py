@@ -1,0 +1,64 @@
+"""The fused kernel: crop + resize + flip + normalize of a decoded batch, in one launch.
+
+Each launch is bracketed by CUDA timing events. A batch's kernel time is read
+when the next batch is launched, from events that have passed by then, so
+timing never makes the host wait for the GPU.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+
+from ._decode import DecodedBatch
+
+
+class KernelEvents(NamedTuple):
+    """The timing events recorded around one launch."""
+
+    start: torch.cuda.Event
+    end: torch.cuda.Event
+
+
+class KernelLauncher:
+    """Per-loader, per-device kernel state: the plan's output format and its
+    normalisation constants on the device."""
+
+    def __init__(self, plan: Any, device: torch.device, channels_last: bool) -> None:
+        self.plan = plan
+        self.device = device
+        self.channels_last = channels_last
+        self.scale = torch.tensor(plan.scale, dtype=torch.float32, device=device)
+        self.bias = torch.tensor(plan.bias, dtype=torch.float32, device=device)
+        self._previous: KernelEvents | None = None
+
+    def launch(self, decoded: DecodedBatch, params: torch.Tensor,
+               stream: torch.cuda.Stream) -> tuple[torch.Tensor, KernelEvents]:
+        """(output images, timing events) of the batch's kernel.
+
+        Runs with ``stream`` current on the executor's device: the parameter copies
+        and the kernel are ordered on it after the decode.
+        """
+        from csrc_triton import fused_resized_crop
+
+        shapes_d = torch.from_numpy(decoded.shapes).to(self.device, non_blocking=True)
+        offsets_d = torch.from_numpy(decoded.offsets).to(self.device, non_blocking=True)
+        params_d = params.to(self.device, non_blocking=True)
+        k_start, k_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        k_start.record(stream)
+        images = fused_resized_crop(
+            decoded.buffer, offsets_d, shapes_d, params_d, self.plan.out_size, self.scale, self.bias,
+            out_dtype=self.plan.out_dtype, channels_last=self.channels_last,
+            antialias=self.plan.antialias, quantize=self.plan.quantize,
+        )
+        k_end.record(stream)
+        return images, KernelEvents(k_start, k_end)
+
+    def previous_kernel_s(self, events: KernelEvents) -> float:
+        """GPU seconds of the previously launched kernel (0.0 while its end event has not
+        passed, and for the first batch); remembers ``events`` for the next call."""
+        kernel_s = 0.0
+        if self._previous is not None and self._previous.end.query():
+            kernel_s = self._previous.start.elapsed_time(self._previous.end) / 1e3
+        self._previous = events
+        return kernel_s

@@ -1,0 +1,223 @@
+"""Which samples form a batch, and the tag that follows each sample from the
+sampler through the workers to the GPU.
+
+The inner torch DataLoader iterates *tagged* indices (``SampleTag``, sent to
+the workers a batch at a time as a ``TagBatch``): the position of a sample in
+the epoch keys its random parameters, so a sample gets the same crop whichever
+worker reads it. The dataset wrappers read the sample a tag names and hand
+``TaggedSample`` records to the packing step (``_worker.py``).
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterator, NamedTuple, Sequence
+
+import numpy as np
+import torch
+
+from .. import _rng
+
+NUM_SPARES = 4  # replacement candidates sent with each batch when on_error is not "raise"
+
+
+class SampleTag(NamedTuple):
+    """One sample of an epoch, as the sampler hands it to a worker (pickled to it).
+
+    ``position`` (in the epoch) keys the sample's random parameters; ``index`` is
+    the dataset index to read; ``spare`` marks a replacement candidate that is
+    only read if a sample of its batch fails; ``seq`` numbers the batches the
+    loader has dispatched (all epochs) and picks their staging-ring slot (-1: not
+    numbered, e.g. an IterableDataset's samples).
+    """
+
+    seed: int
+    epoch: int
+    position: int
+    index: int
+    spare: bool
+    seq: int = -1
+
+
+@dataclass(slots=True)
+class TagBatch:
+    """One batch's tags as the sampler hands them to a worker; iterating it yields
+    its ``SampleTag``s, the batch's samples first, then its spares.
+
+    Torch pickles every batch's indices in the main process: the few numbers that
+    describe a batch pickle many times faster than a list of NamedTuples, and the
+    tags are built in the worker.
+    """
+
+    seed: int
+    epoch: int
+    seq: int
+    first_position: int  # the batch's samples are at consecutive positions of the epoch
+    indices: Sequence[int]
+    spare_positions: Sequence[int] = ()
+    spare_indices: Sequence[int] = ()
+
+    def __reduce__(self) -> tuple:
+        return TagBatch, (self.seed, self.epoch, self.seq, self.first_position, self.indices,
+                          self.spare_positions, self.spare_indices)
+
+    def __len__(self) -> int:
+        return len(self.indices) + len(self.spare_indices)
+
+    def __iter__(self) -> Iterator[SampleTag]:
+        seed, epoch, seq, pos = self.seed, self.epoch, self.seq, self.first_position
+        for i, idx in enumerate(self.indices):
+            yield SampleTag(seed, epoch, pos + i, idx, False, seq)
+        for p, idx in zip(self.spare_positions, self.spare_indices):
+            yield SampleTag(seed, epoch, p, idx, True, seq)
+
+    def __getitem__(self, k: int) -> SampleTag:
+        return list(self)[k]
+
+
+class TaggedSample(NamedTuple):
+    """What the dataset wrappers give the packing step for one tag."""
+
+    tag: SampleTag
+    path: str | None  # the file the dataset read, when it knows it
+    item: Any  # dataset[index], or SPARE for a spare candidate not read yet
+
+
+SPARE = object()  # placeholder item: a spare candidate that has not been read
+
+
+def sample_path(dataset: Any, index: int) -> str | None:
+    """The file path of ``dataset[index]`` when the dataset knows it."""
+    try:
+        if hasattr(dataset, "path_of"):
+            return str(dataset.path_of(index))
+        samples = getattr(dataset, "samples", None) or getattr(dataset, "imgs", None)
+        if samples is not None:
+            entry = samples[index]
+            return str(entry[0] if isinstance(entry, (tuple, list)) else entry)
+    except Exception:
+        pass
+    return None
+
+
+@dataclass
+class EpochState:
+    """What the sampler wrapper and the workers need to know about the current epoch."""
+
+    seed: int = 0
+    epoch: int = 0
+    skip_batches: int = 0  # resume: batches of this epoch already consumed
+    spares: bool = False  # send replacement candidates with each batch
+    next_seq: int = 0  # loader-wide batch counter: picks the staging-ring slot
+
+
+class TaggedBatchSampler:
+    """Wraps the loader's batch sampler; yields ``TagBatch``es.
+
+    With a bad-sample policy other than "raise", each batch also carries
+    ``NUM_SPARES`` spare tags: samples drawn, deterministically from ``(seed,
+    epoch, batch)``, out of the same epoch order. Spares are not read unless a
+    sample of the batch fails.
+    """
+
+    def __init__(self, batch_sampler: Any, state: EpochState) -> None:
+        self.batch_sampler = batch_sampler
+        self.state = state
+        self._lock = threading.Lock()
+        self._generation = 0
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler) - self.state.skip_batches
+
+    def retire(self) -> int:
+        """End every pass started so far and return the last batch number handed out.
+
+        See Note [torchdali iterator shutdown] in ``_iterators.py``: after this an
+        abandoned iterator's pass yields no batch, so no batch number beyond the
+        returned one can belong to it.
+        """
+        with self._lock:
+            self._generation += 1
+            return self.state.next_seq - 1
+
+    def __iter__(self) -> Iterator[TagBatch]:
+        return self._pass(self._generation)
+
+    def _pass(self, generation: int) -> Iterator[TagBatch]:
+        seed, epoch, skip = self.state.seed, self.state.epoch, self.state.skip_batches
+        self.state.skip_batches = 0  # a resume offset applies to one epoch only
+        batches = self.batch_sampler
+        order: list[int] | None = None
+        if self.state.spares:
+            batches = [list(b) for b in batches]
+            order = [i for b in batches for i in b]
+        pos = 0
+        for b, batch in enumerate(batches):
+            batch = list(batch)
+            if b < skip:
+                pos += len(batch)
+                continue
+            with self._lock:
+                if self._generation != generation:
+                    return  # retired: its iterator was closed
+                seq = self.state.next_seq
+                self.state.next_seq += 1
+            tags = TagBatch(seed, epoch, seq, pos, batch)
+            if order:
+                picks = _rng.uniform(_rng.sample_keys(seed, epoch, np.array([b])), 1 << 20, NUM_SPARES)[0]
+                picks = [int(p) for p in (picks * len(order)).astype(np.int64)]
+                # spare positions live past the epoch's so their params differ from the original's
+                tags.spare_positions = [len(order) + p for p in picks]
+                tags.spare_indices = [order[p] for p in picks]
+            yield tags
+            pos += len(batch)
+
+
+class TaggedDataset(torch.utils.data.Dataset):
+    """Map-style wrapper: ``ds[tag] -> TaggedSample(tag, path, dataset[index])``; spares are not read."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, tag: SampleTag) -> TaggedSample:
+        if tag.spare:
+            return TaggedSample(tag, None, SPARE)
+        return TaggedSample(tag, sample_path(self.dataset, tag.index), self.dataset[tag.index])
+
+    def __getitems__(self, tags: TagBatch | list[SampleTag]) -> list[TaggedSample]:
+        tags = list(tags)
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if getitems is None:
+            return [self[t] for t in tags]
+        real = [t for t in tags if not t.spare]
+        items = getitems([t.index for t in real])
+        out = [TaggedSample(t, sample_path(self.dataset, t.index), it) for t, it in zip(real, items)]
+        return out + [TaggedSample(t, None, SPARE) for t in tags if t.spare]
+
+
+class TaggedIterable(torch.utils.data.IterableDataset):
+    """Iterable wrapper: tags samples with ``SampleTag(seed, epoch, worker*2**40 + count, count, False)``
+    (not numbered: ``seq`` is -1)."""
+
+    def __init__(self, dataset: Any, state: EpochState) -> None:
+        self.dataset = dataset
+        self.state = state
+
+    def __iter__(self) -> Iterator[TaggedSample]:
+        info = torch.utils.data.get_worker_info()
+        wid = info.id if info is not None else 0
+        seed, epoch = self.state.seed, self.state.epoch
+        for count, item in enumerate(self.dataset):
+            yield TaggedSample(SampleTag(seed, epoch, (wid << 40) + count, count, False), None, item)
