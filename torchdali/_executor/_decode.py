@@ -13,6 +13,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
+from csrc_triton.scan_check import bad_scan_markers
 
 from ..errors import SampleError
 from ._tags import SampleTag
@@ -119,8 +120,6 @@ class GpuDecoder:
         starts = batch.scan_starts
         if starts is None or not len(enc) or (starts[enc] < 0).all():
             return lambda: ()
-        from csrc_triton.scan_check import bad_scan_markers
-
         with torch.cuda.stream(self.check_stream):
             on_gpu = pinned.to(self.device, non_blocking=True)
             flags = bad_scan_markers(on_gpu, batch.offsets[enc], batch.lengths[enc], starts[enc])

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import torch
+from csrc_triton import fused_resized_crop
 
 from ._decode import DecodedBatch
 
@@ -39,8 +40,6 @@ class KernelLauncher:
         Runs with ``stream`` current on the executor's device: the parameter copies
         and the kernel are ordered on it after the decode.
         """
-        from csrc_triton import fused_resized_crop
-
         shapes_d = torch.from_numpy(decoded.shapes).to(self.device, non_blocking=True)
         offsets_d = torch.from_numpy(decoded.offsets).to(self.device, non_blocking=True)
         params_d = params.to(self.device, non_blocking=True)
