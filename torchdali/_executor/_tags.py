@@ -72,7 +72,14 @@ class TagBatch:
             yield SampleTag(seed, epoch, p, idx, True, seq)
 
     def __getitem__(self, k: int) -> SampleTag:
-        return list(self)[k]
+        n = len(self.indices)
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(f"TagBatch index {k} out of range for {len(self)} tags")
+        if k < n:
+            return SampleTag(self.seed, self.epoch, self.first_position + k, self.indices[k], False, self.seq)
+        return SampleTag(self.seed, self.epoch, self.spare_positions[k - n], self.spare_indices[k - n], True, self.seq)
 
 
 class TaggedSample(NamedTuple):

@@ -109,7 +109,7 @@ def to_dtype(image: Any, dtype: torch.dtype = torch.float32, scale: bool = False
         return _run(image, lambda g: None)
     if dtype not in FLOAT_DTYPES:
         raise ValueError(f"to_dtype: unsupported dtype {dtype!r}; use uint8, float16, bfloat16, float32 or float64")
-    factor = tuple(v / 255.0 for v in _UNIT) if scale else _UNIT
+    factor = (1 / 255.0,) * 3 if scale else _UNIT
     kernel_dtype = torch.float32 if dtype == torch.float64 else dtype
     return _run(image, lambda g: None, out_dtype=kernel_dtype, scale=factor).to(dtype)
 
