@@ -18,10 +18,25 @@ Blocks:
   packed HWC image the kernel reads today (plane offsets and pitches of a
   planar YCbCr decode go here).
 * ``colour``: the per-sample colour program (jitter factors, grayscale, ...).
-* ``epilogue``: per-sample values applied at the output size (an erase box, ...).
+* ``epilogue``: per-sample values applied at the output size: the RandomErasing
+  box ``[erase_y0, erase_y1) x [erase_x0, erase_x1)`` of the output (empty when
+  ``erase_y1 <= erase_y0``) and ``erase_seed``, the per-sample key of the
+  ``value="random"`` noise.
 
-The last three are empty while no stage reads per-sample values there; adding a
-column is a change to this file only, and ``NUM_PARAMS`` follows.
+``source`` and ``colour`` are empty while no stage reads per-sample values
+there; adding a column is a change to this file only, and ``NUM_PARAMS`` follows.
+
+The second table of this module is the **augment program**: ops that need the
+whole output-size image (auto-augment policies, warps after the resize,
+photometric ops, reductions) run after the fused kernel as a sequence of
+*slots*, each slot one op per sample. A slot's parameters are a row of
+``SLOT_WIDTH`` float32 columns, ``slots[B, K, SLOT_WIDTH]`` for ``K`` slots;
+``SLOT_OP`` holds the op code (``OP_*`` below) and ``SLOT_M0..SLOT_M7`` its
+arguments, named per op in ``OP_ARGS``. ``SLOT_INTERP`` and ``SLOT_FILL0..2``
+are the interpolation (``FILTER_NEAREST`` or ``FILTER_BILINEAR``) and fill of
+the warps.
+
+Interpolation codes (``FILTER_*``) are compile-time switches of the samplers.
 """
 from __future__ import annotations
 
@@ -31,6 +46,11 @@ __all__ = [
     "AxisColumns", "BLOCKS", "Block", "COLUMNS", "NUM_PARAMS", "axis", "block", "column",
     "ORIGIN_Y", "ORIGIN_X", "STEP_Y", "STEP_X", "LO_Y", "HI_Y", "LO_X", "HI_X",
     "VALID_Y0", "VALID_Y1", "VALID_X0", "VALID_X1",
+    "ERASE_Y0", "ERASE_Y1", "ERASE_X0", "ERASE_X1", "ERASE_SEED",
+    "FILTER_BILINEAR", "FILTER_BICUBIC", "FILTER_NEAREST", "FILTER_NEAREST_EXACT", "FILTERS",
+    "SLOT_COLUMNS", "SLOT_WIDTH", "SLOT_OP", "SLOT_M0", "SLOT_M1", "SLOT_M2", "SLOT_M3", "SLOT_M4",
+    "SLOT_M5", "SLOT_M6", "SLOT_M7", "SLOT_INTERP", "SLOT_FILL0", "SLOT_FILL1", "SLOT_FILL2",
+    "OPS", "OP_ARGS", "op_code", "slot_column",
 ]
 
 
@@ -60,7 +80,7 @@ BLOCKS: tuple[Block, ...] = _stack(
                   "valid_y0", "valid_y1", "valid_x0", "valid_x1")),
     ("source", ()),
     ("colour", ()),
-    ("epilogue", ()),
+    ("epilogue", ("erase_y0", "erase_y1", "erase_x0", "erase_x1", "erase_seed")),
 )
 
 #: column name -> index in a row
@@ -112,3 +132,89 @@ STEP_Y, STEP_X = column("step_y"), column("step_x")
 LO_Y, HI_Y, LO_X, HI_X = column("lo_y"), column("hi_y"), column("lo_x"), column("hi_x")
 VALID_Y0, VALID_Y1 = column("valid_y0"), column("valid_y1")
 VALID_X0, VALID_X1 = column("valid_x0"), column("valid_x1")
+ERASE_Y0, ERASE_Y1 = column("erase_y0"), column("erase_y1")
+ERASE_X0, ERASE_X1 = column("erase_x0"), column("erase_x1")
+ERASE_SEED = column("erase_seed")
+
+
+# --------------------------------------------------------------------------- #
+# Interpolation: compile-time codes of the samplers
+# --------------------------------------------------------------------------- #
+
+FILTER_BILINEAR = 0  # triangle filter (widened when antialiasing a downscale)
+FILTER_BICUBIC = 1  # Keys cubic, a = -0.5 (widened when antialiasing), as torch's _upsample_bicubic2d_aa
+FILTER_NEAREST = 2  # torch's "nearest": floor(out * scale)
+FILTER_NEAREST_EXACT = 3  # torch's "nearest-exact": floor((out + 0.5) * scale)
+
+#: name (torchvision's ``InterpolationMode.value``) -> code
+FILTERS: dict[str, int] = {"bilinear": FILTER_BILINEAR, "bicubic": FILTER_BICUBIC,
+                           "nearest": FILTER_NEAREST, "nearest-exact": FILTER_NEAREST_EXACT}
+
+
+# --------------------------------------------------------------------------- #
+# The augment program: one row of SLOT_WIDTH columns per (sample, slot)
+# --------------------------------------------------------------------------- #
+
+SLOT_COLUMNS: tuple[str, ...] = ("op", "m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7",
+                                 "interp", "fill0", "fill1", "fill2")
+SLOT_WIDTH: int = len(SLOT_COLUMNS)
+
+
+def slot_column(name: str) -> int:
+    """Index of the slot column ``name``."""
+    try:
+        return SLOT_COLUMNS.index(name)
+    except ValueError:
+        raise KeyError(f"no slot column {name!r}; a slot has {list(SLOT_COLUMNS)}") from None
+
+
+SLOT_OP = slot_column("op")
+SLOT_M0, SLOT_M1, SLOT_M2, SLOT_M3 = (slot_column(f"m{i}") for i in range(4))
+SLOT_M4, SLOT_M5, SLOT_M6, SLOT_M7 = (slot_column(f"m{i}") for i in range(4, 8))
+SLOT_INTERP = slot_column("interp")
+SLOT_FILL0, SLOT_FILL1, SLOT_FILL2 = (slot_column(f"fill{i}") for i in range(3))
+
+#: op code -> (name, argument names in m0, m1, ...). Every op takes a uint8
+#: ``[3, H, W]`` image to one of the same size, as the torchvision.transforms.v2
+#: functional of that name does on a uint8 tensor with these arguments.
+OP_ARGS: dict[int, tuple[str, tuple[str, ...]]] = {
+    0: ("identity", ()),
+    # inverse affine matrix of torchvision's _get_inverse_affine_matrix (output
+    # pixel, relative to the image centre -> input pixel, relative to the centre)
+    1: ("affine", ("a", "b", "c", "d", "e", "f")),
+    # torchvision's perspective coefficients (_get_perspective_coeffs)
+    2: ("perspective", ("a", "b", "c", "d", "e", "f", "g", "h")),
+    3: ("brightness", ("factor",)),
+    4: ("contrast", ("factor",)),  # blends with the mean of the grayscale image
+    5: ("saturation", ("factor",)),
+    6: ("hue", ("factor",)),
+    7: ("grayscale", ()),
+    8: ("invert", ()),
+    9: ("posterize", ("bits",)),
+    10: ("solarize", ("threshold",)),
+    11: ("sharpness", ("factor",)),
+    12: ("autocontrast", ()),
+    13: ("equalize", ()),
+    14: ("gaussian_blur", ("kernel_x", "kernel_y", "sigma_x", "sigma_y")),
+    # timm's SolarizeAdd: add ``addition`` to pixels below ``threshold``, saturating at 255
+    15: ("solarize_add", ("addition", "threshold")),
+}
+
+#: op name -> code
+OPS: dict[str, int] = {name: code for code, (name, _) in OP_ARGS.items()}
+
+
+def op_code(name: str) -> int:
+    """Code of the augment op ``name``; a KeyError names the known ops."""
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"no augment op {name!r}; the program knows {list(OPS)}") from None
+
+
+# Module constants for the Triton code (see the note above the geometry constants).
+OP_IDENTITY, OP_AFFINE, OP_PERSPECTIVE = OPS["identity"], OPS["affine"], OPS["perspective"]
+OP_BRIGHTNESS, OP_CONTRAST, OP_SATURATION, OP_HUE = (OPS[n] for n in ("brightness", "contrast", "saturation", "hue"))
+OP_GRAYSCALE, OP_INVERT, OP_POSTERIZE, OP_SOLARIZE = (OPS[n] for n in ("grayscale", "invert", "posterize", "solarize"))
+OP_SHARPNESS, OP_AUTOCONTRAST, OP_EQUALIZE = OPS["sharpness"], OPS["autocontrast"], OPS["equalize"]
+OP_GAUSSIAN_BLUR, OP_SOLARIZE_ADD = OPS["gaussian_blur"], OPS["solarize_add"]
