@@ -27,6 +27,7 @@ def resized_crop_kernel(
     stride_oc,
     stride_oh,
     stride_ow,
+    FILTER: tl.constexpr,
     ANTIALIAS: tl.constexpr,
     QUANTIZE: tl.constexpr,
     OUT_UINT8: tl.constexpr,
@@ -47,24 +48,26 @@ def resized_crop_kernel(
     # source: where image b is; an image that does not fit in `data` reads nothing
     off, H, W, C, img_ok = source.image(offsets_ptr, shapes_ptr, b64, n_data)
 
-    # sample: per output row, then per output column, the first tap, tap count,
-    # weight normaliser and nearest-pixel fallback; then the weighted sums
+    # sample: the resampled tile, with the filter compiled in or, per sample, the
+    # filter of the sample's `filter` column (one program = one sample: no divergence)
     p = params_ptr + b64 * layout.NUM_PARAMS
-    lo_y, hi_y = sample.clamp_region(tl.load(p + layout.LO_Y), tl.load(p + layout.HI_Y), H.to(tl.float32))
-    lo_x, hi_x = sample.clamp_region(tl.load(p + layout.LO_X), tl.load(p + layout.HI_X), W.to(tl.float32))
-    step_y = tl.load(p + layout.STEP_Y)
-    step_x = tl.load(p + layout.STEP_X)
-    support_y, inv_y = sample.filter_width(step_y, ANTIALIAS)
-    support_x, inv_x = sample.filter_width(step_x, ANTIALIAS)
-    cy, ky0, n_y, rnorm_y, fb_y = sample.axis_taps(
-        rows, row_in & img_ok, tl.load(p + layout.ORIGIN_Y), step_y, lo_y, hi_y,
-        tl.load(p + layout.VALID_Y0), tl.load(p + layout.VALID_Y1), support_y, inv_y, BLOCK_H)
-    cx, kx0, n_x, rnorm_x, fb_x = sample.axis_taps(
-        cols, col_in, tl.load(p + layout.ORIGIN_X), step_x, lo_x, hi_x,
-        tl.load(p + layout.VALID_X0), tl.load(p + layout.VALID_X1), support_x, inv_x, BLOCK_W)
-    v0, v1, v2 = sample.sample(data_ptr, off, W, C,
-                               cy, ky0, n_y, rnorm_y, fb_y, inv_y,
-                               cx, kx0, n_x, rnorm_x, fb_x, inv_x, BLOCK_H, BLOCK_W)
+    if FILTER == layout.FILTER_PER_SAMPLE:
+        code = tl.load(p + layout.FILTER)
+        if code == layout.FILTER_BICUBIC:
+            v0, v1, v2 = sample.resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                                         layout.FILTER_BICUBIC, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W)
+        elif code == layout.FILTER_NEAREST:
+            v0, v1, v2 = sample.resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                                         layout.FILTER_NEAREST, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W)
+        elif code == layout.FILTER_NEAREST_EXACT:
+            v0, v1, v2 = sample.resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                                         layout.FILTER_NEAREST_EXACT, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W)
+        else:
+            v0, v1, v2 = sample.resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                                         layout.FILTER_BILINEAR, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W)
+    else:
+        v0, v1, v2 = sample.resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                                     FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W)
 
     # colour: the per-sample colour program at the output size
     v0, v1, v2 = colour.colour(v0, v1, v2)

@@ -13,7 +13,9 @@ Blocks:
 * ``geometry``: how an output pixel maps back to the source, per axis
   ``source = origin + step * (out + 0.5)``; the clamp region ``[lo, hi)`` of the
   source the resampling may read (the image border torchvision's resize sees),
-  and the valid window ``[valid0, valid1)`` of the output (outside it, padding).
+  the valid window ``[valid0, valid1)`` of the output (outside it, padding),
+  and ``filter``, the sample's interpolation code (``FILTER_*`` below), read
+  only by a kernel compiled with ``FILTER_PER_SAMPLE``.
 * ``source``: where a sample's pixels are and how they are stored, beyond the
   packed HWC image the kernel reads today (plane offsets and pitches of a
   planar YCbCr decode go here).
@@ -36,18 +38,22 @@ arguments, named per op in ``OP_ARGS``. ``SLOT_INTERP`` and ``SLOT_FILL0..2``
 are the interpolation (``FILTER_NEAREST`` or ``FILTER_BILINEAR``) and fill of
 the warps.
 
-Interpolation codes (``FILTER_*``) are compile-time switches of the samplers.
+Interpolation codes (``FILTER_*``) are compile-time switches of the samplers;
+``FILTER_PER_SAMPLE`` compiles all of them and picks one per sample from the
+``filter`` column (one program works on one sample, so the branch never diverges).
 """
 from __future__ import annotations
 
+import numbers
 from typing import NamedTuple
 
 __all__ = [
     "AxisColumns", "BLOCKS", "Block", "COLUMNS", "NUM_PARAMS", "axis", "block", "column",
     "ORIGIN_Y", "ORIGIN_X", "STEP_Y", "STEP_X", "LO_Y", "HI_Y", "LO_X", "HI_X",
-    "VALID_Y0", "VALID_Y1", "VALID_X0", "VALID_X1",
+    "VALID_Y0", "VALID_Y1", "VALID_X0", "VALID_X1", "FILTER",
     "ERASE_Y0", "ERASE_Y1", "ERASE_X0", "ERASE_X1", "ERASE_SEED",
-    "FILTER_BILINEAR", "FILTER_BICUBIC", "FILTER_NEAREST", "FILTER_NEAREST_EXACT", "FILTERS",
+    "FILTER_BILINEAR", "FILTER_BICUBIC", "FILTER_NEAREST", "FILTER_NEAREST_EXACT", "FILTER_PER_SAMPLE",
+    "FILTERS", "filter_code", "filter_name",
     "SLOT_COLUMNS", "SLOT_WIDTH", "SLOT_OP", "SLOT_M0", "SLOT_M1", "SLOT_M2", "SLOT_M3", "SLOT_M4",
     "SLOT_M5", "SLOT_M6", "SLOT_M7", "SLOT_INTERP", "SLOT_FILL0", "SLOT_FILL1", "SLOT_FILL2",
     "OPS", "OP_ARGS", "op_code", "slot_column",
@@ -77,7 +83,7 @@ def _stack(*blocks: tuple[str, tuple[str, ...]]) -> tuple[Block, ...]:
 BLOCKS: tuple[Block, ...] = _stack(
     ("geometry", ("origin_y", "origin_x", "step_y", "step_x",
                   "lo_y", "hi_y", "lo_x", "hi_x",
-                  "valid_y0", "valid_y1", "valid_x0", "valid_x1")),
+                  "valid_y0", "valid_y1", "valid_x0", "valid_x1", "filter")),
     ("source", ()),
     ("colour", ()),
     ("epilogue", ("erase_y0", "erase_y1", "erase_x0", "erase_x1", "erase_seed")),
@@ -132,6 +138,7 @@ STEP_Y, STEP_X = column("step_y"), column("step_x")
 LO_Y, HI_Y, LO_X, HI_X = column("lo_y"), column("hi_y"), column("lo_x"), column("hi_x")
 VALID_Y0, VALID_Y1 = column("valid_y0"), column("valid_y1")
 VALID_X0, VALID_X1 = column("valid_x0"), column("valid_x1")
+FILTER = column("filter")
 ERASE_Y0, ERASE_Y1 = column("erase_y0"), column("erase_y1")
 ERASE_X0, ERASE_X1 = column("erase_x0"), column("erase_x1")
 ERASE_SEED = column("erase_seed")
@@ -142,13 +149,38 @@ ERASE_SEED = column("erase_seed")
 # --------------------------------------------------------------------------- #
 
 FILTER_BILINEAR = 0  # triangle filter (widened when antialiasing a downscale)
-FILTER_BICUBIC = 1  # Keys cubic, a = -0.5 (widened when antialiasing), as torch's _upsample_bicubic2d_aa
+FILTER_BICUBIC = 1  # Keys cubic: a = -0.5 widened when antialiasing (_upsample_bicubic2d_aa), else a = -0.75
 FILTER_NEAREST = 2  # torch's "nearest": floor(out * scale)
 FILTER_NEAREST_EXACT = 3  # torch's "nearest-exact": floor((out + 0.5) * scale)
+FILTER_PER_SAMPLE = -1  # each sample's code is in its ``filter`` column
 
 #: name (torchvision's ``InterpolationMode.value``) -> code
 FILTERS: dict[str, int] = {"bilinear": FILTER_BILINEAR, "bicubic": FILTER_BICUBIC,
                            "nearest": FILTER_NEAREST, "nearest-exact": FILTER_NEAREST_EXACT}
+
+
+def filter_code(interpolation: int | str) -> int:
+    """The code of ``interpolation``: a ``FILTER_*`` code, a name of ``FILTERS`` or ``"per-sample"``."""
+    if isinstance(interpolation, str):
+        if interpolation == "per-sample":
+            return FILTER_PER_SAMPLE
+        if interpolation in FILTERS:
+            return FILTERS[interpolation]
+    elif isinstance(interpolation, numbers.Integral) and not isinstance(interpolation, bool):
+        if interpolation == FILTER_PER_SAMPLE or interpolation in FILTERS.values():
+            return int(interpolation)
+    raise ValueError(f"interpolation must be one of {[*FILTERS, 'per-sample']} or its code "
+                     f"{[*FILTERS.values(), FILTER_PER_SAMPLE]}, got {interpolation!r}")
+
+
+def filter_name(code: int) -> str:
+    """The name of the code ``code`` (``"per-sample"`` for ``FILTER_PER_SAMPLE``)."""
+    for name, c in FILTERS.items():
+        if c == code:
+            return name
+    if code == FILTER_PER_SAMPLE:
+        return "per-sample"
+    raise ValueError(f"no interpolation code {code!r}")
 
 
 # --------------------------------------------------------------------------- #

@@ -1,10 +1,12 @@
-"""Fused resized-crop: crop + flip + pad + antialiased resize + normalise + cast, one launch.
+"""Fused resized-crop: crop + flip + pad + resize + normalise + cast, one launch.
 
 One launch turns a ragged batch of decoded HWC ``uint8`` images, packed back to
 back in a 1-D buffer, into a ``[B, 3, out_h, out_w]`` tensor. Each sample carries
 its own geometry in a row of ``params`` (named columns, see ``layout.py``), so
 RandomResizedCrop, Resize, CenterCrop (with zero padding) and the flips all come
-down to this one kernel with different parameters.
+down to this one kernel with different parameters. The interpolation (bilinear,
+bicubic, nearest, nearest-exact: torchvision's ``resize`` modes) is compiled in,
+or chosen per sample from the ``filter`` column of ``params``.
 
 The kernel (``_resized_crop_kernel.py``) is a composition of four stages,
 ``stages/{source,sample,colour,epilogue}.py``, whose math each stage module's
@@ -75,7 +77,8 @@ def _affine_values(name: str, v: Sequence[float] | torch.Tensor, device: torch.d
     return torch.tensor(vals, dtype=torch.float32, device=device)
 
 
-def _check_values(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor, params: torch.Tensor) -> None:
+def _check_values(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor, params: torch.Tensor,
+                  interpolation: int) -> None:
     """Check per-sample metadata; reads the tensors, so only run where that is cheap."""
     shp = shapes.to(device="cpu", dtype=torch.int64)
     offs = offsets.to(device="cpu", dtype=torch.int64)
@@ -105,6 +108,13 @@ def _check_values(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tenso
     if not torch.isfinite(prm).all():
         i = first(~torch.isfinite(prm).all(dim=1))
         raise ValueError(f"sample {i}: params contain a non-finite value: {prm[i].tolist()}")
+    if interpolation == layout.FILTER_PER_SAMPLE:
+        codes = prm[:, layout.FILTER]
+        bad = ~torch.isin(codes, torch.tensor(list(layout.FILTERS.values()), dtype=codes.dtype))
+        if bad.any():
+            i = first(bad)
+            raise ValueError(f"sample {i}: filter column holds {float(codes[i])}, not an interpolation code "
+                             f"of {layout.FILTERS}")
     for axis in ("y", "x"):
         cols = layout.axis(axis)
         lo, hi = prm[:, cols.lo], prm[:, cols.hi]
@@ -128,6 +138,7 @@ def _prepare(
     channels_last: bool,
     out: torch.Tensor | None,
     check_values: bool,
+    interpolation: int = layout.FILTER_BILINEAR,
 ) -> _Args:
     data = _require_tensor("data", data)
     offsets = _require_tensor("offsets", offsets)
@@ -186,7 +197,7 @@ def _prepare(
     shapes = shapes.contiguous()
     params = params.contiguous()
     if check_values and B > 0:
-        _check_values(data, offsets, shapes, params)
+        _check_values(data, offsets, shapes, params, interpolation)
     return _Args(data, offsets, shapes, params, affine, out_h, out_w, out)
 
 
@@ -208,6 +219,7 @@ def fused_resized_crop(
     channels_last: bool = False,
     antialias: bool = True,
     quantize: bool = True,
+    interpolation: int | str = layout.FILTER_BILINEAR,
     out: torch.Tensor | None = None,
     launch: _triton.LaunchSettings | None = None,
 ) -> torch.Tensor:
@@ -233,9 +245,15 @@ def fused_resized_crop(
             ``bfloat16``.
         channels_last: allocate the output in channels-last memory format
             (ignored when ``out`` is given).
-        antialias: widen the filter when downscaling (torchvision's default).
+        antialias: widen the filter when downscaling (torchvision's default;
+            the nearest filters ignore it).
         quantize: round the resampled value to an integer in ``[0, 255]`` before
             ``scale``/``bias``, as torchvision does when resizing a uint8 image.
+        interpolation: a ``layout.FILTER_*`` code or its name (``"bilinear"``,
+            ``"bicubic"``, ``"nearest"``, ``"nearest-exact"``), the math of
+            torchvision's ``resize`` in that mode (see ``stages/sample.py``);
+            ``layout.FILTER_PER_SAMPLE`` (``"per-sample"``) reads each sample's
+            code from its ``filter`` column.
         out: optional preallocated ``[B, 3, out_h, out_w]`` output of dtype
             ``out_dtype`` on the data's device; any strides.
         launch: tile shape and warps to use instead of
@@ -255,9 +273,10 @@ def fused_resized_crop(
     pixels but never an illegal memory access.
     """
     device = data.device if isinstance(data, torch.Tensor) else None
+    code = layout.filter_code(interpolation)
     a = _prepare(
         data, offsets, shapes, params, out_size, scale, bias, out_dtype, channels_last, out,
-        check_values=device is not None and device.type == "cpu",
+        check_values=device is not None and device.type == "cpu", interpolation=code,
     )
     B = a.params.shape[0]
     if B == 0 or a.out_h == 0 or a.out_w == 0:
@@ -275,6 +294,7 @@ def fused_resized_crop(
             a.data, a.offsets, a.shapes, a.params, a.affine, a.out,
             a.data.numel(), a.out_h, a.out_w, n_tiles_w, n_tiles,
             so[0], so[1], so[2], so[3],
+            FILTER=code,
             ANTIALIAS=bool(antialias),
             QUANTIZE=bool(quantize),
             OUT_UINT8=out_dtype == torch.uint8,
@@ -304,6 +324,7 @@ def resized_crop_reference(
     channels_last: bool = False,
     antialias: bool = True,
     quantize: bool = True,
+    interpolation: int | str = layout.FILTER_BILINEAR,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Plain-torch twin of :func:`fused_resized_crop` (same arguments and result).
@@ -312,9 +333,10 @@ def resized_crop_reference(
     works on any device and is the library's CPU path. Per-sample values are
     always validated here (they are read to the host anyway).
     """
+    code = layout.filter_code(interpolation)
     a = _prepare(
         data, offsets, shapes, params, out_size, scale, bias, out_dtype, channels_last, out,
-        check_values=True,
+        check_values=True, interpolation=code,
     )
     B = a.params.shape[0]
     if B == 0 or a.out_h == 0 or a.out_w == 0:
@@ -324,13 +346,24 @@ def resized_crop_reference(
     params = reference.clamp_region(a.params, a.shapes)
     y, x = layout.axis("y"), layout.axis("x")
     regions = params[:, [y.lo, y.hi, x.lo, x.hi]].to(torch.int64).tolist()
-    idx_y, w_y, ty = reference.axis_taps(params, "y", a.out_h, antialias)
-    idx_x, w_x, tx = reference.axis_taps(params, "x", a.out_w, antialias)
+    if code == layout.FILTER_PER_SAMPLE:
+        codes = params[:, layout.FILTER].to(torch.int64).tolist()
+    else:
+        codes = [code] * B
+    # The taps of every sample, computed for all samples of one filter at once.
+    taps: list[tuple] = [()] * B
+    for f in sorted(set(codes)):
+        members = [b for b in range(B) if codes[b] == f]
+        sel = params[members]
+        idx_y, w_y, ty = reference.axis_taps(sel, "y", a.out_h, antialias, f)
+        idx_x, w_x, tx = reference.axis_taps(sel, "x", a.out_w, antialias, f)
+        for j, b in enumerate(members):
+            taps[b] = (idx_y[j, :, : ty[j]], w_y[j, :, : ty[j]], idx_x[j, :, : tx[j]], w_x[j, :, : tx[j]],
+                       quantize and f == layout.FILTER_BICUBIC)
     scale_t, bias_t = a.affine[:3], a.affine[3:]
     for b in range(B):
         pixels = reference.source(a.data, offsets_l[b], shapes_l[b], regions[b])
-        v = reference.sample(pixels, idx_y[b, :, : ty[b]], w_y[b, :, : ty[b]],
-                             idx_x[b, :, : tx[b]], w_x[b, :, : tx[b]])
+        v = reference.sample(pixels, *taps[b])
         v = reference.colour(v)
         reference.epilogue(v, scale_t, bias_t, quantize, a.out[b].permute(1, 2, 0))
     return a.out

@@ -96,7 +96,12 @@ def _geom(
 
 
 def _params(rows: list[list[float]]) -> torch.Tensor:
-    return torch.tensor(rows, dtype=torch.float32).reshape(-1, NUM_PARAMS)
+    """Rows of the leading (geometry) columns, the rest of each row zero: bilinear
+    filter, no erase box."""
+    out = torch.zeros(len(rows), NUM_PARAMS, dtype=torch.float32)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r, dtype=torch.float32)
+    return out
 
 
 # Kernel vs reference. uint8: |diff| <= 1 and at most 1% of pixels off.
@@ -600,7 +605,8 @@ class _Block:
 sys.meta_path.insert(0, _Block())
 import csrc_triton as k
 args = (torch.zeros(12, dtype=torch.uint8), torch.tensor([0]), torch.tensor([[2, 2, 3]]),
-        torch.tensor([[0, 0, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2]], dtype=torch.float32), (2, 2), [1, 1, 1], [0, 0, 0])
+        torch.nn.functional.pad(torch.tensor([[0, 0, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2]], dtype=torch.float32),
+                                (0, k.NUM_PARAMS - 12)), (2, 2), [1, 1, 1], [0, 0, 0])
 assert k.resized_crop_reference(*args).shape == (1, 3, 2, 2)
 try:
     k.fused_resized_crop(*args)

@@ -1,14 +1,36 @@
 """Sample stage: which source pixels each output pixel reads, with what weights, and their sum.
 
 Per axis, output index ``i`` samples the source at ``c = origin + step * (i + 0.5)``
-(a negative ``step`` walks the source backwards: a flip). The filter is the
-triangle of PyTorch's ``_upsample_bilinear2d_aa``: ``support = |step|`` and
-``inv = 1 / |step|`` when antialiasing a downscale, else 1 and 1 (plain bilinear,
-``align_corners=False``). Taps ``k`` run over ``[max(floor(c - support + 0.5), lo),
-min(floor(c + support + 0.5), hi))`` with weight ``max(0, 1 - |(k - c + 0.5) * inv|)``,
-normalised to sum 1; if they sum to 0 the nearest pixel of ``[lo, hi)`` is used.
+(a negative ``step`` walks the source backwards: a flip). The filter is a
+compile-time switch ``FILTER`` (codes in ``layout.py``), each exactly the
+``torch.nn.functional.interpolate`` mode torchvision's ``resize`` uses, applied
+to the clamp region ``[lo, hi)`` as to a cropped image:
+
+* ``FILTER_BILINEAR``: the triangle of ``_upsample_bilinear2d_aa``; ``support =
+  |step|`` and ``inv = 1 / |step|`` when antialiasing a downscale, else 1 and 1
+  (plain bilinear, ``align_corners=False``). Taps ``k`` run over
+  ``[max(floor(c - support + 0.5), lo), min(floor(c + support + 0.5), hi))`` with
+  weight ``max(0, 1 - |(k - c + 0.5) * inv|)``, normalised to sum 1; if they sum to
+  0 the nearest pixel of ``[lo, hi)`` is used.
+* ``FILTER_BICUBIC`` with antialias: ``_upsample_bicubic2d_aa``, the same window
+  with twice the support (``2 |step|`` when downscaling, else 2) and the Keys
+  cubic with ``a = -0.5`` as weight, normalised to sum 1 (negative lobes included).
+* ``FILTER_BICUBIC`` without antialias: ``upsample_bicubic2d``
+  (``align_corners=False``): four taps ``floor(c - 0.5) - 1 .. + 2`` with the Keys
+  cubic ``a = -0.75`` weights, unnormalised; taps outside ``[lo, hi)`` read the
+  edge pixel. On a quantised (uint8) image the horizontal sums are rounded and
+  clamped to ``0..255`` before the vertical pass, as torch's CPU uint8 kernel
+  (and PIL) do: where the cubic overshoots, that differs from a one-pass float
+  resize by more than rounding.
+* ``FILTER_NEAREST`` / ``FILTER_NEAREST_EXACT``: one tap, ``lo + min(floor(j *
+  s), hi - lo - 1)`` resp. ``floor((j + 0.5) * s)``, in float32 as torch computes
+  it, with ``s = |step|`` and ``j`` the output index in the resized image
+  (recovered from ``c``). Antialias does not apply.
+
 The 2-D sum is separable: horizontal sums per source row, weighted by the row's
-vertical weight.
+vertical weight. :func:`resample` is the whole stage for one filter; with
+``FILTER_PER_SAMPLE`` the kernel calls it once per filter under a runtime branch
+on the sample's ``filter`` column.
 
 The homography path of rotations and perspective warps is a second sampler
 beside :func:`sample`, reading the same source stage.
@@ -16,6 +38,7 @@ beside :func:`sample`, reading the same source stage.
 import triton
 import triton.language as tl
 
+from .. import layout
 from . import source as src_stage
 
 
@@ -41,16 +64,23 @@ def clamp_region(lo, hi, size):
 
 
 @triton.jit
-def filter_width(step, ANTIALIAS: tl.constexpr):
-    """Support and inverse width of the triangle filter for a sampling ``step``."""
+def filter_width(step, FILTER: tl.constexpr, ANTIALIAS: tl.constexpr):
+    """Support and inverse width of the filter ``FILTER`` for a sampling ``step``."""
     s = tl.abs(step)
-    if ANTIALIAS:
+    if FILTER == layout.FILTER_BICUBIC and ANTIALIAS:
+        support = tl.where(s >= 1.0, 2.0 * s, 2.0)
+        inv = tl.where(s >= 1.0, tl.div_rn(1.0, tl.maximum(s, 1.0)), 1.0)
+    elif FILTER == layout.FILTER_BILINEAR and ANTIALIAS:
         # max(s, 1) in the divisor only avoids a 1/0 in the unused branch.
         # div_rn: `/` is an approximate division on NVIDIA GPUs, and the weights
         # should round like the float32 reference's.
         support = tl.where(s >= 1.0, s, 1.0)
         inv = tl.where(s >= 1.0, tl.div_rn(1.0, tl.maximum(s, 1.0)), 1.0)
+    elif FILTER == layout.FILTER_BICUBIC:
+        support = tl.full([], 2.0, tl.float32)
+        inv = tl.full([], 1.0, tl.float32)
     else:
+        # bilinear without antialias; the nearest filters read neither value
         support = tl.full([], 1.0, tl.float32)
         inv = tl.full([], 1.0, tl.float32)
     return support, inv
@@ -63,17 +93,62 @@ def triangle(k, c, inv):
 
 
 @triton.jit
-def axis_taps(idx, in_range, origin, step, lo, hi, valid0, valid1, support, inv, N: tl.constexpr):
+def cubic(k, c, inv, A: tl.constexpr):
+    """Unnormalised Keys cubic weight (parameter ``A``) of source index ``k`` for centre ``c``."""
+    x = tl.abs((k.to(tl.float32) - c + 0.5) * inv)
+    inner = ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0
+    outer = ((A * x - 5.0 * A) * x + 8.0 * A) * x - 4.0 * A
+    return tl.where(x < 1.0, inner, tl.where(x < 2.0, outer, 0.0))
+
+
+@triton.jit
+def nearest_index(c, step, lo, hi, EXACT: tl.constexpr):
+    """Source index of torch's ``nearest`` (``EXACT``: ``nearest-exact``) for sample centre ``c``.
+
+    ``j``, the output index within the resized image, is an integer and ``c - lo
+    = |step| * (j + 0.5)`` up to float error, so the floor recovers it; the index
+    is then computed in float32 as torch does, from ``j`` and ``scale = |step|``.
+    """
+    s = tl.abs(step)
+    j = tl.floor(tl.div_rn(c - lo, s))
+    if EXACT:
+        j = j + 0.5
+    k = lo + tl.floor(j * s)
+    k = tl.where(k < hi - 1.0, k, hi - 1.0)
+    return tl.where(k > lo, k, lo)
+
+
+@triton.jit
+def axis_taps(idx, in_range, origin, step, lo, hi, valid0, valid1, support, inv,
+              FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, N: tl.constexpr):
     """One axis of a tile (output indices ``idx``): sample centre, first tap, tap
-    count, 1 / sum of weights, and whether the nearest-pixel fallback applies."""
+    count, 1 / sum of weights, and whether the tap is a single pixel of weight 1
+    (the nearest filters, and the fallback of the windowed ones)."""
     i = idx.to(tl.float32)
     c = origin + step * (i + 0.5)
+    act = in_range & (i >= valid0) & (i < valid1)
+    if FILTER == layout.FILTER_NEAREST or FILTER == layout.FILTER_NEAREST_EXACT:
+        k = nearest_index(c, step, lo, hi, FILTER == layout.FILTER_NEAREST_EXACT)
+        n = tl.where(act, 1, 0)
+        k0 = tl.where(act, k, 0.0).to(tl.int32)
+        return c, k0, n, tl.full([N], 1.0, tl.float32), act
+    if FILTER == layout.FILTER_BICUBIC and not ANTIALIAS:
+        # Taps floor(c - 0.5) - 1 .. + 2, read through an index clamped to
+        # [lo, hi) (see tap_index). A first tap beyond lo - 3 or hi - 1 only
+        # reads the edge pixel, so it is moved there with the centre, keeping
+        # every weight and the float->int cast small (NaN lands on lo - 3).
+        k_lo = tl.floor(c - 0.5) - 1.0
+        k_in = tl.where(k_lo > lo - 3.0, k_lo, lo - 3.0)
+        k_in = tl.where(k_in < hi - 1.0, k_in, hi - 1.0)
+        c = c - (k_lo - k_in)
+        n = tl.where(act, 4, 0)
+        k0 = tl.where(act, k_in, 0.0).to(tl.int32)
+        return c, k0, n, tl.full([N], 1.0, tl.float32), act & False
     k_lo = tl.floor(c - support + 0.5)
     k_lo = tl.where(k_lo > lo, k_lo, lo)
     k_hi = tl.floor(c + support + 0.5)
     k_hi = tl.where(k_hi < hi, k_hi, hi)
     n_f = k_hi - k_lo
-    act = in_range & (i >= valid0) & (i < valid1)
     # Indices that are padding or past the edge get no taps: they stay 0 and
     # cost no loads. With taps, lo <= k_lo < k_hi <= hi <= size, so the
     # float->int casts only ever see small non-negative values.
@@ -82,8 +157,11 @@ def axis_taps(idx, in_range, origin, step, lo, hi, valid0, valid1, support, inv,
     k0 = tl.where(has, k_lo, 0.0).to(tl.int32)
     total = tl.full([N], 0.0, tl.float32)
     for t in range(0, tl.reduce(n, 0, max_combine)):
-        w = triangle(k0 + t, c, inv)
-        total += tl.where((t < n) & (w > 0.0), w, 0.0)
+        if FILTER == layout.FILTER_BICUBIC:
+            total += tl.where(t < n, cubic(k0 + t, c, inv, -0.5), 0.0)
+        else:
+            w = triangle(k0 + t, c, inv)
+            total += tl.where((t < n) & (w > 0.0), w, 0.0)
     # A zero sum means the window missed [lo, hi) (the sample point lies
     # outside the clamp region): fall back to the nearest pixel in it.
     fb = act & (total == 0.0)
@@ -92,23 +170,48 @@ def axis_taps(idx, in_range, origin, step, lo, hi, valid0, valid1, support, inv,
     near = tl.where(near > lo, near, lo)
     k0 = tl.where(fb, near.to(tl.int32), k0)
     n = tl.where(fb, 1, n)
-    rnorm = tl.div_rn(tl.full([N], 1.0, tl.float32), tl.where(total > 0.0, total, 1.0))
+    if FILTER == layout.FILTER_BICUBIC:
+        # the cubic's sum can be negative on a window cut short by the border
+        rnorm = tl.div_rn(tl.full([N], 1.0, tl.float32), tl.where(total != 0.0, total, 1.0))
+    else:
+        rnorm = tl.div_rn(tl.full([N], 1.0, tl.float32), tl.where(total > 0.0, total, 1.0))
     return c, k0, n, rnorm, fb
 
 
 @triton.jit
-def tap_weight(k, c, inv, rnorm, fb):
-    """Normalised weight of tap ``k``: 1 for the nearest-pixel fallback."""
-    return tl.where(fb, 1.0, tl.maximum(triangle(k, c, inv), 0.0) * rnorm)
+def tap_index(k, lo, hi, FILTER: tl.constexpr, ANTIALIAS: tl.constexpr):
+    """Source index read by tap ``k``: the edge pixel beyond ``[lo, hi)`` for plain bicubic
+    (the other filters only have taps inside)."""
+    if FILTER == layout.FILTER_BICUBIC and not ANTIALIAS:
+        k = tl.maximum(k, lo)
+        k = tl.minimum(k, hi - 1)
+    return k
+
+
+@triton.jit
+def tap_weight(k, c, inv, rnorm, fb, FILTER: tl.constexpr, ANTIALIAS: tl.constexpr):
+    """Normalised weight of tap ``k``: 1 for a single-pixel tap."""
+    # Keys' a: -0.5 in torch's antialiased bicubic (as PIL), -0.75 in the plain one (as OpenCV)
+    if FILTER == layout.FILTER_BICUBIC and ANTIALIAS:
+        w = tl.where(fb, 1.0, cubic(k, c, inv, -0.5) * rnorm)
+    elif FILTER == layout.FILTER_BICUBIC:
+        w = tl.where(fb, 1.0, cubic(k, c, inv, -0.75) * rnorm)
+    elif FILTER == layout.FILTER_BILINEAR:
+        w = tl.where(fb, 1.0, tl.maximum(triangle(k, c, inv), 0.0) * rnorm)
+    else:
+        w = tl.where(fb, 1.0, 0.0)
+    return w
 
 
 @triton.jit
 def sample(data_ptr, off, W, C,
-           cy, ky0, n_y, rnorm_y, fb_y, inv_y,
-           cx, kx0, n_x, rnorm_x, fb_x, inv_x,
+           cy, ky0, n_y, rnorm_y, fb_y, inv_y, lo_y, hi_y,
+           cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x,
+           FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
            BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
     """The resampled tile, three float32 ``[BLOCK_H, BLOCK_W]`` channels, from the
-    per-axis taps of :func:`axis_taps`; pixels with no taps are 0."""
+    per-axis taps of :func:`axis_taps`; pixels with no taps are 0. ``lo_*``/``hi_*``
+    are the clamp region as int32."""
     ch1, ch2 = src_stage.channels(C)
     pitch = W * C
     acc0 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
@@ -121,20 +224,64 @@ def sample(data_ptr, off, W, C,
     # operations as the reference's x-first pass.
     for t in range(0, ty_max):
         ky = ky0 + t
-        wy = tap_weight(ky, cy, inv_y, rnorm_y, fb_y)[:, None]
+        wy = tap_weight(ky, cy, inv_y, rnorm_y, fb_y, FILTER, ANTIALIAS)[:, None]
         m_y = (t < n_y)[:, None]
-        row = src_stage.row_start(off, ky, pitch)
+        row = src_stage.row_start(off, tap_index(ky, lo_y, hi_y, FILTER, ANTIALIAS), pitch)
         r0 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
         r1 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
         r2 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
         for u in range(0, tx_max):
             kx = kx0 + u
-            wx = tap_weight(kx, cx, inv_x, rnorm_x, fb_x)[None, :]
-            v0, v1, v2 = src_stage.source(data_ptr, row, kx, C, ch1, ch2, m_y & (u < n_x)[None, :])
+            wx = tap_weight(kx, cx, inv_x, rnorm_x, fb_x, FILTER, ANTIALIAS)[None, :]
+            v0, v1, v2 = src_stage.source(data_ptr, row, tap_index(kx, lo_x, hi_x, FILTER, ANTIALIAS),
+                                          C, ch1, ch2, m_y & (u < n_x)[None, :])
             r0 += wx * v0
             r1 += wx * v1
             r2 += wx * v2
+        if FILTER == layout.FILTER_BICUBIC and QUANTIZE:
+            # torch's uint8 kernel stores the horizontal pass as uint8
+            r0 = quantize(r0)
+            r1 = quantize(r1)
+            r2 = quantize(r2)
         acc0 += wy * r0
         acc1 += wy * r1
         acc2 += wy * r2
     return acc0, acc1, acc2
+
+
+@triton.jit
+def quantize(v):
+    """``v`` rounded half up and clamped to ``0..255``, as a uint8 store of torch's resize rounds it."""
+    v = tl.floor(v + 0.5)
+    v = tl.where(v > 0.0, v, 0.0)
+    return tl.where(v < 255.0, v, 255.0)
+
+
+@triton.jit
+def resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+             FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
+             BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
+    """The whole stage for one filter: the tile ``rows x cols`` of the sample whose
+    parameter row starts at ``p``, three float32 channels.
+
+    Per output row, then per output column, the first tap, tap count, weight
+    normaliser and single-pixel flag; then the weighted sums.
+    """
+    lo_y, hi_y = clamp_region(tl.load(p + layout.LO_Y), tl.load(p + layout.HI_Y), H.to(tl.float32))
+    lo_x, hi_x = clamp_region(tl.load(p + layout.LO_X), tl.load(p + layout.HI_X), W.to(tl.float32))
+    step_y = tl.load(p + layout.STEP_Y)
+    step_x = tl.load(p + layout.STEP_X)
+    support_y, inv_y = filter_width(step_y, FILTER, ANTIALIAS)
+    support_x, inv_x = filter_width(step_x, FILTER, ANTIALIAS)
+    cy, ky0, n_y, rnorm_y, fb_y = axis_taps(
+        rows, row_in & img_ok, tl.load(p + layout.ORIGIN_Y), step_y, lo_y, hi_y,
+        tl.load(p + layout.VALID_Y0), tl.load(p + layout.VALID_Y1), support_y, inv_y,
+        FILTER, ANTIALIAS, BLOCK_H)
+    cx, kx0, n_x, rnorm_x, fb_x = axis_taps(
+        cols, col_in, tl.load(p + layout.ORIGIN_X), step_x, lo_x, hi_x,
+        tl.load(p + layout.VALID_X0), tl.load(p + layout.VALID_X1), support_x, inv_x,
+        FILTER, ANTIALIAS, BLOCK_W)
+    return sample(data_ptr, off, W, C,
+                  cy, ky0, n_y, rnorm_y, fb_y, inv_y, lo_y.to(tl.int32), hi_y.to(tl.int32),
+                  cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x.to(tl.int32), hi_x.to(tl.int32),
+                  FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W)

@@ -48,7 +48,7 @@ class KernelLauncher:
         images = fused_resized_crop(
             decoded.buffer, offsets_d, shapes_d, params_d, self.plan.out_size, self.scale, self.bias,
             out_dtype=self.plan.out_dtype, channels_last=self.channels_last,
-            antialias=self.plan.antialias, quantize=self.plan.quantize,
+            antialias=self.plan.antialias, quantize=self.plan.quantize, interpolation=self.plan.interpolation,
         )
         k_end.record(stream)
         return images, KernelEvents(k_start, k_end)

@@ -28,7 +28,8 @@ class BatchGeometry:
     The fields named like columns of the kernel's ``geometry`` parameter block
     (``csrc_triton.layout``) are exactly those columns; ``height``/``width`` are
     the size of the current (virtual) image and ``resampled`` whether a resize
-    has happened yet, which changes what a later crop does.
+    has happened yet, which changes what a later crop does. ``filter`` is the
+    interpolation code (``layout.FILTER_*``) of the last resize.
     """
 
     height: np.ndarray  # current (virtual) image height
@@ -45,6 +46,7 @@ class BatchGeometry:
     valid_y1: np.ndarray
     valid_x0: np.ndarray
     valid_x1: np.ndarray
+    filter: np.ndarray
     resampled: bool = False
 
     @classmethod
@@ -59,6 +61,7 @@ class BatchGeometry:
             origin_y=zeros.copy(), origin_x=zeros.copy(), step_y=ones.copy(), step_x=ones.copy(),
             lo_y=zeros.copy(), hi_y=h.copy(), lo_x=zeros.copy(), hi_x=w.copy(),
             valid_y0=zeros.copy(), valid_y1=h.copy(), valid_x0=zeros.copy(), valid_x1=w.copy(),
+            filter=np.full_like(h, float(layout.FILTER_BILINEAR)),
         )
 
     def __len__(self) -> int:
@@ -110,8 +113,9 @@ def crop(g: BatchGeometry, top, left, height, width) -> None:
     g.height, g.width = height, width
 
 
-def resize(g: BatchGeometry, height, width) -> None:
-    """Resample the current images to ``height x width``."""
+def resize(g: BatchGeometry, height, width, interpolation=layout.FILTER_BILINEAR) -> None:
+    """Resample the current images to ``height x width`` with the filter ``interpolation``
+    (a ``layout.FILTER_*`` code, or one per sample)."""
     n = len(g)
     height, width = _broadcast(height, n), _broadcast(width, n)
     sy, sx = g.height / height, g.width / width
@@ -122,6 +126,7 @@ def resize(g: BatchGeometry, height, width) -> None:
     g.valid_y0, g.valid_y1 = np.round(g.valid_y0 / sy), np.round(g.valid_y1 / sy)
     g.valid_x0, g.valid_x1 = np.round(g.valid_x0 / sx), np.round(g.valid_x1 / sx)
     g.height, g.width = height, width
+    g.filter = _broadcast(interpolation, n)
     g.resampled = True
 
 

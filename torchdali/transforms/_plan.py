@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Iterator, Sequence
 
 import numpy as np
 import torch
+from csrc_triton import layout
 
 from .. import _rng
 from . import _geometry as G
@@ -145,6 +146,8 @@ class Plan:
     bias: tuple[float, float, float]
     quantize: bool
     antialias: bool
+    #: ``layout.FILTER_*`` code of the kernel (``FILTER_PER_SAMPLE``: the params' ``filter`` column)
+    interpolation: int = layout.FILTER_BILINEAR
 
     def geometry(self, sizes: np.ndarray, keys: np.ndarray) -> G.BatchGeometry:
         """Per-sample geometry for images of ``sizes`` ([B, 2] H, W) with sample ``keys``."""
@@ -190,6 +193,7 @@ def compile_transforms(transforms: Any) -> Plan:
         bias=state.bias,
         quantize=state.quantize,
         antialias=state.antialias,
+        interpolation=state.interpolation,
     )
 
 
@@ -197,7 +201,8 @@ def run_reference(plan: Plan, images: Sequence[torch.Tensor], params: torch.Tens
                   channels_last: bool = False) -> torch.Tensor:
     """Run ``plan`` with ``params`` on HWC uint8 CPU images with the plain-torch reference kernel."""
     return resample(images, params, plan.out_size, plan.scale, plan.bias, out_dtype=plan.out_dtype,
-                    channels_last=channels_last, antialias=plan.antialias, quantize=plan.quantize)
+                    channels_last=channels_last, antialias=plan.antialias, quantize=plan.quantize,
+                    interpolation=plan.interpolation)
 
 
 def apply_to_images(transforms: Any, images: Sequence[torch.Tensor], seed: int = 0) -> list[torch.Tensor]:

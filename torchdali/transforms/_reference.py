@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from csrc_triton import resized_crop_reference
+from csrc_triton import layout, resized_crop_reference
 
 
 def to_hwc(image: Any) -> torch.Tensor:
@@ -57,8 +57,12 @@ def pack_images(images: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Ten
 
 def resample(images: Sequence[torch.Tensor], params: torch.Tensor, out_size: tuple[int, int],
              scale: Sequence[float], bias: Sequence[float], *, out_dtype: torch.dtype,
-             channels_last: bool = False, antialias: bool = True, quantize: bool = True) -> torch.Tensor:
+             channels_last: bool = False, antialias: bool = True, quantize: bool = True,
+             interpolation: int = layout.FILTER_BILINEAR) -> torch.Tensor:
     """Run the reference kernel on HWC uint8 images with per-sample ``params``.
+
+    ``interpolation`` is a ``layout.FILTER_*`` code (``FILTER_PER_SAMPLE``: each
+    sample's ``filter`` column).
 
     Returns ``[B, 3, *out_size]`` of ``out_dtype`` (a grayscale image comes back
     as three identical channels, as the kernel writes them).
@@ -67,4 +71,5 @@ def resample(images: Sequence[torch.Tensor], params: torch.Tensor, out_size: tup
     return resized_crop_reference(
         data, offsets, shapes, params, out_size, scale, bias,
         out_dtype=out_dtype, channels_last=channels_last, antialias=antialias, quantize=quantize,
+        interpolation=interpolation,
     )

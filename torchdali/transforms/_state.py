@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from csrc_triton import layout
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -30,6 +31,9 @@ class StaticState:
     quantize: bool = False
     #: antialias when downscaling (the last resize decides)
     antialias: bool = True
+    #: the kernel's interpolation, a ``layout.FILTER_*`` code (the last resize decides);
+    #: ``FILTER_PER_SAMPLE`` when it is drawn per sample into the ``filter`` column
+    interpolation: int = layout.FILTER_BILINEAR
     #: per-channel affine of the epilogue: ``value * scale + bias``
     scale: tuple[float, float, float] = (1.0, 1.0, 1.0)
     bias: tuple[float, float, float] = (0.0, 0.0, 0.0)

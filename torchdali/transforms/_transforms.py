@@ -17,9 +17,10 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+from csrc_triton import layout
 
 from . import _geometry as G
-from ._args import check_bilinear, setup_size
+from ._args import interpolation_code, interpolation_codes, setup_size
 from ._plan import Compose, Transform
 from ._registry import register
 from ._state import FLOAT_DTYPES, StaticState
@@ -36,17 +37,31 @@ def _tv_antialias(t: Any) -> Any:
     return getattr(t, "antialias", True)
 
 
-def _resampled(state: StaticState, antialias: bool) -> StaticState:
-    """State after a resize: a uint8 image is rounded after resampling, as torchvision does."""
-    return dataclasses.replace(state, quantize=state.quantize or state.dtype == torch.uint8, antialias=antialias)
+def _resampled(state: StaticState, antialias: bool, interpolation: int) -> StaticState:
+    """State after a resize: a uint8 image is rounded after resampling, as torchvision does;
+    the resize's filter and antialias are the kernel's."""
+    return dataclasses.replace(state, quantize=state.quantize or state.dtype == torch.uint8, antialias=antialias,
+                               interpolation=interpolation)
+
+
+def _mode_repr(code: int) -> str:
+    return f"InterpolationMode.{layout.filter_name(code).upper().replace('-', '_')}"
 
 
 @register("RandomResizedCrop",
-          usage="RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3), antialias=True)",
+          usage="RandomResizedCrop(size, scale=(0.08, 1.0), ratio=(3/4, 4/3), interpolation=BILINEAR, "
+                "antialias=True)",
           semantics="same box sampling (10 attempts, central fallback)",
-          notes="drawn per sample; bilinear only")
+          notes="drawn per sample; bilinear, bicubic, nearest, nearest-exact, or a list of modes drawn per "
+                "sample (timm's `interpolation=\"random\"`)")
 class RandomResizedCrop(Transform):
-    """Random area/aspect crop resized to ``size``, drawn independently per sample."""
+    """Random area/aspect crop resized to ``size``, drawn independently per sample.
+
+    ``interpolation`` is a torchvision mode (bilinear, bicubic, nearest,
+    nearest-exact), or a list of them of which each sample draws one uniformly,
+    as timm's ``RandomResizedCropAndInterpolation(interpolation="random")`` does
+    per call with ``[BILINEAR, BICUBIC]`` (``"random"`` is accepted for that).
+    """
 
     stage = "geometry"
     n_uniforms = 40  # ten attempts of (area, log-ratio, top, left), as torchvision
@@ -62,10 +77,17 @@ class RandomResizedCrop(Transform):
             raise ValueError("RandomResizedCrop: scale and ratio must be given as (min, max)")
         if ratio[0] <= 0 or scale[0] < 0:
             raise ValueError("RandomResizedCrop: scale must be >= 0 and ratio > 0")
-        check_bilinear(interpolation, "RandomResizedCrop")
+        codes = interpolation_codes(interpolation, "RandomResizedCrop")
         self.scale = (float(scale[0]), float(scale[1]))
         self.ratio = (float(ratio[0]), float(ratio[1]))
         self.interpolation = interpolation
+        #: the filter codes a sample draws from; None for one fixed filter
+        self.filters: tuple[int, ...] | None = codes if isinstance(codes, tuple) else None
+        self.filter: int = layout.FILTER_PER_SAMPLE if self.filters is not None else codes
+        if self.filters is not None:
+            # one more uniform picks the filter; the box's 40 stay the first,
+            # so the boxes equal those of a single-filter pipeline
+            self.n_uniforms = 41
         self.antialias = True if antialias is None else bool(antialias)
 
     @classmethod
@@ -74,24 +96,33 @@ class RandomResizedCrop(Transform):
                    antialias=_tv_antialias(t))
 
     def update_state(self, state: StaticState) -> StaticState:
-        return dataclasses.replace(_resampled(state, self.antialias), size=(self.size[0], self.size[1]))
+        return dataclasses.replace(_resampled(state, self.antialias, self.filter), size=(self.size[0], self.size[1]))
 
     def make_params(self, geometry: G.BatchGeometry, u: np.ndarray | None) -> dict[str, np.ndarray]:
         top, left, height, width = G.random_resized_crop_box(geometry.height, geometry.width,
-                                                             self.scale, self.ratio, u)
-        return {"top": top, "left": left, "height": height, "width": width}
+                                                             self.scale, self.ratio, u[:, :40])
+        params = {"top": top, "left": left, "height": height, "width": width}
+        if self.filters is not None:
+            pick = np.minimum((u[:, 40] * len(self.filters)).astype(np.int64), len(self.filters) - 1)
+            params["filter"] = np.asarray(self.filters, dtype=np.float64)[pick]
+        return params
 
     def transform(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray]) -> None:
         G.crop(geometry, params["top"], params["left"], params["height"], params["width"])
-        G.resize(geometry, self.size[0], self.size[1])
+        G.resize(geometry, self.size[0], self.size[1], params.get("filter", self.filter))
 
     def extra_repr(self) -> str:
-        return f"size={self.size}, scale={self.scale}, ratio={tuple(round(r, 4) for r in self.ratio)}"
+        if self.filters is not None:
+            mode = "[" + ", ".join(_mode_repr(c) for c in self.filters) + "]"
+        else:
+            mode = _mode_repr(self.filter)
+        return (f"size={self.size}, scale={self.scale}, ratio={tuple(round(r, 4) for r in self.ratio)}, "
+                f"interpolation={mode}, antialias={self.antialias}")
 
 
-@register("Resize", usage="Resize(size, max_size=None, antialias=True)",
+@register("Resize", usage="Resize(size, interpolation=BILINEAR, max_size=None, antialias=True)",
           semantics="int = shorter side, `(h, w)` exact",
-          notes="bilinear with antialias, as `resize(..., antialias=True)`")
+          notes="bilinear, bicubic, nearest, nearest-exact, as `resize(..., antialias=...)`")
 class Resize(Transform):
     """Resize; an int (or 1-element list) sets the shorter side, ``(h, w)`` the exact size."""
 
@@ -100,7 +131,7 @@ class Resize(Transform):
     def __init__(self, size: int | Sequence[int], interpolation: Any = "bilinear",
                  max_size: int | None = None, antialias: bool | None = True) -> None:
         self.size = setup_size(size, "Resize")
-        check_bilinear(interpolation, "Resize")
+        self.filter = interpolation_code(interpolation, "Resize")
         if max_size is not None and len(self.size) != 1:
             raise ValueError("Resize: max_size is only allowed when size sets the shorter side")
         if max_size is not None and max_size <= self.size[0]:
@@ -119,17 +150,18 @@ class Resize(Transform):
 
     def update_state(self, state: StaticState) -> StaticState:
         size = (self.size[0], self.size[1]) if len(self.size) == 2 else None
-        return dataclasses.replace(_resampled(state, self.antialias), size=size)
+        return dataclasses.replace(_resampled(state, self.antialias, self.filter), size=size)
 
     def make_params(self, geometry: G.BatchGeometry, u: np.ndarray | None) -> dict[str, np.ndarray]:
         height, width = G.resized_output_size(geometry.height, geometry.width, self.size, self.max_size)
         return {"height": height, "width": width}
 
     def transform(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray]) -> None:
-        G.resize(geometry, params["height"], params["width"])
+        G.resize(geometry, params["height"], params["width"], self.filter)
 
     def extra_repr(self) -> str:
-        return f"size={self.size}, max_size={self.max_size}, antialias={self.antialias}"
+        return (f"size={self.size}, interpolation={_mode_repr(self.filter)}, max_size={self.max_size}, "
+                f"antialias={self.antialias}")
 
 
 class _FixedCrop(Transform):

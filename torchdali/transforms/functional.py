@@ -4,9 +4,27 @@ Each function applies one operation with explicit parameters to one image (a
 CHW or HWC uint8 tensor, numpy array or PIL image) and returns the result as a
 CHW tensor, computed by torchdali's CPU reference kernel: the same arithmetic
 the fused GPU kernel does for a pipeline with that step. As in the kernel's
-output, the result has three channels (a grayscale image's channel repeated)
-and only bilinear interpolation exists. ``normalize`` takes a float image, as
-torchvision's does, and applies the kernel's epilogue arithmetic to it.
+output, the result has three channels (a grayscale image's channel repeated).
+``normalize`` takes a float image, as torchvision's does, and applies the
+kernel's epilogue arithmetic to it.
+
+``resize`` and ``resized_crop`` take torchvision's ``interpolation`` (an
+``InterpolationMode``, its string value, or PIL's 0/2/3) and compute what
+``torchvision.transforms.v2.functional.resize`` computes on a uint8 tensor:
+
+* bilinear: the triangle filter, widened by the scale when ``antialias`` and
+  downscaling (torch's ``_upsample_bilinear2d_aa``), else plain bilinear
+  (``align_corners=False``); computed in one float32 pass, so torchvision's CPU
+  uint8 kernel (fixed-point weights, rounded between its two passes) is within 1;
+* bicubic: the Keys cubic, ``a = -0.5`` with the support widened by the scale
+  when ``antialias`` (``_upsample_bicubic2d_aa``), else ``a = -0.75`` over four
+  border-clamped taps (``upsample_bicubic2d``); as torch's uint8 kernel, the
+  horizontal pass is rounded and clamped to 0..255 before the vertical one, and
+  the result is clamped and rounded (within 1 of torchvision's CPU result);
+* nearest: source index ``floor(i * scale)``; nearest-exact: ``floor((i + 0.5) *
+  scale)``, ``scale = in / out`` in float32 as torch; exact; ``antialias`` is ignored.
+
+Lanczos, box and hamming raise ValueError.
 
 The transform classes do not call these: they fold into one kernel launch per
 batch. Use these to apply a step to a single image, or to check the classes
@@ -20,7 +38,9 @@ import numpy as np
 import torch
 
 from . import _geometry as G
-from ._args import check_bilinear, setup_size
+from csrc_triton import layout
+
+from ._args import interpolation_code, setup_size
 from ._reference import resample, to_hwc
 from ._state import FLOAT_DTYPES
 
@@ -34,8 +54,8 @@ _ZERO = (0.0, 0.0, 0.0)
 
 
 def _run(image: Any, step: Callable[[G.BatchGeometry], None], *, antialias: bool = True,
-         out_dtype: torch.dtype = torch.uint8, scale: Sequence[float] = _UNIT,
-         bias: Sequence[float] = _ZERO) -> torch.Tensor:
+         interpolation: int = layout.FILTER_BILINEAR, out_dtype: torch.dtype = torch.uint8,
+         scale: Sequence[float] = _UNIT, bias: Sequence[float] = _ZERO) -> torch.Tensor:
     """Apply the geometry ``step`` to one image on the reference kernel; CHW result."""
     hwc = to_hwc(image)
     g = G.BatchGeometry.identity(np.array([hwc.shape[:2]]))
@@ -44,19 +64,22 @@ def _run(image: Any, step: Callable[[G.BatchGeometry], None], *, antialias: bool
     # quantize: a uint8 resize rounds the resampled value, as torchvision's does; on an
     # unresampled image the value is already an integer, so rounding changes nothing.
     return resample([hwc], g.to_params(), out_size, scale, bias, out_dtype=out_dtype,
-                    antialias=antialias, quantize=True)[0]
+                    antialias=antialias, quantize=True, interpolation=interpolation)[0]
 
 
 def resize(image: Any, size: int | Sequence[int], interpolation: Any = "bilinear",
            max_size: int | None = None, antialias: bool | None = True) -> torch.Tensor:
-    """Resize to ``size``: an int (or 1-element list) sets the shorter side, ``(h, w)`` the exact size."""
-    check_bilinear(interpolation, "resize")
+    """Resize to ``size``: an int (or 1-element list) sets the shorter side, ``(h, w)`` the exact size.
+
+    ``interpolation``: see the module docstring for what each mode computes.
+    """
+    code = interpolation_code(interpolation, "resize")
     size = setup_size(size, "resize")
 
     def step(g: G.BatchGeometry) -> None:
-        G.resize(g, *G.resized_output_size(g.height, g.width, size, max_size))
+        G.resize(g, *G.resized_output_size(g.height, g.width, size, max_size), code)
 
-    return _run(image, step, antialias=True if antialias is None else bool(antialias))
+    return _run(image, step, antialias=True if antialias is None else bool(antialias), interpolation=code)
 
 
 def crop(image: Any, top: int, left: int, height: int, width: int) -> torch.Tensor:
@@ -78,16 +101,19 @@ def center_crop(image: Any, output_size: int | Sequence[int]) -> torch.Tensor:
 
 def resized_crop(image: Any, top: int, left: int, height: int, width: int, size: Sequence[int],
                  interpolation: Any = "bilinear", antialias: bool | None = True) -> torch.Tensor:
-    """Crop the box, then resize it to ``size`` (``(h, w)``; an int gives a square)."""
-    check_bilinear(interpolation, "resized_crop")
+    """Crop the box, then resize it to ``size`` (``(h, w)``; an int gives a square).
+
+    ``interpolation``: see the module docstring for what each mode computes.
+    """
+    code = interpolation_code(interpolation, "resized_crop")
     size = setup_size(size, "resized_crop")
     out_h, out_w = (size[0], size[0]) if len(size) == 1 else size
 
     def step(g: G.BatchGeometry) -> None:
         G.crop(g, top, left, height, width)
-        G.resize(g, out_h, out_w)
+        G.resize(g, out_h, out_w, code)
 
-    return _run(image, step, antialias=True if antialias is None else bool(antialias))
+    return _run(image, step, antialias=True if antialias is None else bool(antialias), interpolation=code)
 
 
 def horizontal_flip(image: Any) -> torch.Tensor:
