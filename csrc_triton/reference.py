@@ -89,7 +89,9 @@ def nearest_index(c: torch.Tensor, step: torch.Tensor, lo: torch.Tensor, hi: tor
     if exact:
         j = j + 0.5
     k = lo + torch.floor(j * s)
-    return torch.maximum(torch.minimum(k, hi - 1.0), lo)
+    # `where`, as the kernel: a NaN (from a zero step) lands inside [lo, hi) too
+    k = torch.where(k < hi - 1.0, k, hi - 1.0)
+    return torch.where(k > lo, k, lo)
 
 
 def axis_taps(params: torch.Tensor, axis: str, n_out: int, antialias: bool,

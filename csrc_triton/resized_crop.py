@@ -295,7 +295,8 @@ def fused_resized_crop(
             a.data.numel(), a.out_h, a.out_w, n_tiles_w, n_tiles,
             so[0], so[1], so[2], so[3],
             FILTER=code,
-            ANTIALIAS=bool(antialias),
+            # the nearest filters ignore it: one compiled variant each
+            ANTIALIAS=bool(antialias) and code not in (layout.FILTER_NEAREST, layout.FILTER_NEAREST_EXACT),
             QUANTIZE=bool(quantize),
             OUT_UINT8=out_dtype == torch.uint8,
             BLOCK_H=s.block_h,

@@ -355,7 +355,8 @@ def _kernel_cases() -> list[tuple[list[torch.Tensor], list[list[float]], tuple[i
     """(images, rows, out): odd down, up with flips, gray + padding window + clamp region."""
     return [
         (_images([(37, 45, 3), (29, 17, 1)], 1),
-         [_row(37, 45, (13, 11), (2, 3, 33, 40)), _row(29, 17, (13, 11), (0, 1, 29, 15), flip=(True, False))], (13, 11)),
+         [_row(37, 45, (13, 11), (2, 3, 33, 40)), _row(29, 17, (13, 11), (0, 1, 29, 15), flip=(True, False))],
+         (13, 11)),
         (_images([(9, 11, 3), (6, 7, 1)], 2),
          [_row(9, 11, (20, 17), flip=(False, True)), _row(6, 7, (20, 17), (1, 1, 5, 6), flip=(True, True))], (20, 17)),
         (_images([(40, 20, 3), (15, 21, 1)], 3),
@@ -387,7 +388,8 @@ def test_kernel_per_sample_filter(antialias, device):
     g = torch.Generator().manual_seed(9)
     rows = []
     for (H, W, _), code in zip(sizes, codes):
-        h, w = int(torch.randint(H // 2, H + 1, (1,), generator=g)), int(torch.randint(W // 2, W + 1, (1,), generator=g))
+        h = int(torch.randint(H // 2, H + 1, (1,), generator=g))
+        w = int(torch.randint(W // 2, W + 1, (1,), generator=g))
         rows.append(_row(H, W, out, (H - h, W - w, h, w), flip=(code % 2 == 1, code < 2), code=code))
     images = _images(sizes, 9)
     for kw in (dict(out_dtype=torch.uint8), dict(out_dtype=torch.float32, quantize=False)):
@@ -395,6 +397,33 @@ def test_kernel_per_sample_filter(antialias, device):
         for b, code in enumerate(codes):
             one = _check(images[b:b + 1], rows[b:b + 1], out, device, antialias=antialias, interpolation=code, **kw)
             assert torch.equal(per[b], one[0]), (b, code)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("antialias", [True, False], ids=["aa", "no_aa"])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_kernel_bad_geometry_stays_in_bounds(mode, antialias, device, monkeypatch):
+    """Parameters the launcher does not check on a GPU (NaN, a zero or huge step, a
+    clamp region past the image) give finite pixels read from inside the image."""
+    import csrc_triton.resized_crop as rc
+
+    monkeypatch.setattr(rc, "_check_values", lambda *a: None)
+    sizes = [(10, 12, 3), (9, 8, 3), (11, 7, 1), (6, 5, 3)]
+    images = _images(sizes, seed=19)
+    out = (6, 7)
+    rows = [_row(H, W, out) for H, W, _ in sizes]
+    rows[0][layout.ORIGIN_X] = float("nan")
+    rows[1][layout.LO_Y] = 1000.0  # only the last row is usable
+    rows[2][layout.STEP_X] = 0.0
+    rows[3][layout.ORIGIN_Y], rows[3][layout.STEP_Y] = 3e38, 3e38  # centres overflow to inf
+    from .test_kernel import _pack, _params
+
+    args = [t.to(device) for t in (*_pack(images), _params(rows))]
+    got = fused_resized_crop(*args, out, *IDENTITY, quantize=False, antialias=antialias, interpolation=mode).cpu()
+    assert torch.isfinite(got).all()
+    assert (got >= -128).all() and (got <= 383).all()  # pixel values, plus the cubic's overshoot at most
+    # every output row reads the last source row (plain bicubic: weights summing to 1 up to rounding)
+    torch.testing.assert_close(got[1], got[1][:, -1:, :].expand_as(got[1]), atol=1e-3, rtol=0)
 
 
 @pytest.mark.cuda
@@ -410,7 +439,8 @@ def test_kernel_matches_torchvision_cuda(antialias):
     out = (224, 224)
     boxes = []
     for H, W in sizes:
-        h, w = int(torch.randint(H // 3, H + 1, (1,), generator=g)), int(torch.randint(W // 3, W + 1, (1,), generator=g))
+        h = int(torch.randint(H // 3, H + 1, (1,), generator=g))
+        w = int(torch.randint(W // 3, W + 1, (1,), generator=g))
         boxes.append((int(torch.randint(0, H - h + 1, (1,), generator=g)),
                       int(torch.randint(0, W - w + 1, (1,), generator=g)), h, w))
     codes = list(layout.FILTERS.values())

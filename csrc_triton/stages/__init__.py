@@ -5,7 +5,8 @@ A fused kernel is one pass over the output tiles of a batch, in four stages:
 * ``source``: where sample ``b``'s decoded pixels are and how one source pixel
   is read (interleaved HWC uint8 today, grayscale replicated to three channels);
 * ``sample``: which source pixels an output pixel reads and with what weights
-  (separable triangle taps per axis, antialiased when shrinking), and their sum;
+  (separable taps per axis of the compile-time filter: bilinear or bicubic,
+  antialiased when shrinking, nearest or nearest-exact), and their sum;
 * ``colour``: the per-sample colour program on the resampled values;
 * ``epilogue``: quantise, per-channel scale and bias, cast and store.
 

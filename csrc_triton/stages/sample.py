@@ -18,14 +18,17 @@ to the clamp region ``[lo, hi)`` as to a cropped image:
 * ``FILTER_BICUBIC`` without antialias: ``upsample_bicubic2d``
   (``align_corners=False``): four taps ``floor(c - 0.5) - 1 .. + 2`` with the Keys
   cubic ``a = -0.75`` weights, unnormalised; taps outside ``[lo, hi)`` read the
-  edge pixel. On a quantised (uint8) image the horizontal sums are rounded and
-  clamped to ``0..255`` before the vertical pass, as torch's CPU uint8 kernel
-  (and PIL) do: where the cubic overshoots, that differs from a one-pass float
-  resize by more than rounding.
+  edge pixel.
 * ``FILTER_NEAREST`` / ``FILTER_NEAREST_EXACT``: one tap, ``lo + min(floor(j *
   s), hi - lo - 1)`` resp. ``floor((j + 0.5) * s)``, in float32 as torch computes
   it, with ``s = |step|`` and ``j`` the output index in the resized image
   (recovered from ``c``). Antialias does not apply.
+
+Bicubic on a quantised (uint8) image rounds and clamps the horizontal sums to
+``0..255`` before the vertical pass, as torch's CPU uint8 kernel does (and so
+torchvision on a uint8 CPU tensor): where the cubic overshoots, that differs
+from a one-pass float resize (torchvision on a CUDA tensor) by far more than
+rounding. Bilinear cannot overshoot and stays one float pass.
 
 The 2-D sum is separable: horizontal sums per source row, weighted by the row's
 vertical weight. :func:`resample` is the whole stage for one filter; with
@@ -136,14 +139,16 @@ def axis_taps(idx, in_range, origin, step, lo, hi, valid0, valid1, support, inv,
         # Taps floor(c - 0.5) - 1 .. + 2, read through an index clamped to
         # [lo, hi) (see tap_index). A first tap beyond lo - 3 or hi - 1 only
         # reads the edge pixel, so it is moved there with the centre, keeping
-        # every weight and the float->int cast small (NaN lands on lo - 3).
+        # every weight and the float->int cast small. A NaN or infinite centre
+        # (bad parameters) reads one edge pixel with weight 1.
         k_lo = tl.floor(c - 0.5) - 1.0
         k_in = tl.where(k_lo > lo - 3.0, k_lo, lo - 3.0)
         k_in = tl.where(k_in < hi - 1.0, k_in, hi - 1.0)
         c = c - (k_lo - k_in)
+        c = tl.where(c == c, c, k_in + 1.5)
         n = tl.where(act, 4, 0)
         k0 = tl.where(act, k_in, 0.0).to(tl.int32)
-        return c, k0, n, tl.full([N], 1.0, tl.float32), act & False
+        return c, k0, n, tl.full([N], 1.0, tl.float32), act & False  # no single-pixel taps
     k_lo = tl.floor(c - support + 0.5)
     k_lo = tl.where(k_lo > lo, k_lo, lo)
     k_hi = tl.floor(c + support + 0.5)
