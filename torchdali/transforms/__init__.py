@@ -4,7 +4,8 @@ Layers, bottom up (each imports only those before it): ``_geometry`` (per-sample
 geometry algebra), ``_state`` (static pipeline state), ``_args`` (argument checks),
 ``_reference`` (CPU reference execution), ``_registry`` (the list of supported
 transforms), ``_plan`` (the Transform protocol and its compilation), ``_transforms``
-(the classes), ``functional`` (single-image functionals).
+(the classes), ``_auto_augment`` (torchvision's auto-augment policies as augment
+programs), ``functional`` (single-image functionals).
 """
 from . import _registry, functional
 from ._plan import Plan, compile_transforms, to_torchdali
@@ -26,12 +27,15 @@ from ._transforms import (
     ToTensor,
     Transform,
 )
+# after _transforms: registration order is the README table's row order
+from ._auto_augment import AugMix, AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide  # noqa: E402
 
 #: torchvision transform names torchdali converts (every class in ``_transforms`` has registered by now)
 SUPPORTED = _registry.supported()
 supported_table = _registry.supported_table
 
 __all__ = [
+    "AugMix", "AutoAugment", "AutoAugmentPolicy", "RandAugment", "TrivialAugmentWide",
     "CenterCrop", "Compose", "ConvertImageDtype", "Identity", "Normalize", "PILToTensor", "Plan",
     "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize",
     "SUPPORTED", "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "compile_transforms",
