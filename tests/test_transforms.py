@@ -143,12 +143,12 @@ def test_params_are_per_sample_and_reproducible():
     plan = T.compile_transforms(T.Compose([T.RandomResizedCrop(16), T.RandomHorizontalFlip()]))
     sizes = np.array([[100, 120]] * 64)
     keys = _rng.sample_keys(7, 0, np.arange(64))
-    p1, p2 = plan.params(sizes, keys), plan.params(sizes, keys)
+    p1, p2 = plan.params(sizes, keys).params, plan.params(sizes, keys).params
     assert torch.equal(p1, p2)
     assert len({tuple(r.tolist()) for r in p1}) == 64
     flips = (p1[:, 3] < 0).float().mean().item()
     assert 0.3 < flips < 0.7
-    other_epoch = plan.params(sizes, _rng.sample_keys(7, 1, np.arange(64)))
+    other_epoch = plan.params(sizes, _rng.sample_keys(7, 1, np.arange(64))).params
     assert not torch.equal(p1, other_epoch)
 
 

@@ -2,12 +2,14 @@
 
 Layers, bottom up (each imports only those before it): ``_geometry`` (per-sample
 geometry algebra), ``_state`` (static pipeline state), ``_args`` (argument checks),
-``_reference`` (CPU reference execution), ``_registry`` (the list of supported
-transforms), ``_plan`` (the Transform protocol and its compilation), ``_transforms``
-(the classes), ``functional`` (single-image functionals).
+``_reference`` (CPU reference execution), ``_execute`` (a compiled plan run on
+one batch, kernel or reference backend), ``_registry`` (the list of supported
+transforms), ``_plan`` (the Transform protocol, the augment-program protocol and
+the compilation), ``_transforms`` (the classes), ``functional`` (single-image
+functionals).
 """
 from . import _registry, functional
-from ._plan import Plan, compile_transforms, to_torchdali
+from ._plan import BatchParams, Plan, compile_transforms, to_torchdali
 from ._transforms import (
     CenterCrop,
     Compose,
@@ -32,7 +34,7 @@ SUPPORTED = _registry.supported()
 supported_table = _registry.supported_table
 
 __all__ = [
-    "CenterCrop", "Compose", "ConvertImageDtype", "Identity", "Normalize", "PILToTensor", "Plan",
+    "BatchParams", "CenterCrop", "Compose", "ConvertImageDtype", "Identity", "Normalize", "PILToTensor", "Plan",
     "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize",
     "SUPPORTED", "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "compile_transforms",
     "functional", "supported_table", "to_torchdali",
