@@ -5,8 +5,9 @@ geometry algebra), ``_state`` (static pipeline state), ``_args`` (argument check
 ``_reference`` (CPU reference execution), ``_execute`` (a compiled plan run on
 one batch, kernel or reference backend), ``_registry`` (the list of supported
 transforms), ``_plan`` (the Transform protocol, the augment-program protocol and
-the compilation), ``_transforms`` (the classes), ``functional`` (single-image
-functionals).
+the compilation), ``_transforms`` (the geometry and epilogue classes),
+``_program`` (helpers of the program transforms), ``_colour``/``_warp``/``_erase``
+(photometric, warp and erasing classes), ``functional`` (single-image functionals).
 """
 from . import _registry, functional
 from ._plan import BatchParams, Plan, compile_transforms, to_torchdali
@@ -28,14 +29,31 @@ from ._transforms import (
     ToTensor,
     Transform,
 )
+from ._colour import (
+    ColorJitter,
+    GaussianBlur,
+    Grayscale,
+    RandomAdjustSharpness,
+    RandomAutocontrast,
+    RandomEqualize,
+    RandomGrayscale,
+    RandomInvert,
+    RandomPosterize,
+    RandomSolarize,
+)
+from ._warp import RandomAffine, RandomPerspective, RandomRotation
+from ._erase import RandomErasing
 
 #: torchvision transform names torchdali converts (every class in ``_transforms`` has registered by now)
 SUPPORTED = _registry.supported()
 supported_table = _registry.supported_table
 
 __all__ = [
-    "BatchParams", "CenterCrop", "Compose", "ConvertImageDtype", "Identity", "Normalize", "PILToTensor", "Plan",
-    "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize",
+    "BatchParams", "CenterCrop", "ColorJitter", "Compose", "ConvertImageDtype", "GaussianBlur", "Grayscale",
+    "Identity", "Normalize", "PILToTensor", "Plan", "RandomAdjustSharpness", "RandomAffine", "RandomAutocontrast",
+    "RandomCrop", "RandomEqualize", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomInvert",
+    "RandomPerspective", "RandomPosterize", "RandomResizedCrop", "RandomRotation", "RandomSolarize",
+    "RandomVerticalFlip", "Resize",
     "SUPPORTED", "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "compile_transforms",
     "functional", "supported_table", "to_torchdali",
 ]

@@ -22,9 +22,9 @@ The ``KERNEL`` backend runs the Triton launchers (the GPU executor's
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable, NamedTuple
 
+import csrc_triton
 import torch
 from csrc_triton import layout
 
@@ -35,19 +35,16 @@ _ZERO = (0.0, 0.0, 0.0)
 
 
 class Backend(NamedTuple):
-    """Which implementation of each step runs: functions of ``csrc_triton``, by name.
-
-    Resolved on use, so importing this module imports no kernel module.
-    """
+    """Which implementation of each step runs: functions exported by ``csrc_triton``, by name."""
 
     name: str
-    resized_crop: str  # csrc_triton.resized_crop
-    augment_slot: str  # csrc_triton.augment
-    finish: str  # csrc_triton.augment
+    resized_crop: str  # kernel 1 (csrc_triton/resized_crop.py)
+    augment_slot: str  # one program slot (csrc_triton/augment.py)
+    finish: str  # affine, cast, layout and erase after a program (csrc_triton/finish.py)
 
     def fn(self, step: str) -> Callable[..., torch.Tensor]:
-        module = {"resized_crop": "csrc_triton.resized_crop"}.get(step, "csrc_triton.augment")
-        return getattr(importlib.import_module(module), getattr(self, step))
+        """The function that runs ``step`` (``resized_crop``, ``augment_slot`` or ``finish``)."""
+        return getattr(csrc_triton, getattr(self, step))
 
 
 KERNEL = Backend("kernel", "fused_resized_crop", "fused_augment_slot", "fused_finish")

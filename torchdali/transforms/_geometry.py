@@ -158,6 +158,19 @@ def vertical_flip(g: BatchGeometry, mask: np.ndarray | bool = True) -> None:
     _flip(g, "y", mask)
 
 
+def erase(g: BatchGeometry, mask: np.ndarray | bool, top, left, height, width, seed=0) -> None:
+    """Erase the box ``[top, top+height) x [left, left+width)`` of the output for the samples
+    in ``mask`` (the others keep an empty box); ``seed`` keys ``value="random"`` noise."""
+    n = len(g)
+    m = _broadcast(mask, n).astype(bool)
+    top, left = _broadcast(top, n), _broadcast(left, n)
+    g.erase_y0 = np.where(m, top, 0.0)
+    g.erase_y1 = np.where(m, top + _broadcast(height, n), 0.0)
+    g.erase_x0 = np.where(m, left, 0.0)
+    g.erase_x1 = np.where(m, left + _broadcast(width, n), 0.0)
+    g.erase_seed = np.where(m, _broadcast(seed, n), 0.0)
+
+
 def resized_output_size(height: np.ndarray, width: np.ndarray, size: list[int], max_size: int | None):
     """torchvision's output size rule for ``Resize`` (``int``/1-element = shorter side)."""
     if len(size) == 2:
