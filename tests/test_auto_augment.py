@@ -265,19 +265,22 @@ def test_same_keys_same_slots():
 def test_slot_encoding():
     """Ops that leave uint8 images unchanged are identity; warps carry interpolation and fill."""
     def row(name, magnitude, h=H, w=W):
-        return A.op_slot(name, magnitude, h, w)
+        op, args = A.op_slot(name, magnitude, h, w)
+        return op, dict(args)
 
-    assert row("Rotate", 0.0) == row("Rotate", -0.0) == row("ShearX", 0.0) == (layout.OP_IDENTITY, ())
-    assert row("TranslateX", 0.99) == row("Brightness", 0.0) == row("Posterize", 8.0) == (layout.OP_IDENTITY, ())
-    assert row("TranslateX", -3.7) == (layout.OP_AFFINE, (1.0, 0.0, 3.0, 0.0, 1.0, 0.0))
-    assert row("TranslateY", 5.2) == (layout.OP_AFFINE, (1.0, 0.0, 0.0, 0.0, 1.0, -5.0))
-    assert row("Solarize", 1.0) == (layout.OP_SOLARIZE, (255.0,))
-    assert row("Posterize", 5.0) == (layout.OP_POSTERIZE, (5.0,))
-    assert row("Color", 0.3) == (layout.OP_SATURATION, (1.3,))
-    code, (a, b, c, d, e, f) = row("ShearX", 0.2)
+    identity = ("identity", {})
+    assert row("Rotate", 0.0) == row("Rotate", -0.0) == row("Rotate", 360.0) == row("ShearX", 0.0) == identity
+    assert row("TranslateX", 0.99) == row("Brightness", 0.0) == row("Posterize", 8.0) == identity
+    affine = dict(zip("abcdef", (1.0, 0.0, 3.0, 0.0, 1.0, 0.0)))
+    assert row("TranslateX", -3.7) == ("affine", affine)
+    assert row("TranslateY", 5.2) == ("affine", {**affine, "c": 0.0, "f": -5.0})
+    assert row("Solarize", 1.0) == ("solarize", {"threshold": 255.0})
+    assert row("Posterize", 5.0) == ("posterize", {"bits": 5.0})
+    assert row("Color", 0.3) == ("saturation", {"factor": 1.3})
+    op, m = row("ShearX", 0.2)
     # x_in = x_out + 0.2 * (y_out + h/2) about the centre: the shear keeps the pixel origin's row fixed
-    assert code == layout.OP_AFFINE and (a, d, e, f) == (1.0, 0.0, 1.0, 0.0)
-    assert b == pytest.approx(0.2) and c == pytest.approx(0.2 * H / 2)
+    assert op == "affine" and (m["a"], m["d"], m["e"], m["f"]) == (1.0, 0.0, 1.0, 0.0)
+    assert m["b"] == pytest.approx(0.2) and m["c"] == pytest.approx(0.2 * H / 2)
     t = T.RandAugment(fill=[1, 2, 3], interpolation=tv2.InterpolationMode.BILINEAR)
     s = _slots(t, _draw(t, 4))
     assert (s[..., layout.SLOT_INTERP] == layout.FILTER_BILINEAR).all()
@@ -296,15 +299,15 @@ def test_from_torchvision(mod):
     nearest, bilinear = mod.InterpolationMode.NEAREST, mod.InterpolationMode.BILINEAR
     t = T.to_torchdali(mod.AutoAugment(mod.AutoAugmentPolicy.SVHN, interpolation=bilinear, fill=[4, 5, 6]))
     assert isinstance(t, T.AutoAugment) and t.policy is T.AutoAugmentPolicy.SVHN
-    assert t._interp == layout.FILTER_BILINEAR and list(t._fill) == [4, 5, 6]
+    assert t._filter == layout.FILTER_BILINEAR and list(t._fill) == [4, 5, 6]
     t = T.to_torchdali(mod.RandAugment(num_ops=3, magnitude=5, num_magnitude_bins=12, fill=7))
     assert (t.num_ops, t.magnitude, t.num_magnitude_bins, t.n_slots) == (3, 5, 12, 3)
-    assert t._interp == layout.FILTER_NEAREST and list(t._fill) == [7, 7, 7]
+    assert t._filter == layout.FILTER_NEAREST and list(t._fill) == [7, 7, 7]
     t = T.to_torchdali(mod.TrivialAugmentWide(num_magnitude_bins=9, interpolation=nearest))
     assert isinstance(t, T.TrivialAugmentWide) and t.num_magnitude_bins == 9 and np.isnan(t._fill).all()
     t = T.to_torchdali(mod.AugMix(severity=5, mixture_width=4, chain_depth=2, alpha=0.5, all_ops=False))
     assert (t.severity, t.mixture_width, t.chain_depth, t.alpha, t.all_ops) == (5, 4, 2, 0.5, False)
-    assert t._interp == layout.FILTER_BILINEAR and t.n_slots == 4 * 2 + 1
+    assert t._filter == layout.FILTER_BILINEAR and t.n_slots == 4 * 2 + 1
     assert T.AutoAugment("cifar10").policy is T.AutoAugment(tv1.AutoAugmentPolicy.CIFAR10).policy
 
 

@@ -39,9 +39,10 @@ import torch
 from csrc_triton import layout
 
 from . import _geometry as G
-from ._plan import Transform
+from ._plan import RunSlot
+from ._program import ProgramTransform, fill_values, put_op, warp_filter
 from ._registry import register
-from ._state import StaticState
+from ._warp import inverse_affine_matrix
 
 __all__ = ["AugMix", "AutoAugment", "AutoAugmentPolicy", "RandAugment", "TrivialAugmentWide"]
 
@@ -330,148 +331,81 @@ def sample_dirichlet(alpha: float, k: int, u: np.ndarray) -> np.ndarray:
 # Writing: (op, magnitude) -> a slot of the augment program
 # --------------------------------------------------------------------------- #
 
-def _inverse_affine(center: tuple[float, float], angle: float, translate: tuple[float, float],
-                    shear: tuple[float, float]) -> tuple[float, ...]:
-    """The inverse of ``T(translate) C R(angle) Sh_y Sh_x C^-1`` (scale 1), as torchvision's tensor warps use it.
-
-    ``center`` is relative to the image centre; angles are in degrees, the
-    shears as torchvision's (x shear ``[1, -tan(sx); 0, 1]``). Computed in
-    float64 in the same order as torchvision, so the float32 matrix the
-    kernel receives equals the ``theta`` torchvision builds.
-    """
-    rot, sx, sy = math.radians(angle), math.radians(shear[0]), math.radians(shear[1])
-    cx, cy = center
-    px, py = cx + translate[0], cy + translate[1]
-    cos_sy, tan_sx = math.cos(sy), math.tan(sx)
-    # forward rotation-shear [[a, b], [c, d]] (determinant 1), inverted as [[d, -b], [-c, a]]
-    a = math.cos(rot - sy) / cos_sy
-    b = -(a * tan_sx + math.sin(rot))
-    c = math.sin(rot - sy) / cos_sy
-    d = math.cos(rot) - c * tan_sx
-    m0, m1, m3, m4 = d, -b, -c, a
-    m2 = 0.0 + (cx - m0 * px - m1 * py)
-    m5 = 0.0 + (cy - m3 * px - m4 * py)
-    return (m0, m1, m2, m3, m4, m5)
-
-
 @lru_cache(maxsize=4096)
-def op_slot(name: str, magnitude: float, height: int, width: int) -> tuple[int, tuple[float, ...]]:
-    """(op code, arguments) of the slot that applies torchvision's op ``name`` with ``magnitude``.
+def op_slot(name: str, magnitude: float, height: int, width: int) -> tuple[str, tuple[tuple[str, float], ...]]:
+    """(augment op, its named arguments) that applies torchvision's op ``name`` with ``magnitude``.
 
     ``height``/``width`` are the image size (the shears' pixel-origin centre
-    depends on it).
+    depends on it). Warp matrices are torchvision's, computed as it does.
     """
     m = float(magnitude)
     if name in ("ShearX", "ShearY"):
         if m == 0.0:
-            return layout.OP_IDENTITY, ()
+            return "identity", ()
         shear_deg = math.degrees(math.atan(m))
         shear = (shear_deg, 0.0) if name == "ShearX" else (0.0, shear_deg)
         # torchvision shears about the pixel origin: center=[0, 0], i.e. (-w/2, -h/2) from the centre
-        return layout.OP_AFFINE, _inverse_affine((-width * 0.5, -height * 0.5), 0.0, (0.0, 0.0), shear)
+        return _affine(inverse_affine_matrix((-width * 0.5, -height * 0.5), 0.0, (0.0, 0.0), 1.0, shear))
     if name in ("TranslateX", "TranslateY"):
         pixels = float(int(m))  # torchvision passes translate=[int(magnitude), 0]
         if pixels == 0.0:
-            return layout.OP_IDENTITY, ()
+            return "identity", ()
         translate = (pixels, 0.0) if name == "TranslateX" else (0.0, pixels)
-        return layout.OP_AFFINE, _inverse_affine((0.0, 0.0), 0.0, translate, (0.0, 0.0))
+        return _affine(inverse_affine_matrix((0.0, 0.0), 0.0, translate, 1.0, (0.0, 0.0)))
     if name == "Rotate":
         angle = m % 360.0
         if angle == 0.0:
-            return layout.OP_IDENTITY, ()
-        # rotate() turns counter-clockwise, i.e. affine() with -angle
-        return layout.OP_AFFINE, _inverse_affine((0.0, 0.0), -angle, (0.0, 0.0), (0.0, 0.0))
+            return "identity", ()  # torchvision returns a copy
+        # rotate() turns anticlockwise: affine's matrix with -angle
+        return _affine(inverse_affine_matrix((0.0, 0.0), -angle, (0.0, 0.0), 1.0, (0.0, 0.0)))
     if name in _FACTOR_OPS:
         if m == 0.0:
-            return layout.OP_IDENTITY, ()
-        return _FACTOR_OPS[name], (1.0 + m,)
+            return "identity", ()
+        return _FACTOR_OPS[name], (("factor", 1.0 + m),)
     if name == "Posterize":
         bits = int(m)
         if bits >= 8:
-            return layout.OP_IDENTITY, ()
-        return layout.OP_POSTERIZE, (float(bits),)
+            return "identity", ()
+        return "posterize", (("bits", float(bits)),)
     if name == "Solarize":
-        return layout.OP_SOLARIZE, (255.0 * m,)  # torchvision scales by the dtype's bound
+        return "solarize", (("threshold", 255.0 * m),)  # torchvision scales by the dtype's bound
     if name in _PLAIN_OPS:
         return _PLAIN_OPS[name], ()
     raise ValueError(f"no augment op for {name!r}")
 
 
-_FACTOR_OPS = {"Brightness": layout.OP_BRIGHTNESS, "Color": layout.OP_SATURATION,
-               "Contrast": layout.OP_CONTRAST, "Sharpness": layout.OP_SHARPNESS}
-_PLAIN_OPS = {"Identity": layout.OP_IDENTITY, "AutoContrast": layout.OP_AUTOCONTRAST,
-              "Equalize": layout.OP_EQUALIZE, "Invert": layout.OP_INVERT}
+def _affine(matrix: list[float]) -> tuple[str, tuple[tuple[str, float], ...]]:
+    return "affine", tuple(zip(("a", "b", "c", "d", "e", "f"), matrix))
+
+
+_FACTOR_OPS = {"Brightness": "brightness", "Color": "saturation", "Contrast": "contrast", "Sharpness": "sharpness"}
+_PLAIN_OPS = {"Identity": "identity", "AutoContrast": "autocontrast", "Equalize": "equalize", "Invert": "invert"}
 
 
 def write_ops(slots: np.ndarray, op: np.ndarray, magnitude: np.ndarray, height: np.ndarray, width: np.ndarray,
-              interp: int, fill: np.ndarray) -> None:
-    """Write ``op``/``magnitude`` (``[B, K]``) into ``slots`` (``[B, K, SLOT_WIDTH]`` float32)."""
+              interp: int, fill: tuple[float, float, float]) -> None:
+    """Write ``op``/``magnitude`` (``[B, K]``) into ``slots`` (``[B, K, SLOT_WIDTH]`` float32).
+
+    One ``put_op`` per distinct (op, magnitude, size) of a slot: a policy has
+    few of them, however large the batch.
+    """
     B, K = op.shape
-    if B == 0 or K == 0:
+    if B == 0:
         return
-    slots[:, :, layout.SLOT_INTERP] = interp
-    slots[:, :, layout.SLOT_FILL0:layout.SLOT_FILL2 + 1] = fill
-    hh = np.broadcast_to(height[:, None], (B, K))
-    ww = np.broadcast_to(width[:, None], (B, K))
-    keys = np.stack([op.astype(np.float64), magnitude, hh, ww], axis=-1).reshape(-1, 4)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-    rows = np.zeros((len(unique), layout.SLOT_M7 + 1), dtype=np.float64)
-    for i, (o, m, h, w) in enumerate(unique.tolist()):
-        if o < 0:
-            continue  # no op drawn: identity (the zero row)
-        code, args = op_slot(OP_NAMES[int(o)], m, int(h), int(w))
-        rows[i, layout.SLOT_OP] = code
-        rows[i, layout.SLOT_M0:layout.SLOT_M0 + len(args)] = args
-    slots[:, :, :layout.SLOT_M7 + 1] = rows[inverse.reshape(-1)].reshape(B, K, -1)
+    for k in range(K):
+        keys = np.stack([op[:, k].astype(np.float64), magnitude[:, k], height, width], axis=1)
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        for i, (o, m, h, w) in enumerate(unique.tolist()):
+            if o < 0:
+                continue  # no op drawn: identity (the zero row)
+            name, args = op_slot(OP_NAMES[int(o)], m, int(h), int(w))
+            put_op(slots[:, k], name, inverse == i, interp=interp, fill=fill, **dict(args))
 
 
 # --------------------------------------------------------------------------- #
 # Arguments
 # --------------------------------------------------------------------------- #
-
-def _interp_code(interpolation: Any, name: str) -> int:
-    mode = getattr(interpolation, "value", interpolation)
-    mode = {0: "nearest", 2: "bilinear"}.get(mode, mode) if isinstance(mode, int) else mode
-    if mode == "nearest":
-        return layout.FILTER_NEAREST
-    if mode == "bilinear":
-        return layout.FILTER_BILINEAR
-    raise ValueError(f"{name}: interpolation must be nearest or bilinear (torchvision's tensor warps support "
-                     f"only those), got {interpolation!r}")
-
-
-def _fill_tuple(fill: Any, name: str) -> tuple[float, float, float] | None:
-    """``fill`` as torchvision resolves it for an image: None, or one value per channel."""
-    if isinstance(fill, dict):
-        from torchvision import tv_tensors
-
-        for key in (tv_tensors.Image, torch.Tensor, "others"):
-            if key in fill:
-                fill = fill[key]
-                break
-        else:
-            fill = None
-    if fill is None:
-        return None
-    if isinstance(fill, (int, float)):
-        return (float(fill),) * 3
-    values = [float(v) for v in fill]
-    if len(values) == 1:
-        return (values[0],) * 3
-    if len(values) != 3:
-        raise ValueError(f"{name}: fill needs 1 or 3 values (the image has 3 channels), got {fill!r}")
-    return tuple(values)  # type: ignore[return-value]
-
-
-def fill_columns(fill: tuple[float, float, float] | None) -> np.ndarray:
-    """The ``fill0..2`` slot columns for ``fill``: NaN marks torchvision's ``fill=None``.
-
-    ``fill=None`` is not ``fill=0`` for bilinear warps: torchvision samples the
-    image with zero padding and stops there, where a fill blends the sample
-    with the fill by the sampled in-image weight.
-    """
-    return np.full(3, np.nan, dtype=np.float32) if fill is None else np.asarray(fill, dtype=np.float32)
-
 
 def _check_int(value: Any, name: str, what: str, lo: int | None = None) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or (lo is not None and value < lo):
@@ -487,29 +421,18 @@ _NOTES = ("ops and magnitudes drawn per sample (torchvision: per call); runs on 
           "last resize; nearest or bilinear")
 
 
-class _AutoAugmentBase(Transform):
+class _AutoAugmentBase(ProgramTransform):
     """A program transform whose slots apply torchvision auto-augment ops (see the module docstring)."""
 
-    stage = "program"
-
     def __init__(self, interpolation: Any, fill: Any) -> None:
-        self.interpolation = interpolation
-        self.fill = fill
-        self._interp = _interp_code(interpolation, type(self).__name__)
-        self._fill = fill_columns(_fill_tuple(fill, type(self).__name__))
-
-    def update_state(self, state: StaticState) -> StaticState:
-        if state.dtype != torch.uint8:
-            raise ValueError(f"{type(self).__name__}: the image must still be uint8 (as torchvision's tensor "
-                             "path requires); put it before ToDtype/ToTensor/Normalize")
-        if state.size is None:
-            raise ValueError(f"{type(self).__name__} runs on the fixed-size batch; put a fixed-size transform "
-                             "(RandomResizedCrop, CenterCrop, Resize((h, w))) before it")
-        return state
+        name = type(self).__name__
+        self.interpolation, self.fill = interpolation, fill
+        self._filter = warp_filter(interpolation, name)
+        self._fill = fill_values(fill, name)
 
     def write_slots(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray], slots: np.ndarray) -> None:
         h, w = _sizes(geometry)
-        write_ops(slots, params["op"], params["magnitude"], h, w, self._interp, self._fill)
+        write_ops(slots, params["op"], params["magnitude"], h, w, self._filter, self._fill)
 
     def _base_repr(self) -> str:
         return f"interpolation={self.interpolation!r}, fill={self.fill!r}"
@@ -715,8 +638,7 @@ class AugMix(_AutoAugmentBase):
         rows = slots[:, self.mixture_width * self.depth:, layout.SLOT_M0:layout.SLOT_M7 + 1]
         return rows.reshape(rows.shape[0], -1)[:, :1 + self.mixture_width]
 
-    def apply_program(self, images: torch.Tensor, slots: torch.Tensor,
-                      run_slot: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def apply_program(self, images: torch.Tensor, slots: torch.Tensor, run_slot: RunSlot) -> torch.Tensor:
         """Run the chains on ``images`` (uint8 ``[B, 3, H, W]``) and mix them as torchvision does.
 
         float32 ``w0 * image + sum_i w_i * chain_i``, accumulated in chain order,
