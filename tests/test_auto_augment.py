@@ -26,9 +26,14 @@ import torchvision.transforms.v2 as tv2
 
 import torchdali.transforms as T
 from csrc_triton import layout
+from csrc_triton.augment import augment_slot_reference
 from torchdali import _rng
 from torchdali.transforms import _auto_augment as A
 from torchdali.transforms import _geometry as G
+from torchdali.transforms._plan import run_reference
+from torchdali.transforms._program import fill_values, warp_filter
+
+from ._helpers import assert_close_uint8, smooth_image
 
 H, W = 30, 44  # output size of the sampling tests (not square: TranslateX/Y use different tables)
 N_DRAWS = 12000
@@ -54,11 +59,13 @@ def _slots(t: T.Transform, params: dict[str, np.ndarray], h: int = H, w: int = W
     return slots
 
 
-def _ours(params: dict[str, np.ndarray]) -> list[tuple[tuple[str, float], ...]]:
-    """Per sample, the ops it applies as (name, magnitude), in order."""
+def _ours(params: dict[str, np.ndarray], digits: int | None = 5) -> list[tuple[tuple[str, float], ...]]:
+    """Per sample, the ops it applies as (name, magnitude), in order; magnitudes rounded to ``digits``
+    (categories to count) or exact (``None``, to run)."""
     out = []
     for ops, mags in zip(params["op"], params["magnitude"]):
-        out.append(tuple((A.OP_NAMES[o], round(float(m), 5)) for o, m in zip(ops, mags) if o >= 0))
+        out.append(tuple((A.OP_NAMES[o], float(m) if digits is None else round(float(m), digits))
+                         for o, m in zip(ops, mags) if o >= 0))
     return out
 
 
@@ -186,13 +193,14 @@ def test_trivialaugment_sampling_matches_torchvision(bins):
                               f"TrivialAugmentWide({bins}): ops")
 
 
-def _ours_chains(t: T.AugMix, params: dict[str, np.ndarray]) -> list[list[tuple]]:
+def _ours_chains(t: T.AugMix, params: dict[str, np.ndarray], digits: int | None = 5) -> list[list[tuple]]:
     out = []
     for ops, mags in zip(params["op"], params["magnitude"]):
         chains = []
         for i in range(t.mixture_width):
             sl = slice(i * t.depth, (i + 1) * t.depth)
-            chains.append(tuple((A.OP_NAMES[o], round(float(m), 5)) for o, m in zip(ops[sl], mags[sl]) if o >= 0))
+            chains.append(tuple((A.OP_NAMES[o], float(m) if digits is None else round(float(m), digits))
+                                for o, m in zip(ops[sl], mags[sl]) if o >= 0))
         out.append(chains)
     return out
 
@@ -325,3 +333,159 @@ def test_arguments():
     assert T.AugMix(mixture_width=9).n_slots == 9 * 3 + 2  # ten weights take two rows
     assert T.RandAugment(num_ops=0).n_slots == 0
     assert {"AutoAugment", "RandAugment", "TrivialAugmentWide", "AugMix"} <= set(T.SUPPORTED)
+
+
+# --------------------------------------------------------------------------- #
+# execution vs torchvision (reference backend, CPU)
+# --------------------------------------------------------------------------- #
+
+# Exact: ops whose torchvision result is integer logic on the uint8 values, and
+# nearest-neighbour warps (the slot carries torchvision's float32 matrix, so the
+# taps are the same pixels). Within 1 (>= 99.9% of pixels, never more than 2):
+# the float32 blends (brightness, saturation, contrast, sharpness), autocontrast's
+# scaling and bilinear warps, where a product or a grid coordinate computed in
+# another order can round to the other side of a .5 before the uint8 rounding.
+_EXACT_OPS = {"Identity", "Invert", "Posterize", "Solarize", "Equalize"}
+_WARPS = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"}
+
+
+def _exact(name: str, interpolation: str) -> bool:
+    return name in _EXACT_OPS or (name in _WARPS and interpolation == "nearest")
+
+
+_SPACES = {
+    "AutoAugment": (tv2.AutoAugment, A.AUTOAUGMENT_SPACE, 10),
+    "RandAugment": (tv2.RandAugment, A.RANDAUGMENT_SPACE, 31),
+    "TrivialAugmentWide": (tv2.TrivialAugmentWide, A.TRIVIALAUGMENT_SPACE, 31),
+    "AugMix": (tv2.AugMix, A.AUGMIX_SPACE, 10),
+}
+
+
+def _images(n: int, h: int, w: int, seed: int = 0) -> torch.Tensor:
+    return torch.stack([smooth_image(h, w, seed=seed + i) for i in range(n)])
+
+
+def _compare(got: torch.Tensor, expected: torch.Tensor, exact: bool, what: str) -> None:
+    if exact:
+        assert torch.equal(got, expected), f"{what}: {(got.int() - expected.int()).abs().max().item()} off"
+    else:
+        assert_close_uint8(got, expected)
+
+
+@pytest.mark.parametrize("interpolation,fill", [("nearest", None), ("bilinear", [20, 128, 250])])
+@pytest.mark.parametrize("policy", list(_SPACES))
+def test_every_op_of_the_space_matches_torchvision(policy, interpolation, fill):
+    """Each op of the policy's table at the middle, two-thirds (TrivialAugmentWide: 90 degrees) and last
+    bins, both signs, one sample each."""
+    tv_cls, space, num_bins = _SPACES[policy]
+    tv = tv_cls(interpolation=interpolation, fill=fill)
+    ops, mags = [], []
+    # a square image too (nearest only, to keep the test short): torchvision rotates by 90 degrees with rot90 there
+    for h, w in [(30, 44), (32, 32)] if interpolation == "nearest" else [(30, 44)]:
+        for name, (bins, signed) in space.items():
+            table = bins(num_bins, h, w)
+            values = [0.0] if table is None else sorted({float(table[i]) for i in
+                                                         (num_bins // 2, num_bins * 2 // 3, num_bins - 1)})
+            for v in values:
+                for sign in ((1.0, -1.0) if signed else (1.0,)):
+                    ops.append((name, h, w))
+                    mags.append(v * sign)
+    for h, w in {(h, w) for _, h, w in ops}:
+        idx = [i for i, (_, hh, ww) in enumerate(ops) if (hh, ww) == (h, w)]
+        n = len(idx)
+        images = _images(n, h, w, seed=len(policy))
+        op = np.array([[A.OP_NAMES.index(ops[i][0])] for i in idx])
+        magnitude = np.array([[mags[i]] for i in idx])
+        slots = np.zeros((n, 1, layout.SLOT_WIDTH), dtype=np.float32)
+        A.write_ops(slots, op, magnitude, np.full(n, h), np.full(n, w), warp_filter(interpolation, "test"),
+                    fill_values(fill, "test"))
+        got = augment_slot_reference(images, torch.from_numpy(slots[:, 0]))
+        for j, i in enumerate(idx):
+            name = ops[i][0]
+            expected = tv._apply_image_or_video_transform(images[j], name, mags[i], interpolation=tv.interpolation,
+                                                          fill=tv._fill)
+            _compare(got[j], expected, _exact(name, interpolation), f"{policy} {name} {mags[i]} at {h}x{w}")
+
+
+def _run_pipeline(policy: T.Transform, images: torch.Tensor, seed: int, backend=None):
+    """``[CenterCrop(size), policy]`` compiled and run on ``images`` (CHW uint8 of that size).
+
+    Returns the output batch and the policy's draws (in torchvision's terms),
+    re-drawn from its random stream (its position among the plan's leaves).
+    """
+    n, _, h, w = images.shape
+    plan = T.compile_transforms([T.CenterCrop((h, w)), policy])
+    keys = _rng.sample_keys(seed, 0, np.arange(n))
+    bp = plan.params(np.array([[h, w]] * n), keys)
+    hwc = [im.permute(1, 2, 0).contiguous() for im in images]
+    if backend is None:
+        out = run_reference(plan, hwc, bp)
+    else:
+        from torchdali.transforms._execute import execute
+        from torchdali.transforms._reference import pack_images
+
+        data, offsets, shapes = (x.to(images.device) for x in pack_images([x.cpu() for x in hwc]))
+        out = execute(plan, data, offsets, shapes, bp, backend)
+    stream = [id(t) for t in plan.transforms].index(id(policy))
+    params = policy.make_params(_geometry(n, h, w), _rng.uniform(keys, stream, policy.n_uniforms))
+    entry = plan.program[0]
+    np.testing.assert_array_equal(bp.slots[:, entry.start:entry.stop].numpy(), _slots(policy, params, h, w))
+    return out, params
+
+
+def _torchvision_result(tv, image: torch.Tensor, ops) -> torch.Tensor:
+    for name, magnitude in ops:
+        image = tv._apply_image_or_video_transform(image, name, magnitude, interpolation=tv.interpolation,
+                                                   fill=tv._fill)
+    return image
+
+
+_PIPELINES = [
+    (T.AutoAugment(T.AutoAugmentPolicy.IMAGENET), tv2.AutoAugment(tv2.AutoAugmentPolicy.IMAGENET)),
+    (T.AutoAugment("cifar10"), tv2.AutoAugment(tv2.AutoAugmentPolicy.CIFAR10)),
+    (T.AutoAugment(tv1.AutoAugmentPolicy.SVHN, interpolation="bilinear", fill=[9, 99, 199]),
+     tv2.AutoAugment(tv2.AutoAugmentPolicy.SVHN, interpolation="bilinear", fill=[9, 99, 199])),
+    (T.RandAugment(num_ops=3), tv2.RandAugment(num_ops=3)),
+    (T.TrivialAugmentWide(fill=128), tv2.TrivialAugmentWide(fill=128)),
+]
+
+
+@pytest.mark.parametrize("ours,tv", _PIPELINES, ids=["imagenet", "cifar10", "svhn-bilinear-fill", "randaugment3",
+                                                     "trivialaugment-fill"])
+def test_pipeline_matches_torchvision(ours, tv):
+    """Our drawn ops run through the compiled pipeline (reference backend) = torchvision's ops on the images."""
+    images = _images(24, 28, 36, seed=100)
+    out, params = _run_pipeline(ours, images, seed=11)
+    for i, draw in enumerate(_ours(params, digits=None)):
+        expected = _torchvision_result(tv, images[i], draw)
+        _compare(out[i], expected, all(_exact(n, getattr(tv.interpolation, "value", tv.interpolation)) for n, _ in draw), f"{ours} {draw}")
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"mixture_width": 2, "chain_depth": 2, "alpha": 0.5,
+                                         "interpolation": "nearest", "fill": 3}])
+def test_augmix_pipeline_matches_torchvision(kwargs):
+    """AugMix: chains of torchvision ops mixed with our weights as torchvision mixes (float32, truncated)."""
+    ours, tv = T.AugMix(**kwargs), tv2.AugMix(**kwargs)
+    images = _images(10, 26, 34, seed=200)
+    out, params = _run_pipeline(ours, images, seed=12)
+    weights = torch.from_numpy(params["weights"])
+    for i, chains in enumerate(_ours_chains(ours, params, digits=None)):
+        mix = weights[i, 0].reshape(1, 1, 1) * images[i]
+        for c, chain in enumerate(chains):
+            mix.add_(weights[i, 1 + c].reshape(1, 1, 1) * _torchvision_result(tv, images[i], chain))
+        _compare(out[i], mix.to(torch.uint8), False, f"AugMix sample {i}")
+    assert out.dtype == torch.uint8 and not torch.equal(out, images)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("ours", [p for p, _ in _PIPELINES] + [T.AugMix(), T.AugMix(interpolation="nearest", fill=7)],
+                         ids=["imagenet", "cifar10", "svhn-bilinear-fill", "randaugment3", "trivialaugment-fill",
+                              "augmix", "augmix-nearest-fill"])
+def test_policies_on_the_gpu_match_the_reference(ours):
+    """The Triton slot kernels run the policies' programs as the reference does."""
+    from torchdali.transforms._execute import KERNEL, REFERENCE
+
+    images = _images(64, 61, 83, seed=300)
+    expected, _ = _run_pipeline(ours, images, seed=13, backend=REFERENCE)
+    got, _ = _run_pipeline(ours, images.cuda(), seed=13, backend=KERNEL)
+    assert_close_uint8(got.cpu(), expected)
