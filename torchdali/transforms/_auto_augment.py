@@ -251,28 +251,40 @@ def _sizes(geometry: G.BatchGeometry) -> tuple[np.ndarray, np.ndarray]:
     return geometry.height.astype(np.int64), geometry.width.astype(np.int64)
 
 
-def magnitudes(space: Space, op: np.ndarray, bin_index: np.ndarray, u_sign: np.ndarray, num_bins: int,
+#: the spaces by name (the cache key of their tables)
+SPACES: dict[str, Space] = {"AutoAugment": AUTOAUGMENT_SPACE, "RandAugment": RANDAUGMENT_SPACE,
+                            "TrivialAugmentWide": TRIVIALAUGMENT_SPACE, "AugMix": AUGMIX_SPACE,
+                            "AugMix-partial": AUGMIX_PARTIAL_SPACE}
+
+
+@lru_cache(maxsize=256)
+def _table(space: str, num_bins: int, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """``[len(OP_NAMES), num_bins]`` magnitudes (0 for ops without) and ``[len(OP_NAMES)]`` signed flags."""
+    values = np.zeros((len(OP_NAMES), num_bins), dtype=np.float64)
+    signed = np.zeros(len(OP_NAMES), dtype=bool)
+    for name, (bins, is_signed) in SPACES[space].items():
+        table = bins(num_bins, height, width)
+        if table is not None:
+            values[_OP_INDEX[name]] = table.double().numpy()
+        signed[_OP_INDEX[name]] = is_signed
+    return values, signed
+
+
+def magnitudes(space: str, op: np.ndarray, bin_index: np.ndarray, u_sign: np.ndarray, num_bins: int,
                height: np.ndarray, width: np.ndarray) -> np.ndarray:
     """Signed magnitudes of the ops ``op`` (indices into ``OP_NAMES``; -1 = none) at ``bin_index``.
 
-    As torchvision: the bin's value of the op's table (computed for the image size),
-    negated when the op is signed and its sign uniform is ``<= 0.5``; 0 for ops
-    without a magnitude.
+    As torchvision: the bin's value of the op's table in ``SPACES[space]``
+    (computed for the image size), negated when the op is signed and its sign
+    uniform is ``<= 0.5``; 0 for ops without a magnitude.
     """
     out = np.zeros(op.shape, dtype=np.float64)
-    for name, (bins, signed) in space.items():
-        mask = op == _OP_INDEX[name]
-        if not mask.any():
-            continue
-        for h, w in set(zip(height[mask].tolist(), width[mask].tolist())):
-            sel = mask & (height == h) & (width == w)
-            table = bins(num_bins, int(h), int(w))
-            if table is None:
-                continue
-            values = table.double().numpy()
-            out[sel] = values[bin_index[sel]]
-            if signed:
-                out[sel & (u_sign <= 0.5)] *= -1.0
+    valid = op >= 0
+    for h, w in set(zip(height.tolist(), width.tolist())):
+        values, signed = _table(space, num_bins, int(h), int(w))
+        sel = valid & (height == h) & (width == w)
+        o, b = op[sel], bin_index[sel]
+        out[sel] = np.where(signed[o] & (u_sign[sel] <= 0.5), -values[o, b], values[o, b])
     return out
 
 
@@ -320,8 +332,8 @@ def sample_dirichlet(alpha: float, k: int, u: np.ndarray) -> np.ndarray:
 
     Normalized Gamma variates, as ``torch._sample_dirichlet``; returns float32.
     """
-    logs = np.stack([sample_gamma(alpha, u[:, i * GAMMA_UNIFORMS:(i + 1) * GAMMA_UNIFORMS]) for i in range(k)],
-                    axis=1)
+    n = u.shape[0]
+    logs = sample_gamma(alpha, u[:, :k * GAMMA_UNIFORMS].reshape(n * k, GAMMA_UNIFORMS)).reshape(n, k)
     logs -= logs.max(axis=1, keepdims=True)
     g = np.exp(logs)
     return (g / g.sum(axis=1, keepdims=True)).astype(np.float32)
@@ -382,12 +394,24 @@ _FACTOR_OPS = {"Brightness": "brightness", "Color": "saturation", "Contrast": "c
 _PLAIN_OPS = {"Identity": "identity", "AutoContrast": "autocontrast", "Equalize": "equalize", "Invert": "invert"}
 
 
+@lru_cache(maxsize=16384)
+def _slot_row(op: int, magnitude: float, height: int, width: int, interp: int,
+              fill: tuple[float, float, float]) -> np.ndarray:
+    """The slot row (``[SLOT_WIDTH]`` float32, read-only) of ``OP_NAMES[op]`` at ``magnitude``; -1: identity."""
+    row = np.zeros((1, layout.SLOT_WIDTH), dtype=np.float32)
+    if op >= 0:
+        name, args = op_slot(OP_NAMES[op], magnitude, height, width)
+        put_op(row, name, interp=interp, fill=fill, **dict(args))
+    row.flags.writeable = False
+    return row[0]
+
+
 def write_ops(slots: np.ndarray, op: np.ndarray, magnitude: np.ndarray, height: np.ndarray, width: np.ndarray,
               interp: int, fill: tuple[float, float, float]) -> None:
-    """Write ``op``/``magnitude`` (``[B, K]``) into ``slots`` (``[B, K, SLOT_WIDTH]`` float32).
+    """Write ``op``/``magnitude`` (``[B, K]``, op -1: none) into ``slots`` (``[B, K, SLOT_WIDTH]`` float32).
 
-    One ``put_op`` per distinct (op, magnitude, size) of a slot: a policy has
-    few of them, however large the batch.
+    A policy has few distinct (op, magnitude, size) per slot, however large the
+    batch: their rows are built once (and cached across batches), then gathered.
     """
     B, K = op.shape
     if B == 0:
@@ -395,12 +419,9 @@ def write_ops(slots: np.ndarray, op: np.ndarray, magnitude: np.ndarray, height: 
     for k in range(K):
         keys = np.stack([op[:, k].astype(np.float64), magnitude[:, k], height, width], axis=1)
         unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        for i, (o, m, h, w) in enumerate(unique.tolist()):
-            if o < 0:
-                continue  # no op drawn: identity (the zero row)
-            name, args = op_slot(OP_NAMES[int(o)], m, int(h), int(w))
-            put_op(slots[:, k], name, inverse == i, interp=interp, fill=fill, **dict(args))
+        rows = np.stack([_slot_row(int(o), m, int(h), int(w), interp, tuple(fill))
+                         for o, m, h, w in unique.tolist()])
+        slots[:, k] = rows[inverse.reshape(-1)]
 
 
 # --------------------------------------------------------------------------- #
@@ -480,7 +501,7 @@ class AutoAugment(_AutoAugmentBase):
         op = self._ops[sub]
         applied = u[:, 1:3] <= self._probs[sub]
         bins = np.maximum(self._bins[sub], 0)
-        mag = np.stack([magnitudes(AUTOAUGMENT_SPACE, op[:, i], bins[:, i], u[:, 3 + i], _AUTOAUGMENT_BINS, h, w)
+        mag = np.stack([magnitudes("AutoAugment", op[:, i], bins[:, i], u[:, 3 + i], _AUTOAUGMENT_BINS, h, w)
                         for i in range(2)], axis=1)
         return {"policy": sub, "op": np.where(applied, op, -1), "magnitude": np.where(applied, mag, 0.0)}
 
@@ -520,7 +541,7 @@ class RandAugment(_AutoAugmentBase):
         bins = np.full(B, self.magnitude, dtype=np.int64)
         for k in range(self.num_ops):
             op[:, k] = ops[_pick(u[:, 2 * k], len(ops))]
-            mag[:, k] = magnitudes(RANDAUGMENT_SPACE, op[:, k], bins, u[:, 2 * k + 1], self.num_magnitude_bins,
+            mag[:, k] = magnitudes("RandAugment", op[:, k], bins, u[:, 2 * k + 1], self.num_magnitude_bins,
                                    h, w)
         return {"op": op, "magnitude": mag}
 
@@ -552,7 +573,7 @@ class TrivialAugmentWide(_AutoAugmentBase):
         ops = _space_ops(TRIVIALAUGMENT_SPACE)
         op = ops[_pick(u[:, 0], len(ops))]
         bins = _pick(u[:, 1], self.num_magnitude_bins)
-        mag = magnitudes(TRIVIALAUGMENT_SPACE, op, bins, u[:, 2], self.num_magnitude_bins, h, w)
+        mag = magnitudes("TrivialAugmentWide", op, bins, u[:, 2], self.num_magnitude_bins, h, w)
         return {"op": op[:, None], "magnitude": mag[:, None]}
 
     def extra_repr(self) -> str:
@@ -585,7 +606,8 @@ class AugMix(_AutoAugmentBase):
             raise ValueError(f"AugMix: alpha must be positive, got {alpha!r}")
         self.alpha = float(alpha)
         self.all_ops = bool(all_ops)
-        self._space = AUGMIX_SPACE if self.all_ops else AUGMIX_PARTIAL_SPACE
+        self._space_name = "AugMix" if self.all_ops else "AugMix-partial"
+        self._space = SPACES[self._space_name]
         self.depth = chain_depth if chain_depth > 0 else 3
         n_weights = 1 + self.mixture_width
         self.weight_rows = -(-n_weights // 8)  # eight weights (m0..m7) per row
@@ -619,7 +641,7 @@ class AugMix(_AutoAugmentBase):
                 k = i * self.depth + j
                 drawn = ops[_pick(u[:, c], len(ops))]
                 bins = _pick(u[:, c + 1], self.severity)
-                m = magnitudes(self._space, drawn, bins, u[:, c + 2], _AUGMIX_PARAMETER_MAX, h, w)
+                m = magnitudes(self._space_name, drawn, bins, u[:, c + 2], _AUGMIX_PARAMETER_MAX, h, w)
                 used = j < depth[:, i]
                 op[:, k] = np.where(used, drawn, -1)
                 mag[:, k] = np.where(used, m, 0.0)
