@@ -378,7 +378,7 @@ def test_every_op_of_the_space_matches_torchvision(policy, interpolation, fill):
     """Each op of the policy's table at the middle, two-thirds (TrivialAugmentWide: 90 degrees) and last
     bins, both signs, one sample each."""
     tv_cls, space, num_bins = _SPACES[policy]
-    tv = tv_cls(interpolation=interpolation, fill=fill)
+    tv = tv_cls(interpolation=tv2.InterpolationMode(interpolation), fill=fill)
     ops, mags = [], []
     # a square image too (nearest only, to keep the test short): torchvision rotates by 90 degrees with rot90 there
     for h, w in [(30, 44), (32, 32)] if interpolation == "nearest" else [(30, 44)]:
@@ -444,7 +444,8 @@ _PIPELINES = [
     (T.AutoAugment(T.AutoAugmentPolicy.IMAGENET), tv2.AutoAugment(tv2.AutoAugmentPolicy.IMAGENET)),
     (T.AutoAugment("cifar10"), tv2.AutoAugment(tv2.AutoAugmentPolicy.CIFAR10)),
     (T.AutoAugment(tv1.AutoAugmentPolicy.SVHN, interpolation="bilinear", fill=[9, 99, 199]),
-     tv2.AutoAugment(tv2.AutoAugmentPolicy.SVHN, interpolation="bilinear", fill=[9, 99, 199])),
+     tv2.AutoAugment(tv2.AutoAugmentPolicy.SVHN, interpolation=tv2.InterpolationMode.BILINEAR,
+                     fill=[9, 99, 199])),
     (T.RandAugment(num_ops=3), tv2.RandAugment(num_ops=3)),
     (T.TrivialAugmentWide(fill=128), tv2.TrivialAugmentWide(fill=128)),
 ]
@@ -462,7 +463,7 @@ def test_pipeline_matches_torchvision(ours, tv):
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"mixture_width": 2, "chain_depth": 2, "alpha": 0.5,
-                                         "interpolation": "nearest", "fill": 3}])
+                                         "interpolation": tv2.InterpolationMode.NEAREST, "fill": 3}])
 def test_augmix_pipeline_matches_torchvision(kwargs):
     """AugMix: chains of torchvision ops mixed with our weights as torchvision mixes (float32, truncated)."""
     ours, tv = T.AugMix(**kwargs), tv2.AugMix(**kwargs)
