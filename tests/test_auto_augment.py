@@ -341,16 +341,28 @@ def test_arguments():
 
 # Exact: ops whose torchvision result is integer logic on the uint8 values, and
 # nearest-neighbour warps (the slot carries torchvision's float32 matrix, so the
-# taps are the same pixels). Within 1 (>= 99.9% of pixels, never more than 2):
-# the float32 blends (brightness, saturation, contrast, sharpness), autocontrast's
-# scaling and bilinear warps, where a product or a grid coordinate computed in
-# another order can round to the other side of a .5 before the uint8 rounding.
+# taps are the same pixels) except where the source coordinate is exactly half
+# way between two pixels (a shear about the pixel origin puts whole rows there):
+# there float32 rounding picks the tap, and torch versions differ in it.
+# Within 1 (>= 99.9% of pixels, never more than 2): the float32 blends
+# (brightness, saturation, contrast, sharpness), autocontrast's scaling and
+# bilinear warps, where a product or a grid coordinate computed in another order
+# can round to the other side of a .5 before the uint8 rounding.
 _EXACT_OPS = {"Identity", "Invert", "Posterize", "Solarize", "Equalize"}
 _WARPS = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"}
 
 
 def _exact(name: str, interpolation: str) -> bool:
     return name in _EXACT_OPS or (name in _WARPS and interpolation == "nearest")
+
+
+def _nearest_ties(slot_row: np.ndarray, h: int, w: int) -> torch.Tensor:
+    """``[H, W]`` True where an affine slot's source coordinate is half way between two pixels."""
+    a, b, c, d, e, f = (float(v) for v in slot_row[layout.SLOT_M0:layout.SLOT_M0 + 6])
+    y, x = np.meshgrid(np.arange(h) - (h - 1) / 2, np.arange(w) - (w - 1) / 2, indexing="ij")
+    ix, iy = a * x + b * y + c + (w - 1) / 2, d * x + e * y + f + (h - 1) / 2
+    tie = (np.abs(ix - np.floor(ix) - 0.5) < 1e-3) | (np.abs(iy - np.floor(iy) - 0.5) < 1e-3)
+    return torch.from_numpy(tie)
 
 
 _SPACES = {
@@ -365,8 +377,12 @@ def _images(n: int, h: int, w: int, seed: int = 0) -> torch.Tensor:
     return torch.stack([smooth_image(h, w, seed=seed + i) for i in range(n)])
 
 
-def _compare(got: torch.Tensor, expected: torch.Tensor, exact: bool, what: str) -> None:
+def _compare(got: torch.Tensor, expected: torch.Tensor, exact: bool, what: str,
+             ignore: torch.Tensor | None = None) -> None:
     if exact:
+        if ignore is not None:
+            assert ignore.float().mean() < 0.25, f"{what}: too many ties to test"
+            got, expected = got[:, ~ignore], expected[:, ~ignore]
         assert torch.equal(got, expected), f"{what}: {(got.int() - expected.int()).abs().max().item()} off"
     else:
         assert_close_uint8(got, expected)
@@ -404,7 +420,10 @@ def test_every_op_of_the_space_matches_torchvision(policy, interpolation, fill):
             name = ops[i][0]
             expected = tv._apply_image_or_video_transform(images[j], name, mags[i], interpolation=tv.interpolation,
                                                           fill=tv._fill)
-            _compare(got[j], expected, _exact(name, interpolation), f"{policy} {name} {mags[i]} at {h}x{w}")
+            ties = None
+            if slots[j, 0, layout.SLOT_OP] == layout.OP_AFFINE and interpolation == "nearest":
+                ties = _nearest_ties(slots[j, 0], h, w)
+            _compare(got[j], expected, _exact(name, interpolation), f"{policy} {name} {mags[i]} at {h}x{w}", ties)
 
 
 def _run_pipeline(policy: T.Transform, images: torch.Tensor, seed: int, backend=None):
@@ -451,15 +470,30 @@ _PIPELINES = [
 ]
 
 
+def _assert_pipeline_close(out: torch.Tensor, expected: list[torch.Tensor], exact: list[bool], what: str) -> None:
+    """Whole pipelines: a sample of exact ops is equal; otherwise >= 97% of a sample's values (99% of the
+    batch's) are within 1. Chained ops amplify the single-op differences: a value 1 off before a Solarize
+    threshold or a Posterize step comes out far off, and so does a nearest tap picked differently at a tie,
+    so no bound on the largest difference holds; a wrong op, magnitude or order changes far more values."""
+    within = []
+    for i, (o, e) in enumerate(zip(out, expected)):
+        if exact[i]:
+            assert torch.equal(o, e), f"{what}: sample {i} differs"
+        close = ((o.int() - e.int()).abs() <= 1).double().mean().item()
+        assert close >= 0.97, f"{what}: sample {i}: only {close:.4f} of the values within 1"
+        within.append(close)
+    assert np.mean(within) >= 0.99, f"{what}: only {np.mean(within):.4f} of the values within 1"
+
+
 @pytest.mark.parametrize("ours,tv", _PIPELINES, ids=["imagenet", "cifar10", "svhn-bilinear-fill", "randaugment3",
                                                      "trivialaugment-fill"])
 def test_pipeline_matches_torchvision(ours, tv):
     """Our drawn ops run through the compiled pipeline (reference backend) = torchvision's ops on the images."""
     images = _images(24, 28, 36, seed=100)
     out, params = _run_pipeline(ours, images, seed=11)
-    for i, draw in enumerate(_ours(params, digits=None)):
-        expected = _torchvision_result(tv, images[i], draw)
-        _compare(out[i], expected, all(_exact(n, getattr(tv.interpolation, "value", tv.interpolation)) for n, _ in draw), f"{ours} {draw}")
+    draws = _ours(params, digits=None)
+    expected = [_torchvision_result(tv, images[i], draw) for i, draw in enumerate(draws)]
+    _assert_pipeline_close(out, expected, [all(n in _EXACT_OPS for n, _ in d) for d in draws], repr(ours))
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"mixture_width": 2, "chain_depth": 2, "alpha": 0.5,
@@ -470,11 +504,13 @@ def test_augmix_pipeline_matches_torchvision(kwargs):
     images = _images(10, 26, 34, seed=200)
     out, params = _run_pipeline(ours, images, seed=12)
     weights = torch.from_numpy(params["weights"])
+    expected = []
     for i, chains in enumerate(_ours_chains(ours, params, digits=None)):
         mix = weights[i, 0].reshape(1, 1, 1) * images[i]
         for c, chain in enumerate(chains):
             mix.add_(weights[i, 1 + c].reshape(1, 1, 1) * _torchvision_result(tv, images[i], chain))
-        _compare(out[i], mix.to(torch.uint8), False, f"AugMix sample {i}")
+        expected.append(mix.to(torch.uint8))
+    _assert_pipeline_close(out, expected, [False] * len(expected), repr(ours))
     assert out.dtype == torch.uint8 and not torch.equal(out, images)
 
 
