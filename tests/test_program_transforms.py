@@ -533,3 +533,10 @@ def test_gpu_loader_runs_the_program_like_the_cpu_path():
         assert torch.equal(gy, cy)
         levels = ((gx - cx).abs() * std * 255)  # difference in uint8 levels
         assert levels.max().item() <= 1.0 + 1e-3, levels.max().item()
+
+
+def test_a_program_transform_called_on_one_image_keeps_its_size():
+    img = smooth_image(H, W, seed=3)
+    assert torch.equal(T.RandomInvert(p=1.0)(img), TF.invert(img))
+    assert torch.equal(T.Grayscale(3)(img), TF.rgb_to_grayscale(img, 3))
+    assert T.RandomErasing(p=1.0)(img).shape == (3, H, W)
