@@ -529,10 +529,17 @@ def test_gpu_loader_runs_the_program_like_the_cpu_path():
     cpu = list(td.DataLoader(ds, device="cpu", generator=torch.Generator().manual_seed(0), **kw))
     assert len(gpu) == len(cpu) == 3
     std = torch.tensor(STD).view(1, 3, 1, 1)
+    levels = []
     for (gx, gy), (cx, cy) in zip(gpu, cpu):
         assert torch.equal(gy, cy)
-        levels = ((gx - cx).abs() * std * 255)  # difference in uint8 levels
-        assert levels.max().item() <= 1.0 + 1e-3, levels.max().item()
+        levels.append(((gx - cx).abs() * std * 255).reshape(-1))  # difference in uint8 levels
+    levels = torch.cat(levels)
+    within_1 = (levels <= 1 + 1e-3).double().mean().item()
+    print(f"GPU vs CPU program pipeline: max {levels.max().item():.3f} levels, "
+          f"{within_1:.6f} within 1, {(levels > 1e-3).double().mean().item():.6f} differ")
+    # Kernel 1 may round a resized value the other way (test_kernel.py: atol=1); a contrast or
+    # saturation factor above 1 can stretch that level into two. Nothing else may differ.
+    assert within_1 >= 0.999 and levels.max().item() <= 2 + 1e-3
 
 
 def test_a_program_transform_called_on_one_image_keeps_its_size():
