@@ -1,0 +1,232 @@
+"""Training recipes through three loaders in one run: torchdali, NVIDIA DALI, torchvision's DataLoader.
+
+    python benchmarks/recipes.py DATA_DIR [--recipes plain,reference,val] [--systems torchdali,dali,torchvision]
+                                 [--batch-size 256] [--workers 16] [--dali-threads 8] [--epochs 4] [--out DIR]
+
+Recipes (the first two at torchvision's classification-reference size 176):
+
+* ``plain``: RandomResizedCrop(176) + flip + normalize, float32 NCHW;
+* ``reference``: torchvision's reference recipe (``ClassificationPresetTrain`` with
+  ``auto_augment_policy="ta_wide"``, ``random_erase_prob=0.1``, bilinear) and its
+  MixUp(0.2)/CutMix(1.0) batch choice. DALI runs ``trivial_augment_wide`` and
+  ``fn.erase`` (no MixUp/CutMix: DALI has none); torchdali is timed with and without
+  the batch MixUp/CutMix;
+* ``val``: Resize(232) + CenterCrop(224) + normalize.
+
+torchdali and torchvision get the recipe as torchvision v2 objects (torchdali converts
+them); DALI gets the nearest pipeline of its own operators (named in the output).
+Every system reads the same files; each figure is the median of ``--epochs`` epochs
+after one warm-up epoch, with CPU core-seconds per 1000 images (process tree).
+The environment and every figure go to ``OUT/recipes.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, Callable
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from torchdali.bench import MEAN, STD, _epochs, environment  # noqa: E402
+
+
+def _tv_preset(recipe: str, size: int, crop: int, resize: int, backend: str):
+    """The torchvision v2 Compose that the classification reference's presets build."""
+    from torchvision.transforms import v2
+
+    bilinear = v2.InterpolationMode.BILINEAR
+    head = [v2.PILToTensor()] if backend == "tensor" else []
+    tail = [v2.PILToTensor()] if backend == "pil" else []
+    tail += [v2.ToDtype(torch.float, scale=True), v2.Normalize(mean=MEAN, std=STD)]
+    if recipe == "val":
+        return v2.Compose(head + [v2.Resize(resize, interpolation=bilinear, antialias=True),
+                                  v2.CenterCrop(crop)] + tail + [v2.ToPureTensor()])
+    geo = [v2.RandomResizedCrop(size, interpolation=bilinear, antialias=True), v2.RandomHorizontalFlip(0.5)]
+    if recipe == "plain":
+        return v2.Compose(head + geo + tail + [v2.ToPureTensor()])
+    return v2.Compose(head + geo + [v2.TrivialAugmentWide(interpolation=bilinear)] + tail
+                      + [v2.RandomErasing(p=0.1), v2.ToPureTensor()])
+
+
+def _mixup_cutmix(num_classes: int):
+    from torchvision.transforms import v2
+
+    return v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=num_classes),
+                            v2.CutMix(alpha=1.0, num_classes=num_classes)])
+
+
+def run_torchvision(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
+                    mix: bool) -> dict:
+    import torchvision
+    from torch.utils.data import default_collate
+
+    ds = torchvision.datasets.ImageFolder(root, transform=_tv_preset(recipe, args.size, 224, 232, "pil"))
+    collate = None
+    if mix:
+        mixer = _mixup_cutmix(len(ds.classes))
+
+        def collate(batch):
+            return mixer(*default_collate(batch))
+
+    loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+                                         drop_last=True, pin_memory=True, collate_fn=collate,
+                                         persistent_workers=True, prefetch_factor=2)
+
+    class _Moved:
+        def __len__(self):
+            return len(loader)
+
+        def __iter__(self):
+            for x, y in loader:
+                yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+    return _epochs(_Moved, args.epochs, 1, device, "torchvision", False)
+
+
+def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
+                  mix: bool) -> dict:
+    import torchdali as td
+
+    ds = td.datasets.ImageFolder(root)
+    extra: dict[str, Any] = {}
+    if mix:
+        extra["batch_transforms"] = _mixup_cutmix(len(ds.classes))
+    loader = td.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True,
+                           transforms=_tv_preset(recipe, args.size, 224, 232, "tensor"), device=device, seed=0,
+                           persistent_workers=True, prefetch_factor=2, **extra)
+    r = _epochs(lambda: iter(loader), args.epochs, 1, device, "torchdali", False)
+    last = loader.stats().last
+    if last is not None:
+        r["last_epoch_stats"] = last.as_dict()
+    loader.close()
+    return r
+
+
+def _dali_erase(images, size: int, p: float):
+    """torchvision's RandomErasing box (scale 0.02-0.33, log-ratio 0.3-3.3), drawn once per sample,
+    applied with probability ``p`` (a zero-size box otherwise)."""
+    from nvidia.dali import fn
+    from nvidia.dali import math as dmath
+
+    area = fn.random.uniform(range=[0.02, 0.33]) * float(size * size)
+    ratio = dmath.exp(fn.random.uniform(range=[math.log(0.3), math.log(3.3)]))
+    h = dmath.min(dmath.sqrt(area * ratio), float(size - 1))
+    w = dmath.min(dmath.sqrt(area / ratio), float(size - 1))
+    keep = fn.cast(fn.random.coin_flip(probability=p), dtype=7)  # FLOAT
+    top = fn.random.uniform(range=[0.0, 1.0]) * (float(size) - h)
+    left = fn.random.uniform(range=[0.0, 1.0]) * (float(size) - w)
+    anchor = fn.cat(fn.reshape(top, shape=[1]), fn.reshape(left, shape=[1]))
+    shape = fn.cat(fn.reshape(h * keep, shape=[1]), fn.reshape(w * keep, shape=[1]))
+    return fn.erase(images, anchor=anchor, shape=shape, axis_names="HW", fill_value=0.0)
+
+
+def run_dali(root: str, recipe: str, args: argparse.Namespace, device: torch.device) -> dict:
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.auto_aug import trivial_augment
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+    mean = [m * 255 for m in MEAN]
+    std = [s * 255 for s in STD]
+
+    @pipeline_def(enable_conditionals=True)
+    def pipe():
+        jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="reader")
+        if recipe == "val":
+            images = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB, hw_decoder_load=0.9)
+            images = fn.resize(images, resize_shorter=232, antialias=True)
+            images = fn.crop_mirror_normalize(images, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW",
+                                              mean=mean, std=std)
+            return images, labels
+        images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB, hw_decoder_load=0.9,
+                                               random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
+        images = fn.resize(images, resize_x=args.size, resize_y=args.size, antialias=True)
+        mirror = fn.random.coin_flip(probability=0.5)
+        if recipe == "reference":
+            images = fn.flip(images, horizontal=mirror)
+            images = trivial_augment.trivial_augment_wide(images)
+            images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mean=mean, std=std)
+            images = _dali_erase(images, args.size, 0.1)
+        else:
+            images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mean=mean, std=std,
+                                              mirror=mirror)
+        return images, labels
+
+    p = pipe(batch_size=args.batch_size, num_threads=args.dali_threads, device_id=device.index or 0,
+             prefetch_queue_depth=2, seed=0)
+    p.build()
+    it = DALIGenericIterator([p], ["images", "labels"], reader_name="reader",
+                             last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
+
+    class _Epoch:
+        def __len__(self):
+            return len(it)
+
+        def __iter__(self):
+            for out in it:
+                yield out[0]["images"], out[0]["labels"]
+
+    return _epochs(_Epoch, args.epochs, 1, device, "dali", False)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("data")
+    p.add_argument("--recipes", default="plain,reference,val")
+    p.add_argument("--systems", default="torchdali,dali,torchvision")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--dali-threads", type=int, default=8)
+    p.add_argument("--size", type=int, default=176)
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--out", default="bench_out")
+    args = p.parse_args()
+    device = torch.device("cuda")
+    env = environment(device, ["benchmarks/recipes.py"] + sys.argv[1:])
+    try:
+        import nvidia.dali
+
+        env["dali"] = nvidia.dali.__version__
+    except ImportError:
+        env["dali"] = None
+    print(json.dumps(env), flush=True)
+    results: dict[str, dict] = {}
+    runs: list[tuple[str, str, Callable[[], dict]]] = []
+    for recipe in args.recipes.split(","):
+        for system in args.systems.split(","):
+            if system == "torchdali":
+                runs.append((recipe, "torchdali", lambda r=recipe: run_torchdali(args.data, r, args, device, False)))
+                if recipe == "reference":
+                    runs.append((recipe, "torchdali+mixup",
+                                 lambda r=recipe: run_torchdali(args.data, r, args, device, True)))
+            elif system == "dali":
+                runs.append((recipe, "dali", lambda r=recipe: run_dali(args.data, r, args, device)))
+            elif system == "torchvision":
+                runs.append((recipe, "torchvision", lambda r=recipe: run_torchvision(
+                    args.data, r, args, device, r == "reference")))
+    for recipe, system, fn_ in runs:
+        key = f"{recipe}/{system}"
+        t0 = time.perf_counter()
+        try:
+            results[key] = fn_()
+        except Exception as e:  # one failing system must not lose the others' figures
+            results[key] = {"error": f"{type(e).__name__}: {e}"}
+        r = results[key]
+        if "error" in r:
+            print(f"{key:<28} ERROR {r['error'][:300]}", flush=True)
+        else:
+            print(f"{key:<28} {r['images_per_s']:>9.0f} img/s  spread {100 * r['spread']:4.1f}%  "
+                  f"{r['cpu_s_per_1000']:.2f} CPU-s/1k  ({time.perf_counter() - t0:.0f} s)", flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "recipes.json"), "w") as f:
+        json.dump({"environment": env, "args": vars(args), "results": results}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
