@@ -4,7 +4,8 @@ Layers, bottom up (each imports only those before it): ``_geometry`` (per-sample
 geometry algebra), ``_state`` (static pipeline state), ``_args`` (argument checks),
 ``_reference`` (CPU reference execution), ``_registry`` (the list of supported
 transforms), ``_plan`` (the Transform protocol and its compilation), ``_transforms``
-(the classes), ``functional`` (single-image functionals).
+(the classes), ``_timm`` (timm's own augmentation classes), ``functional``
+(single-image functionals).
 """
 from . import _registry, functional
 from ._plan import Plan, compile_transforms, to_torchdali
@@ -26,6 +27,7 @@ from ._transforms import (
     ToTensor,
     Transform,
 )
+from ._timm import TimmRandAugment
 
 #: torchvision transform names torchdali converts (every class in ``_transforms`` has registered by now)
 SUPPORTED = _registry.supported()
@@ -34,6 +36,6 @@ supported_table = _registry.supported_table
 __all__ = [
     "CenterCrop", "Compose", "ConvertImageDtype", "Identity", "Normalize", "PILToTensor", "Plan",
     "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize",
-    "SUPPORTED", "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "compile_transforms",
+    "SUPPORTED", "TimmRandAugment", "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "compile_transforms",
     "functional", "supported_table", "to_torchdali",
 ]

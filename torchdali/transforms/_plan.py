@@ -39,7 +39,7 @@ __all__ = [
 #: Kernel stages a transform can belong to, in the order the kernel runs them
 #: (named like the parameter blocks of ``csrc_triton.layout``), plus ``meta``
 #: for transforms that change nothing (ToImage) or only hold others (Compose).
-STAGES = ("source", "geometry", "colour", "epilogue", "meta")
+STAGES = ("source", "geometry", "colour", "epilogue", "program", "meta")
 
 
 class Transform:

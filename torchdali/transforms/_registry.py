@@ -45,6 +45,9 @@ def register(*torchvision_names: str, usage: str | None = None, semantics: str,
              notes: str = "") -> Callable[[C], C]:
     """Class decorator: ``cls`` stands for the torchvision classes ``torchvision_names``.
 
+    A timm class is named ``"timm.<ClassName>"`` and converts objects of that class
+    name from any ``timm.`` module.
+
     ``usage`` is the README's first column (default: the names in backticks);
     ``cls.from_torchvision(obj)`` must build the equivalent of a torchvision ``obj``.
     """
@@ -80,7 +83,11 @@ def from_torchvision(obj: Any) -> Any:
     """
     name = type(obj).__name__
     module = type(obj).__module__ or ""
-    if not module.startswith("torchvision"):
+    library = module.split(".", 1)[0]
+    if library == "timm":
+        # timm's own classes register as "timm.<ClassName>" (timm is read by attribute, never imported)
+        name = f"timm.{name}"
+    elif library != "torchvision":
         raise ValueError(
             f"unsupported transform {obj!r}: torchdali runs the pipeline as one fused GPU kernel and "
             f"supports {', '.join(supported())}"
@@ -88,7 +95,7 @@ def from_torchvision(obj: Any) -> Any:
     entry = _BY_NAME.get(name)
     if entry is None:
         raise ValueError(
-            f"unsupported torchvision transform {name}: torchdali supports {', '.join(supported())}"
+            f"unsupported {library} transform {name}: torchdali supports {', '.join(supported())}"
         )
     return entry.cls.from_torchvision(obj)
 

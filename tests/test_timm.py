@@ -1,0 +1,386 @@
+"""timm's training augmentations: conversion, sampling statistics, and per-op parity with timm on PIL images.
+
+Tolerances (measured on 224x224 images, smooth and noisy, see the parity tests):
+
+* LUT ops (Brightness, Posterize, Solarize, SolarizeAdd, Equalize, Invert): equal.
+* Contrast, Color, Sharpness, AutoContrast: within 1. PIL's Contrast blends with the
+  grayscale mean rounded to an integer and its grayscale rounds (torchvision's
+  truncates / keeps the float mean); Sharpness and AutoContrast differ in float rounding.
+* Warps with bilinear resampling: within 1 where the sampled source point is at
+  least one pixel inside the image. On the border ring PIL and torchvision differ
+  by design: PIL fills only points outside the image and clamps neighbours,
+  torchvision blends the fill in with the interpolated validity mask.
+* Warps timm resamples bicubically (half of them when timm's interpolation is
+  'random'): resampled bilinearly here. Inside the image the mean absolute
+  difference is about 1 level on smooth images and 3-6 levels on noisy ones,
+  up to ~50 on single pixels.
+"""
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+timm = pytest.importorskip("timm")
+aa = pytest.importorskip("timm.data.auto_augment")
+
+from PIL import Image  # noqa: E402
+from torchvision.transforms.v2 import functional as F  # noqa: E402
+from torchvision.transforms.v2.functional._geometry import _affine_grid, _apply_grid_transform  # noqa: E402
+
+from csrc_triton import layout  # noqa: E402
+from torchdali import _rng  # noqa: E402
+from torchdali.transforms import _geometry as G  # noqa: E402
+from torchdali.transforms import _timm  # noqa: E402
+from torchdali.transforms import to_torchdali  # noqa: E402
+
+FILL = (124, 116, 104)  # create_transform's img_mean for the ImageNet mean
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _image(seed: int, noise: float, size: int = 224) -> torch.Tensor:
+    """A CHW uint8 image: smooth colour blobs plus Gaussian noise of std ``noise``."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.nn.functional.interpolate(torch.rand(1, 3, 6, 6, generator=g) * 255, size=(size, size),
+                                           mode="bicubic", align_corners=False)[0]
+    return (base + torch.randn(3, size, size, generator=g) * noise).clamp(0, 255).to(torch.uint8)
+
+
+def tv_slot(img: torch.Tensor, row: np.ndarray) -> torch.Tensor:
+    """One slot row on a uint8 CHW image with torchvision.transforms.v2.functional (the ops' definition)."""
+    row = [float(v) for v in row]
+    name, names = layout.OP_ARGS[int(row[layout.SLOT_OP])]
+    a = {n: row[layout.SLOT_M0 + i] for i, n in enumerate(names)}
+    if name == "identity":
+        return img.clone()
+    if name == "affine":
+        h, w = img.shape[-2:]
+        theta = torch.tensor([a[c] for c in "abcdef"], dtype=torch.float32).reshape(1, 2, 3)
+        mode = "nearest" if int(row[layout.SLOT_INTERP]) == layout.FILTER_NEAREST else "bilinear"
+        fill = [row[layout.SLOT_FILL0 + i] for i in range(3)]
+        return _apply_grid_transform(img, _affine_grid(theta, w=w, h=h, ow=w, oh=h), mode, fill=fill)
+    if name == "solarize_add":
+        added = (img.to(torch.int16) + int(a["addition"])).clamp(max=255).to(torch.uint8)
+        return torch.where(img < a["threshold"], added, img)
+    if name == "posterize":
+        return F.posterize(img, int(a["bits"]))
+    fn = {"brightness": F.adjust_brightness, "contrast": F.adjust_contrast, "saturation": F.adjust_saturation,
+          "sharpness": F.adjust_sharpness, "solarize": F.solarize}
+    if name in fn:
+        return fn[name](img, next(iter(a.values())))
+    return {"invert": F.invert, "autocontrast": F.autocontrast, "equalize": F.equalize}[name](img)
+
+
+def _slot_row(name: str, level: float, size: int = 224, interpolation=None) -> np.ndarray:
+    hparams = dict(img_mean=FILL)
+    if interpolation is not None:
+        hparams["interpolation"] = interpolation
+    op = _timm.TimmRandAugment._make_op(dict(name=name, prob=1.0, magnitude=9, hparams=hparams))
+    slots = np.zeros((1, 1, layout.SLOT_WIDTH), np.float32)
+    _timm._write_op(op, np.array([level]), np.array([float(size)]), np.array([float(size)]), slots,
+                    np.array([True]), 0)
+    return slots[0, 0]
+
+
+def _timm_op(name: str, level: float, img: torch.Tensor, resample=Image.BILINEAR) -> torch.Tensor:
+    """timm's op function ``name`` with level argument ``level`` on the PIL version of ``img``."""
+    pil = Image.fromarray(img.permute(1, 2, 0).numpy())
+    args = () if name in ("AutoContrast", "Equalize", "Invert") else (level,)
+    if name.startswith(("Posterize", "Solarize")):
+        args = (int(level),)
+    out = aa.NAME_TO_OP[name](pil, *args, fillcolor=FILL, resample=resample)
+    return torch.from_numpy(np.asarray(out).copy()).permute(2, 0, 1)
+
+
+def _pil_matrix(name: str, level: float, w: int, h: int) -> tuple[float, ...]:
+    """The output->input matrix (top-left origin) PIL applies for timm's warp ``name``."""
+    if name == "Rotate":
+        a = -math.radians(level)
+        m = [math.cos(a), math.sin(a), 0.0, -math.sin(a), math.cos(a), 0.0]
+        m[2] = m[0] * -w / 2 + m[1] * -h / 2 + w / 2
+        m[5] = m[3] * -w / 2 + m[4] * -h / 2 + h / 2
+        return tuple(m)
+    return {"ShearX": (1, level, 0, 0, 1, 0), "ShearY": (1, 0, 0, level, 1, 0),
+            "TranslateXRel": (1, 0, level * w, 0, 1, 0), "TranslateYRel": (1, 0, 0, 0, 1, level * h)}[name]
+
+
+def _interior(name: str, level: float, w: int, h: int, margin: float = 1.0) -> torch.Tensor:
+    """Output pixels whose source point lies at least ``margin`` pixels inside the image."""
+    a, b, c, d, e, f = _pil_matrix(name, level, w, h)
+    y, x = torch.meshgrid(torch.arange(h, dtype=torch.float64) + 0.5, torch.arange(w, dtype=torch.float64) + 0.5,
+                          indexing="ij")
+    xi, yi = a * x + b * y + c, d * x + e * y + f
+    return (xi >= margin) & (xi <= w - margin) & (yi >= margin) & (yi <= h - margin)
+
+
+def chi2_homogeneity(a: np.ndarray, b: np.ndarray) -> float:
+    """p-value of the chi-square test that counts ``a`` and ``b`` (same categories) share one distribution."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    keep = (a + b) > 0
+    a, b = a[keep], b[keep]
+    table = np.stack([a, b])
+    expected = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / table.sum()
+    stat = ((table - expected) ** 2 / expected).sum()
+    dof = len(a) - 1
+    if dof == 0:
+        return 1.0
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
+                                         torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+# --------------------------------------------------------------------------- level arguments
+
+
+@pytest.mark.parametrize("name", list(_timm.TIMM_RAND_AUGMENT_OPS))
+def test_levels_equal_timm(name, monkeypatch):
+    hparams = dict(translate_const=100, img_mean=FILL, translate_pct=0.3)
+    mags = np.concatenate([np.linspace(0, 10, 101), [0.123, 3.9999, 7.5, 9.31, 9.99]])
+    for negate in (False, True):
+        monkeypatch.setattr(aa, "_randomly_negate", (lambda v: -v) if negate else (lambda v: v))
+        expected = [aa.LEVEL_TO_ARG[name](m, hparams)[0] if aa.LEVEL_TO_ARG[name] else 0.0 for m in mags]
+        got = _timm._timm_level(name, mags, np.full(len(mags), negate), hparams)
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+def test_refused_ops_and_interpolations():
+    with pytest.raises(ValueError, match="GaussianBlur"):
+        _timm.TimmRandAugment([dict(name="GaussianBlur", prob=1.0, magnitude=5)])
+    with pytest.raises(ValueError, match="nearest, bilinear or bicubic"):
+        _timm.TimmRandAugment([dict(name="Rotate", hparams=dict(interpolation=1))])  # LANCZOS
+    with pytest.raises(ValueError, match="non-zero weight"):
+        _timm.TimmRandAugment([dict(name="Invert"), dict(name="Equalize")], num_layers=2, choice_weights=[1.0, 0.0])
+    nearest = _timm.TimmRandAugment([dict(name="Rotate", hparams=dict(interpolation=Image.NEAREST))])
+    assert nearest.ops[0].interp == layout.FILTER_NEAREST
+    assert _timm.TimmRandAugment([dict(name="Rotate")]).ops[0].interp == layout.FILTER_BILINEAR
+
+
+# --------------------------------------------------------------------------- per-op parity with timm (PIL)
+
+_COLOUR_CASES = {
+    # name: (levels, max difference)
+    "Brightness": ([0.1, 0.55, 1.0, 1.72, 1.9], 0),
+    "BrightnessIncreasing": ([0.19, 0.6, 1.81], 0),
+    "PosterizeIncreasing": ([1, 2, 4], 0),
+    "Posterize": ([1, 3, 8], 0),
+    "PosterizeOriginal": ([4, 6, 8], 0),
+    "SolarizeIncreasing": ([26, 128, 230, 256], 0),
+    "Solarize": ([0, 100, 256], 0),
+    "SolarizeAdd": ([0, 55, 99, 110], 0),
+    "Equalize": ([0], 0),
+    "Invert": ([0], 0),
+    "ContrastIncreasing": ([0.19, 0.6, 1.81], 1),
+    "Contrast": ([0.1, 1.0, 1.9], 1),
+    "ColorIncreasing": ([0.19, 0.6, 1.81], 1),
+    "Color": ([0.1, 1.9], 1),
+    "Desaturate": ([0.5, 0.75, 1.0], 1),
+    "SharpnessIncreasing": ([0.19, 0.6, 1.81], 1),
+    "Sharpness": ([0.1, 1.9], 1),
+    "AutoContrast": ([0], 1),
+}
+
+
+@pytest.mark.parametrize("name", list(_COLOUR_CASES))
+def test_colour_op_matches_timm_pil(name):
+    levels, tol = _COLOUR_CASES[name]
+    for level in levels:
+        for seed, noise in ((0, 4.0), (1, 30.0)):
+            img = _image(seed, noise, 64)
+            if name == "AutoContrast":  # give it a range to stretch
+                img = (img.float() * 0.6 + 30).to(torch.uint8)
+            ours = tv_slot(img, _slot_row(name, level, 64))
+            diff = (ours.int() - _timm_op(name, level, img).int()).abs().max().item()
+            assert diff <= tol, f"{name}({level}) noise {noise}: max difference {diff} > {tol}"
+
+
+def test_posterize_to_zero_bits_is_black():
+    # timm's PosterizeIncreasing at magnitude 10 keeps 0 bits; recent PIL rejects bits=0 (timm then
+    # raises), older PIL and torchvision return a black image, which is what the program does
+    img = _image(0, 30.0, 32)
+    assert tv_slot(img, _slot_row("PosterizeIncreasing", 0, 32)).eq(0).all()
+
+
+_WARP_CASES = {
+    "Rotate": [-27.0, -13.5, 9.0, 30.0],
+    "ShearX": [-0.27, 0.15, 0.3],
+    "ShearY": [-0.3, 0.12],
+    "TranslateXRel": [-0.405, 0.2],
+    "TranslateYRel": [0.405, -0.1],
+}
+
+
+@pytest.mark.parametrize("name", list(_WARP_CASES))
+def test_bilinear_warp_matches_timm_pil_inside_the_image(name):
+    size = 96
+    for level in _WARP_CASES[name]:
+        img = _image(2, 30.0, size)
+        ours = tv_slot(img, _slot_row(name, level, size))
+        theirs = _timm_op(name, level, img, Image.BILINEAR)
+        inside = _interior(name, level, size, size)
+        diff = (ours.int() - theirs.int()).abs().amax(0)
+        assert diff[inside].max().item() <= 1, f"{name}({level}): {diff[inside].max().item()}"
+        # the fill: where the source point is far outside, both write img_mean
+        outside = ~_interior(name, level, size, size, margin=-1.5)
+        if outside.any():
+            assert (ours[:, outside].T == torch.tensor(FILL, dtype=torch.uint8)).all()
+            assert (theirs[:, outside].T == torch.tensor(FILL, dtype=torch.uint8)).all()
+
+
+@pytest.mark.parametrize("name", ["Rotate", "ShearX", "TranslateYRel"])
+def test_nearest_warp_matches_timm_pil_inside_the_image(name):
+    size = 64
+    for level in _WARP_CASES[name]:
+        img = _image(3, 30.0, size)
+        ours = tv_slot(img, _slot_row(name, level, size, interpolation=Image.NEAREST))
+        theirs = _timm_op(name, level, img, Image.NEAREST)
+        inside = _interior(name, level, size, size)
+        # nearest picks the same pixel except where a source point falls on a pixel edge
+        same = (ours == theirs).all(0)[inside].double().mean().item()
+        assert same >= 0.995, f"{name}({level}): {same}"
+
+
+def test_bicubic_warps_are_resampled_bilinearly():
+    """timm's bicubic half: the program resamples bilinearly; the difference is bounded and stated."""
+    size = 96
+    means = []
+    for name, levels in _WARP_CASES.items():
+        for level in levels:
+            img = _image(4, 4.0, size)  # a smooth image: the bilinear/bicubic gap of natural images
+            ours = tv_slot(img, _slot_row(name, level, size))
+            theirs = _timm_op(name, level, img, Image.BICUBIC)
+            inside = _interior(name, level, size, size)
+            diff = (ours.int() - theirs.int()).abs().amax(0)[inside].double()
+            means.append(diff.mean().item())
+            # bilinear vs bicubic, not a wrong warp: a misplaced warp differs by tens of levels on average
+            assert diff.mean().item() < 2.5, f"{name}({level}): mean {diff.mean().item()}"
+    assert 0.2 < max(means), "bilinear and bicubic should differ measurably"
+
+
+# --------------------------------------------------------------------------- sampling statistics vs timm
+
+_CONFIGS = ["rand-m9-mstd0.5-inc1", "rand-m7-n3-mstd101-p0.7", "rand-m9-mstd0.5-tweights-p1.0", "rand-m10-mstd1-mmax15"]
+
+
+def _timm_draws(ra, n: int, seed: int) -> list[list[tuple[str, float]]]:
+    """Run timm's RandAugment.__call__ ``n`` times, recording the ops it applies with their level argument."""
+    calls: list[tuple[str, float]] = []
+
+    def recorder(name):
+        def fn(img, *args, **kwargs):
+            calls.append((name, float(args[0]) if args else 0.0))
+            return img
+        return fn
+
+    for op in ra.ops:
+        op.aug_fn = recorder(op.name)
+    random.seed(seed)
+    np.random.seed(seed)
+    img = Image.new("RGB", (4, 4))
+    out = []
+    for _ in range(n):
+        calls.clear()
+        ra(img)
+        out.append(list(calls))
+    return out
+
+
+def _our_draws(t: _timm.TimmRandAugment, n: int, seed: int) -> list[list[tuple[str, float]]]:
+    g = G.BatchGeometry.identity(np.full((n, 2), 224))
+    u = _rng.uniform(_rng.sample_keys(seed, 0, np.arange(n)), 0, t.n_uniforms)
+    p = t.make_params(g, u)
+    return [[(t.ops[i].name, float(lv)) for i, lv in zip(row_op, row_lv) if i >= 0]
+            for row_op, row_lv in zip(p["op"], p["level"])]
+
+
+def _compare(theirs, ours, names, min_p: float) -> dict[str, float]:
+    pvals = {}
+    # ops applied per image (0 .. num_layers)
+    k = max(len(r) for r in theirs + ours) + 1
+    pvals["count"] = chi2_homogeneity(np.bincount([len(r) for r in theirs], minlength=k),
+                                      np.bincount([len(r) for r in ours], minlength=k))
+    # op frequency at each applied position
+    for pos in range(k - 1):
+        ct = [sum(1 for r in theirs if len(r) > pos and r[pos][0] == nm) for nm in names]
+        co = [sum(1 for r in ours if len(r) > pos and r[pos][0] == nm) for nm in names]
+        pvals[f"op@{pos}"] = chi2_homogeneity(ct, co)
+    # level histograms per op
+    for nm in names:
+        lt = np.array([lv for r in theirs for (o, lv) in r if o == nm])
+        lo = np.array([lv for r in ours for (o, lv) in r if o == nm])
+        if len(lt) < 50 or len(lo) < 50:
+            continue
+        values = np.unique(np.concatenate([lt, lo]))
+        if len(values) <= 12:  # discrete levels (bits, thresholds, and point masses at the clip bounds)
+            ht = np.array([(lt == v).sum() for v in values])
+            ho = np.array([(lo == v).sum() for v in values])
+        else:
+            edges = np.unique(np.quantile(np.concatenate([lt, lo]), np.linspace(0, 1, 11)))
+            edges[0], edges[-1] = -np.inf, np.inf
+            ht, _ = np.histogram(lt, edges)
+            ho, _ = np.histogram(lo, edges)
+        pvals[nm] = chi2_homogeneity(ht, ho)
+    bad = {key: p for key, p in pvals.items() if p < min_p}
+    assert not bad, f"distributions differ from timm's: {bad}"
+    return pvals
+
+
+@pytest.mark.parametrize("config", _CONFIGS)
+def test_sampling_matches_timm(config):
+    ra = aa.rand_augment_transform(config, dict(translate_const=100, img_mean=FILL))
+    t = to_torchdali(ra)
+    assert isinstance(t, _timm.TimmRandAugment) and t.n_slots == ra.num_layers
+    n = 12000
+    _compare(_timm_draws(ra, n, seed=1), _our_draws(t, n, seed=1), [op.name for op in ra.ops], min_p=1e-4)
+
+
+def test_sampling_check_detects_a_wrong_magnitude_std():
+    ra = aa.rand_augment_transform("rand-m9-mstd0.5-inc1", dict(img_mean=FILL))
+    wrong = to_torchdali(aa.rand_augment_transform("rand-m9-mstd1.0-inc1", dict(img_mean=FILL)))
+    with pytest.raises(AssertionError, match="differ"):
+        _compare(_timm_draws(ra, 12000, seed=2), _our_draws(wrong, 12000, seed=2),
+                 [op.name for op in ra.ops], min_p=1e-4)
+
+
+def test_weighted_choice_is_without_replacement():
+    ra = aa.rand_augment_transform("rand-m9-n4-tweights-p1.0", dict(img_mean=FILL))
+    draws = _our_draws(to_torchdali(ra), 3000, seed=3)
+    assert all(len(r) == 4 and len({o for o, _ in r}) == 4 for r in draws)
+
+
+def test_slots_follow_the_drawn_ops():
+    ra = aa.rand_augment_transform("rand-m9-mstd0.5-inc1", dict(translate_const=100, img_mean=FILL))
+    t = to_torchdali(ra)
+    n = 400
+    g = G.BatchGeometry.identity(np.full((n, 2), 48))
+    p = t.make_params(g, _rng.uniform(_rng.sample_keys(0, 0, np.arange(n)), 0, t.n_uniforms))
+    slots = np.zeros((n, t.n_slots, layout.SLOT_WIDTH), np.float32)
+    t.write_slots(g, p, slots)
+    skipped = p["op"] < 0
+    assert skipped.any() and (~skipped).any()
+    assert (slots[skipped] == 0).all()  # identity
+    img = _image(5, 10.0, 48)
+    for s in range(0, n, 37):
+        for k in range(t.n_slots):
+            i = p["op"][s, k]
+            if i < 0:
+                continue
+            name, level = t.ops[i].name, p["level"][s, k]
+            if name.startswith("Posterize") and level == 0:
+                continue  # PIL rejects 0 bits (see test_posterize_to_zero_bits_is_black)
+            ours = tv_slot(img, slots[s, k])
+            theirs = _timm_op(name, level, img, Image.BILINEAR)
+            diff = (ours.int() - theirs.int()).abs().amax(0)
+            if name in _timm._GEOMETRIC:
+                diff = diff[_interior(name, level, 48, 48)]
+            assert diff.numel() == 0 or diff.max().item() <= 1, (name, level)
+
+
+def test_unregistered_timm_class_is_refused_by_name():
+    from timm.data.auto_augment import auto_augment_transform
+
+    with pytest.raises(ValueError, match="unsupported timm transform timm.AutoAugment"):
+        to_torchdali(auto_augment_transform("v0", dict(img_mean=FILL)))

@@ -1,0 +1,390 @@
+"""timm's training augmentations, converted by class name.
+
+timm (``timm.data.create_transform(..., is_training=True)``) builds its training
+pipelines from torchvision transforms plus a few of its own classes. This module
+holds the torchdali equivalents of timm's own augmentation classes; they are
+registered under ``timm.<ClassName>`` and converted from any object whose class
+lives in a ``timm.`` module, by reading its attributes. timm itself is never
+imported.
+
+* ``timm.data.auto_augment.RandAugment`` -> ``TimmRandAugment``: an augment
+  program of ``num_layers`` slots. Per sample and layer it draws, as timm's
+  ``RandAugment.__call__`` / ``AugmentOp.__call__`` do: the op (uniformly with
+  replacement, or without replacement by ``choice_weights`` as
+  ``np.random.choice(..., replace=False, p=...)`` does: successive draws from the
+  renormalised remaining weights), whether it applies (``prob``), its magnitude
+  (``gauss(magnitude, magnitude_std)``, or ``uniform(0, magnitude)`` for an
+  infinite std, clipped to ``[0, magnitude_max or 10]``), the random sign of
+  signed ops, and timm's level argument from that magnitude. Each op then runs
+  as the program op of the same meaning on the uint8 image:
+
+  - ShearX/Y, TranslateX/Y(Rel), Rotate: ``affine`` with the matrix timm hands to
+    PIL (``Image.transform(AFFINE)``; PIL's ``rotate`` about the centre), moved to
+    the centred output->input convention of the program's affine, fill
+    ``img_mean``. timm picks bilinear or bicubic at random per op; the program's
+    warps are bilinear (or nearest when timm's interpolation is nearest), so the
+    bicubic half is resampled bilinearly.
+  - Brightness/Color/Contrast/Sharpness (and ``Increasing``): ``brightness``,
+    ``saturation``, ``contrast``, ``sharpness`` with timm's enhancement factor
+    (PIL's ImageEnhance blends with the same degenerate images; torchvision's
+    tensor ops differ from PIL by rounding: the grayscale of Color and the mean
+    of Contrast).
+  - Posterize/Solarize (all variants), SolarizeAdd, AutoContrast, Equalize,
+    Invert, Desaturate: ``posterize``, ``solarize``, ``solarize_add``,
+    ``autocontrast``, ``equalize``, ``invert``, ``saturation``.
+
+  GaussianBlur and GaussianBlurRand (timm's '3a' sets) are refused: PIL's
+  GaussianBlur is an iterated box blur with no kernel-size argument, not
+  torchvision's Gaussian kernel.
+
+* ``timm.data.random_erasing.RandomErasing`` -> ``RandomErasing`` (torchvision's
+  semantics, on the normalized output): with one box per image (``max_count``
+  of 1) timm's draw is torchvision's (probability, area fraction in
+  ``[min_area, max_area]``, log-uniform aspect, ten attempts, strict fit,
+  uniform position); ``mode='const'`` erases with 0 and ``mode='pixel'`` with
+  per-pixel standard normal noise. ``mode='rand'`` (one normal colour per box)
+  and several boxes per image are refused.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from csrc_triton import layout
+from . import _geometry as G
+from ._plan import Transform
+from ._registry import register
+from ._state import StaticState
+
+__all__ = ["TIMM_RAND_AUGMENT_OPS", "TimmRandAugment", "timm_random_erasing"]
+
+_LEVEL_DENOM = 10.0  # timm's 'M' magnitude scale: level = magnitude / 10
+_DEFAULT_FILL = (128, 128, 128)  # timm's _FILL, used when hparams has no img_mean
+_DEFAULT_TRANSLATE_CONST = 250  # timm's _HPARAMS_DEFAULT
+_DEFAULT_TRANSLATE_PCT = 0.45
+_PIL_NEAREST, _PIL_BILINEAR, _PIL_BICUBIC = 0, 2, 3  # PIL.Image.Resampling values
+
+#: timm's op names that run as program ops -> whether the level argument has a random sign
+TIMM_RAND_AUGMENT_OPS: dict[str, bool] = {
+    "AutoContrast": False, "Equalize": False, "Invert": False,
+    "Rotate": True,
+    "Posterize": False, "PosterizeIncreasing": False, "PosterizeOriginal": False,
+    "Solarize": False, "SolarizeIncreasing": False, "SolarizeAdd": False,
+    "Color": False, "Contrast": False, "Brightness": False, "Sharpness": False,
+    "ColorIncreasing": True, "ContrastIncreasing": True, "BrightnessIncreasing": True,
+    "SharpnessIncreasing": True,
+    "ShearX": True, "ShearY": True,
+    "TranslateX": True, "TranslateY": True, "TranslateXRel": True, "TranslateYRel": True,
+    "Desaturate": False,
+}
+
+_REFUSED_OPS = {
+    "GaussianBlur": "PIL's GaussianBlur(radius) is an iterated box blur without a kernel size, "
+                    "not torchvision's Gaussian kernel",
+    "GaussianBlurRand": "PIL's GaussianBlur(radius) is an iterated box blur without a kernel size, "
+                        "not torchvision's Gaussian kernel",
+}
+
+_GEOMETRIC = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY", "TranslateXRel", "TranslateYRel")
+_NO_LEVEL = ("AutoContrast", "Equalize", "Invert")
+
+
+def _timm_level(name: str, magnitude: np.ndarray, negate: np.ndarray, hparams: dict[str, Any]) -> np.ndarray:
+    """timm's level argument (``LEVEL_TO_ARG[name]``) for float64 magnitudes; ``negate`` flips signed ones.
+
+    float64 and the same order of operations as timm's Python floats, so integer
+    levels (posterize bits, solarize thresholds) truncate where timm's do.
+    """
+    level = magnitude / _LEVEL_DENOM
+    sign = np.where(negate, -1.0, 1.0)
+    if name in _NO_LEVEL:
+        return np.zeros_like(magnitude)
+    if name == "Rotate":
+        return sign * (level * 30.0)
+    if name in ("Color", "Contrast", "Brightness", "Sharpness"):
+        return level * 1.8 + 0.1
+    if name.endswith("Increasing") and name[: -len("Increasing")] in ("Color", "Contrast", "Brightness", "Sharpness"):
+        return np.maximum(0.1, 1.0 + sign * (level * 0.9))
+    if name in ("ShearX", "ShearY"):
+        return sign * (level * 0.3)
+    if name in ("TranslateX", "TranslateY"):
+        return sign * (level * float(hparams.get("translate_const", _DEFAULT_TRANSLATE_CONST)))
+    if name in ("TranslateXRel", "TranslateYRel"):
+        return sign * (level * hparams.get("translate_pct", _DEFAULT_TRANSLATE_PCT))
+    bits = np.trunc(level * 4)  # int(): magnitudes are >= 0
+    if name == "Posterize":
+        return bits
+    if name == "PosterizeIncreasing":
+        return 4 - bits
+    if name == "PosterizeOriginal":
+        return bits + 4
+    threshold = np.minimum(256, np.trunc(level * 256))
+    if name == "Solarize":
+        return threshold
+    if name == "SolarizeIncreasing":
+        return 256 - threshold
+    if name == "SolarizeAdd":
+        return np.minimum(128, np.trunc(level * 110))
+    if name == "Desaturate":
+        return np.clip(0.5 + 0.5 * level, 0.5, 1.0)
+    raise KeyError(name)
+
+
+def _pil_code(value: Any) -> int:
+    return int(getattr(value, "value", value))
+
+
+def _interp(resample: Any, where: str) -> int:
+    """Program filter for timm's ``resample`` (a PIL code, or a tuple timm picks from at random)."""
+    codes = [_pil_code(r) for r in resample] if isinstance(resample, (list, tuple)) else [_pil_code(resample)]
+    if any(c not in (_PIL_NEAREST, _PIL_BILINEAR, _PIL_BICUBIC) for c in codes):
+        raise ValueError(f"{where}: PIL's affine transform resamples with nearest, bilinear or bicubic only, "
+                         f"got resample={resample!r}")
+    if codes == [_PIL_NEAREST]:
+        return layout.FILTER_NEAREST
+    # bicubic (alone or as timm's random half) is resampled bilinearly: the program's warps are
+    # torchvision's grid_sample warps, which have nearest and bilinear modes only
+    return layout.FILTER_BILINEAR
+
+
+def _arg_column(op: int, name: str) -> int:
+    return layout.SLOT_M0 + layout.OP_ARGS[op][1].index(name)
+
+
+class _Op:
+    """One of timm's ``AugmentOp``s, read from its attributes."""
+
+    def __init__(self, name: str, prob: float, magnitude: float, magnitude_std: float,
+                 magnitude_max: float | None, hparams: dict[str, Any], fill: Sequence[float], interp: int) -> None:
+        self.name, self.prob, self.magnitude = name, float(prob), float(magnitude)
+        self.magnitude_std = float(magnitude_std)
+        self.upper = float(magnitude_max or _LEVEL_DENOM)
+        self.hparams = dict(hparams)
+        self.fill = tuple(float(f) for f in fill)
+        self.interp = interp
+
+    def __repr__(self) -> str:
+        return f"{self.name}(p={self.prob}, m={self.magnitude}, mstd={self.magnitude_std})"
+
+
+@register("timm.RandAugment",
+          semantics="timm.data.auto_augment's op table, per-op prob, magnitude noise, signs, weighted choice",
+          notes="drawn per sample; warps bilinear (timm's bicubic half too); no GaussianBlur ops")
+class TimmRandAugment(Transform):
+    """timm's RandAugment as an augment program of ``num_layers`` slots (see the module docstring).
+
+    ``ops`` is a list of dicts (``name``, ``prob``, ``magnitude``, ``hparams``) in
+    timm's ``AugmentOp`` terms; ``from_timm`` reads them off a timm object.
+    """
+
+    stage = "program"
+
+    def __init__(self, ops: Sequence[dict[str, Any]], num_layers: int = 2,
+                 choice_weights: Sequence[float] | None = None) -> None:
+        if not ops:
+            raise ValueError("RandAugment: no ops")
+        self.ops = [self._make_op(dict(op)) for op in ops]
+        self.num_layers = int(num_layers)
+        if self.num_layers < 0:
+            raise ValueError(f"RandAugment: num_layers must be >= 0, got {num_layers}")
+        if choice_weights is not None:
+            w = np.asarray(choice_weights, dtype=np.float64)
+            if w.shape != (len(self.ops),) or np.any(w < 0) or not np.isclose(w.sum(), 1.0):
+                raise ValueError("RandAugment: choice_weights must be one probability per op, summing to 1")
+            if np.count_nonzero(w) < self.num_layers:
+                raise ValueError("RandAugment: fewer ops with non-zero weight than num_layers "
+                                 "(ops are chosen without replacement when weighted)")
+            choice_weights = w
+        self.choice_weights = choice_weights
+        self.n_slots = self.num_layers
+        # per layer: op choice, prob check, two uniforms for the normal magnitude noise, sign
+        self.n_uniforms = 5 * self.num_layers
+
+    @staticmethod
+    def _make_op(op: dict[str, Any]) -> _Op:
+        name = op["name"]
+        if name in _REFUSED_OPS:
+            raise ValueError(f"RandAugment op {name} is not supported: {_REFUSED_OPS[name]}")
+        if name not in TIMM_RAND_AUGMENT_OPS:
+            raise ValueError(f"RandAugment: unknown op {name!r}; supported: {', '.join(TIMM_RAND_AUGMENT_OPS)}")
+        hparams = dict(op.get("hparams") or {})
+        fill = hparams.get("img_mean", _DEFAULT_FILL)
+        if isinstance(fill, (int, float)):
+            fill = (fill,) * 3
+        if len(fill) != 3:
+            raise ValueError(f"RandAugment: img_mean must have 3 values, got {fill!r}")
+        resample = hparams.get("interpolation", (_PIL_BILINEAR, _PIL_BICUBIC))
+        interp = _interp(resample, f"RandAugment op {name}") if name in _GEOMETRIC else layout.FILTER_BILINEAR
+        std = float(hparams.get("magnitude_std", 0) or 0)
+        if std < 0:
+            std = 0.0
+        return _Op(name, op.get("prob", 0.5), op.get("magnitude", 10), std,
+                   hparams.get("magnitude_max", None), hparams, fill, interp)
+
+    @classmethod
+    def from_timm(cls, t: Any) -> TimmRandAugment:
+        ops = [dict(name=op.name, prob=op.prob, magnitude=op.magnitude, hparams=op.hparams) for op in t.ops]
+        weights = None if t.choice_weights is None else list(np.asarray(t.choice_weights, dtype=np.float64))
+        return cls(ops, num_layers=t.num_layers, choice_weights=weights)
+
+    from_torchvision = from_timm
+
+    def update_state(self, state: StaticState) -> StaticState:
+        if state.dtype != torch.uint8:
+            raise ValueError("RandAugment works on the uint8 image (timm runs it on PIL images): "
+                             "put it before ToTensor/ToDtype/Normalize")
+        if state.size is None:
+            raise ValueError("RandAugment needs a fixed image size before it (timm runs it after "
+                             "RandomResizedCropAndInterpolation)")
+        return state
+
+    # ----------------------------------------------------------------- drawing
+
+    def make_params(self, geometry: G.BatchGeometry, u: np.ndarray | None) -> dict[str, np.ndarray]:
+        """``op``: index into ``self.ops`` per (sample, layer), -1 where the op does not apply;
+        ``level``: timm's level argument of that op (float64)."""
+        n = len(geometry)
+        layers = self.num_layers
+        op = np.full((n, layers), -1, dtype=np.int64)
+        level = np.zeros((n, layers), dtype=np.float64)
+        if layers == 0 or n == 0:
+            return {"op": op, "level": level}
+        u = np.asarray(u, dtype=np.float64).reshape(n, layers, 5)
+        chosen = self._choose(u[:, :, 0])
+        prob = np.array([o.prob for o in self.ops])[chosen]
+        mag = np.array([o.magnitude for o in self.ops])[chosen]
+        std = np.array([o.magnitude_std for o in self.ops])[chosen]
+        upper = np.array([o.upper for o in self.ops])[chosen]
+        # Box-Muller on (1 - u) in (0, 1], so the log is finite
+        normal = np.sqrt(-2.0 * np.log1p(-u[:, :, 2])) * np.cos(2.0 * math.pi * u[:, :, 3])
+        magnitude = mag.copy()
+        noisy = (std > 0) & np.isfinite(std)
+        magnitude[noisy] += std[noisy] * normal[noisy]
+        uniform = np.isinf(std)  # timm: an infinite std means uniform(0, magnitude)
+        magnitude[uniform] = mag[uniform] * u[:, :, 2][uniform]
+        magnitude = np.maximum(0.0, np.minimum(magnitude, upper))
+        negate = u[:, :, 4] > 0.5
+        for i, o in enumerate(self.ops):
+            mask = chosen == i
+            if mask.any():
+                level[mask] = _timm_level(o.name, magnitude[mask], negate[mask], o.hparams)
+        applied = (prob >= 1.0) | (u[:, :, 1] <= prob)
+        op = np.where(applied, chosen, -1)
+        return {"op": op, "level": np.where(applied, level, 0.0)}
+
+    def _choose(self, u: np.ndarray) -> np.ndarray:
+        n_ops = len(self.ops)
+        if self.choice_weights is None:
+            return np.minimum(np.floor(u * n_ops).astype(np.int64), n_ops - 1)
+        # numpy's choice(replace=False, p=w): successive draws from the renormalised remaining weights
+        w = np.broadcast_to(self.choice_weights, (u.shape[0], n_ops)).copy()
+        rows = np.arange(u.shape[0])
+        out = np.empty(u.shape, dtype=np.int64)
+        for k in range(u.shape[1]):
+            cdf = np.cumsum(w, axis=1)
+            cdf /= cdf[:, -1:]
+            pick = np.minimum((cdf <= u[:, k:k + 1]).sum(axis=1), n_ops - 1)
+            # never land on a zero-weight op through the clamp above
+            while True:
+                bad = w[rows, pick] == 0
+                if not bad.any():
+                    break
+                pick[bad] -= 1
+            out[:, k] = pick
+            w[rows, pick] = 0.0
+        return out
+
+    # ----------------------------------------------------------------- program
+
+    def write_slots(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray], slots: np.ndarray) -> None:
+        height = np.asarray(geometry.height, dtype=np.float64)
+        width = np.asarray(geometry.width, dtype=np.float64)
+        for k in range(self.num_layers):
+            for i, o in enumerate(self.ops):
+                mask = params["op"][:, k] == i
+                if mask.any():
+                    _write_op(o, params["level"][mask, k], height[mask], width[mask], slots, mask, k)
+
+    def extra_repr(self) -> str:
+        return f"num_layers={self.num_layers}, ops={self.ops}, weighted={self.choice_weights is not None}"
+
+
+def _affine_rows(name: str, level: np.ndarray, height: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """Centred inverse affine ``(a, b, c, d, e, f)`` per sample for timm's warp ``name``.
+
+    timm hands PIL a matrix from output to input pixel coordinates with the origin
+    at the top-left corner (``x_in = a x + b y + c``); the program's affine takes
+    it relative to the image centre: ``[A | A c0 + t - c0]`` for the centre ``c0``.
+    """
+    one, zero = np.ones_like(level), np.zeros_like(level)
+    if name == "ShearX":  # PIL (1, f, 0, 0, 1, 0)
+        return np.stack([one, level, level * height / 2, zero, one, zero], axis=1)
+    if name == "ShearY":  # PIL (1, 0, 0, f, 1, 0)
+        return np.stack([one, zero, zero, level, one, level * width / 2], axis=1)
+    if name in ("TranslateX", "TranslateXRel"):  # PIL (1, 0, px, 0, 1, 0)
+        px = level * width if name == "TranslateXRel" else level
+        return np.stack([one, zero, px, zero, one, zero], axis=1)
+    if name in ("TranslateY", "TranslateYRel"):  # PIL (1, 0, 0, 0, 1, py)
+        py = level * height if name == "TranslateYRel" else level
+        return np.stack([one, zero, zero, zero, one, py], axis=1)
+    if name == "Rotate":  # PIL's rotate(deg) about the centre: output -> input by angle -deg
+        angle = -np.radians(level)
+        cos, sin = np.cos(angle), np.sin(angle)
+        return np.stack([cos, sin, zero, -sin, cos, zero], axis=1)
+    raise KeyError(name)
+
+
+def _write_op(o: _Op, level: np.ndarray, height: np.ndarray, width: np.ndarray, slots: np.ndarray,
+              mask: np.ndarray, k: int) -> None:
+    """Write op ``o`` with timm level arguments ``level`` into slot ``k`` of the samples in ``mask``."""
+    rows = np.zeros((len(level), layout.SLOT_WIDTH), dtype=np.float64)
+    name = o.name
+
+    def put(op_name: str, **args: np.ndarray | float) -> None:
+        code = layout.op_code(op_name)
+        rows[:, layout.SLOT_OP] = code
+        for arg, value in args.items():
+            rows[:, _arg_column(code, arg)] = value
+
+    if name in _GEOMETRIC:
+        put("affine", **dict(zip("abcdef", _affine_rows(name, level, height, width).T)))
+        rows[:, layout.SLOT_INTERP] = o.interp
+        rows[:, layout.SLOT_FILL0:layout.SLOT_FILL2 + 1] = o.fill
+    elif name in ("AutoContrast", "Equalize", "Invert"):
+        put({"AutoContrast": "autocontrast", "Equalize": "equalize", "Invert": "invert"}[name])
+    elif name.startswith("Posterize"):
+        put("posterize", bits=level)
+        rows[level >= 8] = 0.0  # timm returns the image unchanged for 8 bits or more
+    elif name.startswith("Solarize") and name != "SolarizeAdd":
+        put("solarize", threshold=level)
+        rows[level > 255] = 0.0  # a threshold of 256 changes no uint8 value
+    elif name == "SolarizeAdd":
+        put("solarize_add", addition=level, threshold=128.0)
+    elif name == "Desaturate":
+        put("saturation", factor=np.clip(1.0 - level, 0.0, 1.0))
+    else:
+        base = name[: -len("Increasing")] if name.endswith("Increasing") else name
+        put({"Color": "saturation", "Contrast": "contrast", "Brightness": "brightness",
+             "Sharpness": "sharpness"}[base], factor=level)
+    slots[mask, k] = rows.astype(slots.dtype)
+
+
+def timm_random_erasing(t: Any) -> Transform:
+    """torchdali's RandomErasing for timm's ``RandomErasing`` ``t`` (see the module docstring)."""
+    from ._ops import RandomErasing  # torchvision's RandomErasing, the machinery timm's maps onto
+
+    mode = (t.mode or "const").lower()
+    if mode == "rand":
+        raise ValueError("timm RandomErasing(mode='rand') draws one normal colour per box; torchdali erases with "
+                         "a constant or per-pixel noise: use mode='const' or mode='pixel'")
+    if mode not in ("const", "pixel"):
+        raise ValueError(f"timm RandomErasing: unknown mode {t.mode!r}")
+    if t.max_count != 1 or t.min_count != 1:
+        raise ValueError(f"timm RandomErasing with count=({t.min_count}, {t.max_count}) erases several boxes per "
+                         "image; torchdali erases one box per image: use max_count=1 (re_count=1)")
+    lo, hi = t.log_aspect_ratio
+    return RandomErasing(p=float(t.probability), scale=(float(t.min_area), float(t.max_area)),
+                         ratio=(math.exp(lo), math.exp(hi)), value="random" if mode == "pixel" else 0.0)
