@@ -3,6 +3,10 @@
 * ``resized_crop.py``: the fused crop + resize + flip + normalise + cast launcher
   and its reference; the kernel is composed of the stages in ``stages/`` and their
   torch twins are in ``reference.py``.
+* ``augment.py``: one slot of the augment program (per-sample photometric ops
+  and warps of a uint8 batch) and the ``image_stats`` it needs, with references.
+* ``finish.py``: normalise + cast + layout + RandomErasing of a uint8 batch (the
+  epilogue after an augment program) and its reference.
 * ``scan_check.py``: the batched scan-marker check of compressed JPEG data.
 * ``layout.py``: the named columns of the per-sample parameters.
 * ``_triton.py``: lazy import of Triton, interpret mode, launch settings.
@@ -14,6 +18,10 @@ RuntimeError).
 from . import layout
 from ._triton import LaunchSettings
 from .layout import NUM_PARAMS
+from .augment import augment_slot_reference, fused_augment_slot, image_stats, image_stats_reference
+from .finish import finish_reference, fused_finish
 from .resized_crop import fused_resized_crop, resized_crop_reference
 
-__all__ = ["LaunchSettings", "NUM_PARAMS", "fused_resized_crop", "layout", "resized_crop_reference"]
+__all__ = ["LaunchSettings", "NUM_PARAMS", "augment_slot_reference", "finish_reference", "fused_augment_slot",
+           "fused_finish", "fused_resized_crop", "image_stats", "image_stats_reference", "layout",
+           "resized_crop_reference"]

@@ -17,6 +17,7 @@ def resized_crop_kernel(
     shapes_ptr,  # int32/int64 [B, 3] contiguous: H, W, C
     params_ptr,  # float32 [B, layout.NUM_PARAMS] contiguous
     affine_ptr,  # float32 [6]: scale[0..2], bias[0..2]
+    erase_ptr,  # float32 [3]: the erase value (read when ERASE == 1)
     out_ptr,
     n_data,  # number of elements in data; bounds every image read
     out_h,
@@ -30,6 +31,7 @@ def resized_crop_kernel(
     ANTIALIAS: tl.constexpr,
     QUANTIZE: tl.constexpr,
     OUT_UINT8: tl.constexpr,
+    ERASE: tl.constexpr,  # 0: no erasing, 1: erase with erase_ptr's value, 2: with noise
     BLOCK_H: tl.constexpr,
     BLOCK_W: tl.constexpr,
 ):
@@ -69,6 +71,7 @@ def resized_crop_kernel(
     # colour: the per-sample colour program at the output size
     v0, v1, v2 = colour.colour(v0, v1, v2)
 
-    # epilogue: quantise, scale and bias, cast, store
+    # epilogue: quantise, scale and bias, erase, cast, store
     epilogue.epilogue(out_ptr, b64, rows, cols, row_in[:, None] & col_in[None, :],
-                      stride_ob, stride_oc, stride_oh, stride_ow, affine_ptr, v0, v1, v2, QUANTIZE, OUT_UINT8)
+                      stride_ob, stride_oc, stride_oh, stride_ow, affine_ptr, v0, v1, v2, QUANTIZE, OUT_UINT8,
+                      p, erase_ptr, out_h, out_w, ERASE)

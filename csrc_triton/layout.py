@@ -34,7 +34,10 @@ photometric ops, reductions) run after the fused kernel as a sequence of
 ``SLOT_OP`` holds the op code (``OP_*`` below) and ``SLOT_M0..SLOT_M7`` its
 arguments, named per op in ``OP_ARGS``. ``SLOT_INTERP`` and ``SLOT_FILL0..2``
 are the interpolation (``FILTER_NEAREST`` or ``FILTER_BILINEAR``) and fill of
-the warps.
+the warps: ``fill0..2`` are the per-channel fill values (0..255) that
+torchvision's ``fill=[f0, f1, f2]`` gives; ``fill0 = NaN`` stands for
+``fill=None`` (no mask channel: bilinear taps outside the image read 0 and are
+not re-filled), which is what the auto-augment policies use by default.
 
 Interpolation codes (``FILTER_*``) are compile-time switches of the samplers.
 """

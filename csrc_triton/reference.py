@@ -9,11 +9,13 @@ their names in ``layout.py``.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from . import layout
 
-__all__ = ["axis_taps", "clamp_region", "colour", "epilogue", "filter_width", "sample", "source"]
+__all__ = ["axis_taps", "clamp_region", "colour", "epilogue", "erase", "filter_width", "philox_normal", "sample", "source"]
 
 
 # --------------------------------------------------------------------------- #
@@ -150,16 +152,466 @@ def colour(values: torch.Tensor) -> torch.Tensor:
 
 
 def epilogue(values: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, quantize: bool,
-             dst: torch.Tensor) -> None:
+             dst: torch.Tensor, erase_args: tuple | None = None) -> None:
     """Write ``[out_h, out_w, 3]`` float32 ``values`` into ``dst`` (an HWC view of one
     output sample): optionally rounded to an integer in [0, 255] first, then
-    ``values * scale + bias`` per channel, rounded and saturated for a uint8 ``dst``."""
+    ``values * scale + bias`` per channel, then the :func:`erase` box (``erase_args``
+    = ``(box, value, seed)``, None for none) in that output value space, rounded and
+    saturated for a uint8 ``dst``."""
     if quantize:
         values = values.clamp_(0.0, 255.0).add_(0.5).floor_()
     if dst.dtype == torch.float32:
         torch.addcmul(bias, values, scale, out=dst)
+        if erase_args is not None:
+            erase(dst.permute(2, 0, 1), *erase_args)
         return
     o = torch.addcmul(bias, values, scale)
+    if erase_args is not None:
+        erase(o.permute(2, 0, 1), *erase_args)
     if dst.dtype == torch.uint8:
         o = o.clamp_(0.0, 255.0).add_(0.5).floor_()
     dst.copy_(o)
+
+
+# --------------------------------------------------------------------------- #
+# erase (epilogue): RandomErasing's box, with a constant or Philox noise
+# --------------------------------------------------------------------------- #
+
+# Philox-4x32-10 constants (Salmon et al., "Parallel random numbers: as easy as
+# 1, 2, 3"), the generator `stages/epilogue.py: philox_normal` runs per pixel.
+_PHILOX_ROUND_A, _PHILOX_ROUND_B = 0xD2511F53, 0xCD9E8D57
+_PHILOX_KEY_A, _PHILOX_KEY_B = 0x9E3779B9, 0xBB67AE85
+_M32 = 0xFFFFFFFF
+
+
+def philox_normal(seed: int, offset: torch.Tensor) -> torch.Tensor:
+    """Standard normal float32 noise for int64 counters ``offset`` under key ``seed``.
+
+    Philox-4x32 with 10 rounds on the counter ``(offset, 0, 0, 0)`` and key
+    ``(seed mod 2**32, 0)``; the first two words become uniforms
+    ``u = (x if x >= 0 else ~x) * 4.6566127342e-10`` (as signed int32) and one
+    Box-Muller draw ``sqrt(-2 log max(u1, 1e-7)) * cos(2 pi u2)``. Same integers
+    as the kernel; the float transcendental functions agree to a few ulp.
+    """
+    c0 = offset.to(torch.int64) & _M32
+    c1 = torch.zeros_like(c0)
+    c2 = torch.zeros_like(c0)
+    c3 = torch.zeros_like(c0)
+    k0, k1 = int(seed) & _M32, 0
+    for _ in range(10):
+        # 32x32 -> 64-bit products in int64 would overflow for the high words;
+        # split one factor in 16-bit halves.
+        hi_b, lo_b = _mul_hi_lo(_PHILOX_ROUND_B, c2)
+        hi_a, lo_a = _mul_hi_lo(_PHILOX_ROUND_A, c0)
+        c0, c1, c2, c3 = hi_b ^ c1 ^ k0, lo_b, hi_a ^ c3 ^ k1, lo_a
+        k0 = (k0 + _PHILOX_KEY_A) & _M32
+        k1 = (k1 + _PHILOX_KEY_B) & _M32
+    u1, u2 = _uniform(c0), _uniform(c1)
+    u1 = torch.clamp_min(u1, 1.0e-7)
+    r = torch.sqrt(-2.0 * torch.log(u1))
+    return r * torch.cos(u2 * 6.283185307179586)
+
+
+def _mul_hi_lo(a: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """High and low 32-bit words of ``a * x`` for a 32-bit constant ``a`` and words ``x``."""
+    a_lo, a_hi = a & 0xFFFF, a >> 16
+    lo_part = a_lo * x  # < 2**48: exact in int64
+    hi_part = a_hi * x
+    total_lo = lo_part + ((hi_part & 0xFFFF) << 16)
+    hi = (hi_part >> 16) + (total_lo >> 32)
+    return hi & _M32, total_lo & _M32
+
+
+def _uniform(x: torch.Tensor) -> torch.Tensor:
+    signed = torch.where(x >= 2**31, x - 2**32, x)
+    signed = torch.where(signed < 0, -signed - 1, signed)  # ~x on a negative int32
+    return signed.to(torch.float32) * 4.6566127342e-10
+
+
+def erase(values: torch.Tensor, box: tuple[int, int, int, int], value: torch.Tensor | None,
+          seed: int | None) -> None:
+    """Overwrite the box ``(y0, y1, x0, x1)`` of the ``[3, H, W]`` float32 output-space
+    ``values`` in place with ``value`` (3 floats) or, when ``seed`` is given, with
+    :func:`philox_normal` noise keyed by ``seed`` and each pixel's index ``(c*H + y)*W + x``."""
+    _, H, W = values.shape
+    y0, y1, x0, x1 = (max(0, v) for v in box)
+    y1, x1 = min(y1, H), min(x1, W)
+    if y1 <= y0 or x1 <= x0:
+        return
+    if seed is not None:
+        c = torch.arange(3, device=values.device)[:, None, None]
+        y = torch.arange(y0, y1, device=values.device)[None, :, None]
+        x = torch.arange(x0, x1, device=values.device)[None, None, :]
+        values[:, y0:y1, x0:x1] = philox_normal(seed, (c * H + y) * W + x)
+    else:
+        values[:, y0:y1, x0:x1] = value.to(values.dtype).view(3, 1, 1)
+
+
+ERASE_NONE, ERASE_VALUE, ERASE_RANDOM = 0, 1, 2
+
+
+def erase_mode(erase_value: Sequence[float] | torch.Tensor | None, erase_random: bool) -> int:
+    """The epilogue's compile-time erase switch: none, a constant, or noise."""
+    if erase_random and erase_value is not None:
+        raise ValueError("give either erase_value or erase_random=True, not both")
+    return ERASE_RANDOM if erase_random else ERASE_NONE if erase_value is None else ERASE_VALUE
+
+
+def erase_args(params: torch.Tensor, b: int, mode: int, value: torch.Tensor | None) -> tuple | None:
+    """``reference.erase``'s arguments for sample ``b`` (None when nothing is erased)."""
+    if mode == ERASE_NONE:
+        return None
+    row = params[b].cpu()
+    seed = int(row[layout.ERASE_SEED].item()) if mode == ERASE_RANDOM else None
+    return erase_box(row), value, seed
+
+
+def erase_box(params_row: torch.Tensor) -> tuple[int, int, int, int]:
+    """The integer erase box ``(y0, y1, x0, x1)`` of one row of ``params`` (truncated
+    toward zero, as the kernel converts the float32 columns)."""
+    cols = (layout.ERASE_Y0, layout.ERASE_Y1, layout.ERASE_X0, layout.ERASE_X1)
+    return tuple(int(params_row[c].item()) for c in cols)  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- #
+# augment program: twins of stages/colour.py (photometric ops) and stages/warp.py
+# --------------------------------------------------------------------------- #
+#
+# Each function maps one uint8 [3, H, W] image to a new one, with the float32
+# order of operations of torchvision.transforms.v2.functional on a uint8 tensor.
+
+# ITU-R 601-2 luma weights, as float32 (torchvision's rgb_to_grayscale).
+GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
+# float32(1 / 255) and the float -> uint8 scale (255 + 1 - 1e-3) of to_dtype(scale=True).
+INV_255 = 1.0 / 255.0
+TO_UINT8_SCALE = 255.0 + 1.0 - 1e-3
+
+
+def _f32(v: float) -> float:
+    """``v`` rounded to float32 (a scalar the kernel holds in a float32 register)."""
+    return float(torch.tensor(v, dtype=torch.float32))
+
+
+def fma(a: torch.Tensor, b: float | torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """``a * b + c`` rounded once to float32, like a fused multiply-add.
+
+    torch's CPU and CUDA kernels compute ``x.add_(y, alpha=s)`` as ``fma(y, s, x)``;
+    the products here (8-bit pixel times float32) and sums fit in float64, so one
+    rounding from float64 is the fused result.
+    """
+    b64 = b.double() if isinstance(b, torch.Tensor) else float(b)
+    return (a.double() * b64 + c.double()).float()
+
+
+def luma(img: torch.Tensor) -> torch.Tensor:
+    """``0.2989 r + 0.587 g + 0.114 b`` of a ``[3, H, W]`` image in float32, rounded as
+    ``r * 0.2989`` then two fused multiply-adds."""
+    f = img.float()
+    wr, wg, wb = (_f32(w) for w in GRAY_WEIGHTS)
+    return fma(f[2], wb, fma(f[1], wg, f[0] * wr))
+
+
+def truncate_uint8(v: torch.Tensor) -> torch.Tensor:
+    """Clamp to [0, 255] and truncate toward zero (``.clamp_(0, 255).to(uint8)``)."""
+    return v.clamp(0.0, 255.0).to(torch.uint8)
+
+
+def blend(img: torch.Tensor, other: torch.Tensor | float, ratio: float) -> torch.Tensor:
+    """torchvision's ``_blend`` on uint8: ``fma(other, 1 - ratio, img * ratio)``, clamped and
+    truncated to uint8 (``other`` broadcasts: a grayscale plane or a scalar mean)."""
+    ratio = _f32(ratio)
+    other = other if isinstance(other, torch.Tensor) else torch.tensor(other, dtype=torch.float32)
+    out = fma(other.float().expand_as(img), _f32(1.0 - ratio), img.float() * ratio)
+    return truncate_uint8(out)
+
+
+def brightness(img: torch.Tensor, factor: float) -> torch.Tensor:
+    """``clamp(x * factor, 0, 255)`` truncated to uint8."""
+    return truncate_uint8(img.float() * _f32(factor))
+
+
+def contrast_mean(img: torch.Tensor) -> torch.Tensor:
+    """Mean of the floored luma of one image, as float32: an integer sum (exact) over
+    the float32 pixel count (what ``image_stats`` computes for contrast)."""
+    total = luma(img).floor().to(torch.int64).sum()
+    return total.to(torch.float32) / float(img.shape[-2] * img.shape[-1])
+
+
+def contrast(img: torch.Tensor, factor: float, mean: torch.Tensor | None = None) -> torch.Tensor:
+    """Blend with the mean of the floored luma (``mean`` from :func:`contrast_mean`)."""
+    return blend(img, contrast_mean(img) if mean is None else mean, factor)
+
+
+def saturation(img: torch.Tensor, factor: float) -> torch.Tensor:
+    """Blend with the floored luma plane."""
+    return blend(img, luma(img).floor(), factor)
+
+
+def rgb_to_hsv(rgb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Hue (in [0, 1)), saturation and value of float32 RGB in [0, 1], as torchvision's
+    ``_rgb_to_hsv`` (Pillow's formulas; grey pixels get hue and saturation 0)."""
+    r, g, b = rgb.unbind(0)
+    maxc = torch.maximum(torch.maximum(r, g), b)
+    minc = torch.minimum(torch.minimum(r, g), b)
+    eqc = maxc == minc
+    cr = maxc - minc
+    s = cr / torch.where(eqc, 1.0, maxc)
+    div = torch.where(eqc, 1.0, cr)
+    rc, gc, bc = (maxc - r) / div, (maxc - g) / div, (maxc - b) / div
+    is_r = maxc == r
+    is_g = (maxc == g) & ~is_r
+    is_b = ~is_r & ~is_g
+    # one of the three sector formulas, the others multiplied by 0 (exact)
+    h = (bc - gc) * is_r + (rc + 2.0 - bc) * is_g + (gc + 4.0 - rc) * is_b
+    h = torch.fmod(h * _f32(1.0 / 6.0) + 1.0, 1.0)
+    return h, s, maxc
+
+
+def hsv_to_rgb(h: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Float32 RGB ``[3, H, W]`` of hue/saturation/value, as torchvision's ``_hsv_to_rgb``."""
+    h6 = h * 6.0
+    i = torch.floor(h6)
+    f = h6 - i
+    i = i.to(torch.int32).remainder(6)
+    sxf = s * f
+    q = ((1.0 - sxf) * v).clamp(0.0, 1.0)
+    t = ((sxf + (1.0 - s)) * v).clamp(0.0, 1.0)
+    p = ((1.0 - s) * v).clamp(0.0, 1.0)
+    # sector i -> (r, g, b) among (v, p, q, t)
+    table = ((v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q))
+    out = torch.empty((3,) + h.shape, dtype=torch.float32, device=h.device)
+    for c in range(3):
+        acc = torch.zeros_like(h)
+        for k in range(6):
+            acc = torch.where(i == k, table[k][c], acc)
+        out[c] = acc
+    return out
+
+
+def hue(img: torch.Tensor, factor: float) -> torch.Tensor:
+    """Rotate the hue by ``factor`` (in [-0.5, 0.5]) in float32 HSV; ``x / 255`` in
+    (as ``x * float32(1/255)``), ``trunc(y * 255.999)`` out."""
+    x = img.float() * _f32(INV_255)
+    h, s, v = rgb_to_hsv(x)
+    h = torch.remainder(h + _f32(factor), 1.0)
+    return (hsv_to_rgb(h, s, v) * _f32(TO_UINT8_SCALE)).to(torch.uint8)
+
+
+def grayscale(img: torch.Tensor) -> torch.Tensor:
+    """The luma, truncated to uint8, in all three channels."""
+    return luma(img).to(torch.uint8).expand_as(img).clone()
+
+
+def invert(img: torch.Tensor) -> torch.Tensor:
+    """``255 - x``."""
+    return 255 - img
+
+
+def posterize_mask(bits: float) -> int:
+    """The bit mask that keeps the top ``bits`` bits of a uint8 value (``bits >= 8``: all)."""
+    n = min(max(int(bits), 0), 8)
+    return ((1 << n) - 1) << (8 - n)
+
+
+def posterize(img: torch.Tensor, bits: float) -> torch.Tensor:
+    """``x & mask``, keeping the ``bits`` most significant bits."""
+    return img & posterize_mask(bits)
+
+
+def solarize(img: torch.Tensor, threshold: float) -> torch.Tensor:
+    """``255 - x`` where ``x >= threshold`` (compared in float32)."""
+    return torch.where(img.float() >= _f32(threshold), 255 - img, img)
+
+
+def solarize_add(img: torch.Tensor, addition: float, threshold: float) -> torch.Tensor:
+    """timm's SolarizeAdd: ``min(x + addition, 255)`` where ``x < threshold``, clamped at 0
+    and truncated to uint8 (an integer ``addition`` is exact)."""
+    f = img.float()
+    return torch.where(f < _f32(threshold), truncate_uint8(f + _f32(addition)), img)
+
+
+def sharpness(img: torch.Tensor, factor: float) -> torch.Tensor:
+    """Blend of the image with its 3x3 smoothed version (weights 1/13, centre 5/13,
+    rounded half to even) by ``factor``, as ``fma(smooth - x, 1 - factor, x)``, on the
+    interior only; the one-pixel border is kept (as is an image with a side <= 2)."""
+    _, H, W = img.shape
+    if H <= 2 or W <= 2:
+        return img.clone()
+    f = img.float()
+    a, b = _f32(1.0 / 13.0), _f32(5.0 / 13.0)
+    acc = torch.zeros((3, H - 2, W - 2), dtype=torch.float32, device=img.device)
+    for dy in range(3):
+        for dx in range(3):
+            acc = acc + f[:, dy:dy + H - 2, dx:dx + W - 2] * (b if dy == dx == 1 else a)
+    smooth = torch.round(acc)
+    centre = f[:, 1:-1, 1:-1]
+    out = f.clone()
+    out[:, 1:-1, 1:-1] = fma(smooth - centre, _f32(1.0 - _f32(factor)), centre)
+    return truncate_uint8(out)
+
+
+def autocontrast(img: torch.Tensor, lo: torch.Tensor | None = None, hi: torch.Tensor | None = None) -> torch.Tensor:
+    """Per channel, ``(x - min) / ((max - min) * float32(1/255))`` clamped and truncated;
+    a flat channel is kept. ``lo``/``hi`` are the per-channel min/max (computed when None)."""
+    f = img.float()
+    lo = f.amin(dim=(1, 2)) if lo is None else lo.float()
+    hi = f.amax(dim=(1, 2)) if hi is None else hi.float()
+    flat = hi == lo
+    inv_scale = torch.where(flat, 1.0, (hi - lo) * _f32(INV_255))
+    lo = torch.where(flat, 0.0, lo)
+    return truncate_uint8((f - lo.view(3, 1, 1)) / inv_scale.view(3, 1, 1))
+
+
+def histogram(img: torch.Tensor) -> torch.Tensor:
+    """Per-channel 256-bin histograms ``[3, 256]`` int32 of a uint8 ``[3, H, W]`` image."""
+    return torch.stack([torch.bincount(c.reshape(-1).to(torch.int64), minlength=256) for c in img]).to(torch.int32)
+
+
+def equalize_lut(hist: torch.Tensor) -> torch.Tensor:
+    """Pillow's equalize lookup tables from histograms ``[..., 256]`` (int), as int32.
+
+    ``step = (n - count of the largest value present) // 255``; ``lut[0] = 0`` and
+    ``lut[k] = min((cumsum[k - 1] + step // 2) // step, 255)``; a channel with
+    ``step == 0`` maps every value to itself.
+    """
+    hist = hist.to(torch.int64)
+    n = hist.sum(-1, keepdim=True)
+    cum = hist.cumsum(-1)
+    last = torch.where(hist > 0, torch.arange(256, device=hist.device), -1).amax(-1, keepdim=True)
+    step = (n - hist.gather(-1, last.clamp_min(0))) // 255
+    lut = ((cum[..., :-1] + step // 2) // step.clamp_min(1)).clamp(0, 255)
+    lut = torch.cat([torch.zeros_like(lut[..., :1]), lut], dim=-1)
+    identity = torch.arange(256, device=hist.device).expand_as(lut)
+    return torch.where(step > 0, lut, identity).to(torch.int32)
+
+
+def equalize(img: torch.Tensor, lut: torch.Tensor | None = None) -> torch.Tensor:
+    """Map each channel through its :func:`equalize_lut` (``lut`` ``[3, 256]``; computed when None)."""
+    lut = equalize_lut(histogram(img)) if lut is None else lut
+    return torch.gather(lut.to(torch.int64), 1, img.reshape(3, -1).to(torch.int64)).reshape(img.shape).to(torch.uint8)
+
+
+def gaussian_weights(size: torch.Tensor, sigma: torch.Tensor, width: int) -> torch.Tensor:
+    """1-D Gaussian kernels ``[N, width]`` float32 for odd ``size`` ``[N]`` and ``sigma`` ``[N]``.
+
+    As torchvision's ``_get_gaussian_kernel1d``: ``x`` = ``size`` points evenly spaced
+    over ``[-lim, lim]``, ``lim = (size - 1) / (2 sqrt 2)`` (torch.linspace's float32
+    formula: ``start + step * i`` on the first half, ``end - step * (size - 1 - i)``
+    on the second), then ``softmax(-(x / sigma)**2)``, the sum taken left to right and
+    applied as a multiplication by its reciprocal. Taps past ``size`` are 0.
+    """
+    dev = size.device
+    k = size.to(torch.int64).clamp(1, width)
+    lim = ((k.double() - 1.0) / (2.0 * 2.0 ** 0.5)).float()
+    start, end = -lim, lim
+    step = (end - start) / (k - 1).clamp_min(1).float()
+    i = torch.arange(width, device=dev)[None, :]
+    kk = k[:, None]
+    first = start[:, None] + step[:, None] * i.float()
+    second = end[:, None] - step[:, None] * (kk - 1 - i).float()
+    x = torch.where(i < kk // 2, first, second)
+    x = torch.where(kk == 1, start[:, None], x)
+    z = -((x / sigma.float()[:, None]) ** 2)
+    valid = i < kk
+    z = torch.where(valid, z, -float("inf"))
+    e = torch.exp(z - z.amax(dim=1, keepdim=True))
+    total = torch.zeros_like(e[:, 0])
+    for t in range(width):
+        total = total + e[:, t]
+    return e * (1.0 / total)[:, None]
+
+
+def reflect_index(i: torch.Tensor, n: int) -> torch.Tensor:
+    """Reflect-padding source index (``-1 -> 1``, ``n -> n - 2``) for offsets below ``n``."""
+    i = torch.where(i < 0, -i, i)
+    return torch.where(i > n - 1, 2 * (n - 1) - i, i)
+
+
+def gaussian_blur(img: torch.Tensor, wy: torch.Tensor, wx: torch.Tensor) -> torch.Tensor:
+    """Separable Gaussian kernel ``wy[:, None] * wx[None, :]`` (float32 products) applied
+    with reflect padding, the taps summed row by row, left to right; rounded half to
+    even. ``wy``/``wx`` are the 1-D kernels of :func:`gaussian_weights` (odd lengths)."""
+    _, H, W = img.shape
+    ky, kx = wy.numel(), wx.numel()
+    f = img.float()
+    ys = reflect_index(torch.arange(H, device=img.device)[:, None] + torch.arange(ky, device=img.device) - ky // 2, H)
+    xs = reflect_index(torch.arange(W, device=img.device)[:, None] + torch.arange(kx, device=img.device) - kx // 2, W)
+    acc = torch.zeros_like(f)
+    for ty in range(ky):
+        rows = f[:, ys[:, ty]]
+        for tx in range(kx):
+            acc = acc + rows[:, :, xs[:, tx]] * (wy[ty] * wx[tx])
+    return torch.round(acc).to(torch.uint8)
+
+
+def warp_grid(matrix: torch.Tensor, H: int, W: int, perspective: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Normalised sampling grid ``(gx, gy)`` ``[H, W]`` float32 of an affine or perspective warp.
+
+    Affine (torchvision's ``_affine_grid``): output pixel centres relative to the image
+    centre, ``x = j - (W - 1) / 2``, ``y = i - (H - 1) / 2``, mapped by the inverse matrix
+    ``m0..m5`` after dividing its rows by ``W / 2`` and ``H / 2``:
+    ``gx = x * (m0 / (W/2)) + y * (m1 / (W/2)) + m2 / (W/2)``.
+    Perspective (``_perspective_grid``): ``x = j + 0.5``, ``y = i + 0.5``,
+    ``gx = (x * (m0 / (W/2)) + y * (m1 / (W/2)) + m2 / (W/2)) / (m6 x + m7 y + 1) - 1``
+    (and ``gy`` with ``m3..m5`` and ``H/2``).
+    """
+    m = [matrix[i].float() for i in range(8)]
+    dev = matrix.device
+    j = torch.arange(W, device=dev, dtype=torch.float32)[None, :]
+    i = torch.arange(H, device=dev, dtype=torch.float32)[:, None]
+    hw, hh = torch.tensor(0.5 * W, dtype=torch.float32), torch.tensor(0.5 * H, dtype=torch.float32)
+    if perspective:
+        x, y = j + 0.5, i + 0.5
+    else:
+        x, y = j - (W - 1) * 0.5, i - (H - 1) * 0.5
+    gx = x * (m[0] / hw) + y * (m[1] / hw) + m[2] / hw
+    gy = x * (m[3] / hh) + y * (m[4] / hh) + m[5] / hh
+    if perspective:
+        den = x * m[6] + y * m[7] + 1.0
+        gx, gy = gx / den - 1.0, gy / den - 1.0
+    return gx.expand(H, W), gy.expand(H, W)
+
+
+def warp(img: torch.Tensor, matrix: torch.Tensor, perspective: bool, interp: int,
+         fill: torch.Tensor | None) -> torch.Tensor:
+    """``grid_sample(align_corners=False, padding_mode="zeros")`` of a uint8 ``[3, H, W]``
+    image on :func:`warp_grid`, as torchvision's ``_apply_grid_transform``.
+
+    Source position ``ix = (gx + 1) * (W / 2) - 0.5``. Nearest: the pixel at
+    ``round_half_even(ix)``; bilinear: the four neighbours with weights from the
+    fractional parts, summed nw, ne, sw, se. Taps outside the image read 0. With a
+    ``fill`` (3 floats), the same weights on an all-ones image give ``mask``; nearest
+    uses ``fill`` where ``mask < 0.5``, bilinear ``(v - fill) * mask + fill``. The result
+    is rounded half to even.
+    """
+    _, H, W = img.shape
+    gx, gy = warp_grid(matrix, H, W, perspective)
+    ix = (gx + 1.0) * (W * 0.5) - 0.5
+    iy = (gy + 1.0) * (H * 0.5) - 0.5
+    f = img.float()
+
+    def tap(yy: torch.Tensor, xx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        inside = (xx >= 0) & (xx <= W - 1) & (yy >= 0) & (yy <= H - 1)
+        yc = yy.clamp(0, H - 1).to(torch.int64)
+        xc = xx.clamp(0, W - 1).to(torch.int64)
+        return torch.where(inside, f[:, yc, xc], 0.0), inside.float()
+
+    if interp == layout.FILTER_NEAREST:
+        v, mask = tap(torch.round(iy), torch.round(ix))
+        if fill is not None:
+            v = torch.where(mask < 0.5, fill.float().view(3, 1, 1), v)
+    else:
+        x0, y0 = torch.floor(ix), torch.floor(iy)
+        wx1, wy1 = ix - x0, iy - y0
+        wx0, wy0 = 1.0 - wx1, 1.0 - wy1
+        v = torch.zeros_like(f)
+        mask = torch.zeros_like(ix)
+        for yy, xx, w in ((y0, x0, wy0 * wx0), (y0, x0 + 1, wy0 * wx1),
+                          (y0 + 1, x0, wy1 * wx0), (y0 + 1, x0 + 1, wy1 * wx1)):
+            tv, inside = tap(yy, xx)
+            v = v + tv * w
+            mask = mask + inside * w
+        if fill is not None:
+            fv = fill.float().view(3, 1, 1)
+            v = (v - fv) * mask + fv
+    return torch.round(v).clamp(0.0, 255.0).to(torch.uint8)

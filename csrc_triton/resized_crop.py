@@ -208,6 +208,8 @@ def fused_resized_crop(
     channels_last: bool = False,
     antialias: bool = True,
     quantize: bool = True,
+    erase_value: Sequence[float] | torch.Tensor | None = None,
+    erase_random: bool = False,
     out: torch.Tensor | None = None,
     launch: _triton.LaunchSettings | None = None,
 ) -> torch.Tensor:
@@ -236,6 +238,14 @@ def fused_resized_crop(
         antialias: widen the filter when downscaling (torchvision's default).
         quantize: round the resampled value to an integer in ``[0, 255]`` before
             ``scale``/``bias``, as torchvision does when resizing a uint8 image.
+        erase_value: RandomErasing with a constant: inside each sample's box
+            ``[erase_y0, erase_y1) x [erase_x0, erase_x1)`` of the output (epilogue
+            columns of ``params``, truncated to integers; empty when ``erase_y1 <=
+            erase_y0``) the value after ``scale``/``bias`` is replaced by
+            ``erase_value[c]`` (3 floats, in the output's value space) before the cast.
+        erase_random: erase with standard normal noise instead (Philox keyed by the
+            sample's ``erase_seed``, counter ``(c * out_h + y) * out_w + x``; see
+            ``reference.philox_normal``). Without either, nothing is erased.
         out: optional preallocated ``[B, 3, out_h, out_w]`` output of dtype
             ``out_dtype`` on the data's device; any strides.
         launch: tile shape and warps to use instead of
@@ -260,6 +270,9 @@ def fused_resized_crop(
         check_values=device is not None and device.type == "cpu",
     )
     B = a.params.shape[0]
+    mode = reference.erase_mode(erase_value, erase_random)
+    erase_t = (_affine_values("erase_value", erase_value, a.data.device) if mode == reference.ERASE_VALUE
+               else a.affine)
     if B == 0 or a.out_h == 0 or a.out_w == 0:
         return a.out
     kernel = _triton.kernel("_resized_crop_kernel", "resized_crop_kernel", a.data.device,
@@ -272,12 +285,13 @@ def fused_resized_crop(
     # Triton launches on the current CUDA device, which need not be the data's.
     with torch.cuda.device(a.data.device) if a.data.device.type == "cuda" else nullcontext():
         kernel[grid](
-            a.data, a.offsets, a.shapes, a.params, a.affine, a.out,
+            a.data, a.offsets, a.shapes, a.params, a.affine, erase_t, a.out,
             a.data.numel(), a.out_h, a.out_w, n_tiles_w, n_tiles,
             so[0], so[1], so[2], so[3],
             ANTIALIAS=bool(antialias),
             QUANTIZE=bool(quantize),
             OUT_UINT8=out_dtype == torch.uint8,
+            ERASE=mode,
             BLOCK_H=s.block_h,
             BLOCK_W=s.block_w,
             num_warps=s.num_warps,
@@ -304,6 +318,8 @@ def resized_crop_reference(
     channels_last: bool = False,
     antialias: bool = True,
     quantize: bool = True,
+    erase_value: Sequence[float] | torch.Tensor | None = None,
+    erase_random: bool = False,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Plain-torch twin of :func:`fused_resized_crop` (same arguments and result).
@@ -317,6 +333,8 @@ def resized_crop_reference(
         check_values=True,
     )
     B = a.params.shape[0]
+    mode = reference.erase_mode(erase_value, erase_random)
+    value = _affine_values("erase_value", erase_value, a.data.device) if mode == reference.ERASE_VALUE else None
     if B == 0 or a.out_h == 0 or a.out_w == 0:
         return a.out
     shapes_l = a.shapes.tolist()
@@ -332,5 +350,6 @@ def resized_crop_reference(
         v = reference.sample(pixels, idx_y[b, :, : ty[b]], w_y[b, :, : ty[b]],
                              idx_x[b, :, : tx[b]], w_x[b, :, : tx[b]])
         v = reference.colour(v)
-        reference.epilogue(v, scale_t, bias_t, quantize, a.out[b].permute(1, 2, 0))
+        reference.epilogue(v, scale_t, bias_t, quantize, a.out[b].permute(1, 2, 0),
+                           reference.erase_args(a.params, b, mode, value))
     return a.out

@@ -96,7 +96,10 @@ def _geom(
 
 
 def _params(rows: list[list[float]]) -> torch.Tensor:
-    return torch.tensor(rows, dtype=torch.float32).reshape(-1, NUM_PARAMS)
+    """Rows of geometry columns, the later blocks (epilogue: no erasing) zero-filled."""
+    t = torch.tensor(rows, dtype=torch.float32)
+    t = t.reshape(-1, t.shape[-1]) if t.numel() else t.reshape(0, NUM_PARAMS)
+    return torch.nn.functional.pad(t, (0, NUM_PARAMS - t.shape[1]))
 
 
 # Kernel vs reference. uint8: |diff| <= 1 and at most 1% of pixels off.
@@ -600,7 +603,7 @@ class _Block:
 sys.meta_path.insert(0, _Block())
 import csrc_triton as k
 args = (torch.zeros(12, dtype=torch.uint8), torch.tensor([0]), torch.tensor([[2, 2, 3]]),
-        torch.tensor([[0, 0, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2]], dtype=torch.float32), (2, 2), [1, 1, 1], [0, 0, 0])
+        torch.tensor([[0, 0, 1, 1, 0, 2, 0, 2, 0, 2, 0, 2] + [0] * (k.NUM_PARAMS - 12)], dtype=torch.float32), (2, 2), [1, 1, 1], [0, 0, 0])
 assert k.resized_crop_reference(*args).shape == (1, 3, 2, 2)
 try:
     k.fused_resized_crop(*args)

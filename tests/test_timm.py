@@ -81,10 +81,10 @@ def _slot_row(name: str, level: float, size: int = 224, interpolation=None) -> n
     if interpolation is not None:
         hparams["interpolation"] = interpolation
     op = _timm.TimmRandAugment._make_op(dict(name=name, prob=1.0, magnitude=9, hparams=hparams))
-    slots = np.zeros((1, 1, layout.SLOT_WIDTH), np.float32)
-    _timm._write_op(op, np.array([level]), np.array([float(size)]), np.array([float(size)]), slots,
-                    np.array([True]), 0)
-    return slots[0, 0]
+    slot = np.zeros((1, layout.SLOT_WIDTH), np.float32)
+    _timm._write_op(op, np.array([float(level)]), np.array([float(size)]), np.array([float(size)]), slot,
+                    np.array([True]))
+    return slot[0]
 
 
 def _timm_op(name: str, level: float, img: torch.Tensor, resample=Image.BILINEAR) -> torch.Tensor:

@@ -143,6 +143,7 @@ class GpuDecoder:
         used: set[SampleTag] = set()
         extra, end = [], decoded.numel()
         params = batch.params.clone()
+        slots = batch.slots.clone() if batch.slots is not None else None
         for i, err in failed:
             sub = self.fallback.replace(err, batch.spares, used)
             batch.skipped.append(Skipped(err.index, err.path, str(err)))
@@ -153,11 +154,14 @@ class GpuDecoder:
             end += sub.payload.numel()
             extra.append(sub.payload.reshape(-1))
             # the sample's own position (that of the spare when one replaced it), drawn as in the worker
-            params[i] = draw_params(self.plan, shapes[i: i + 1], batch.seed, batch.epoch, batch.positions[i: i + 1])[0]
+            drawn = draw_params(self.plan, shapes[i: i + 1], batch.seed, batch.epoch, batch.positions[i: i + 1])
+            params[i] = drawn.params[0]
+            if slots is not None:
+                slots[i] = drawn.slots[0]
             if batch.has_target:
                 batch.targets[i] = torch.as_tensor(sub.target) if isinstance(batch.targets, torch.Tensor) \
                     else sub.target
-        batch.params = params
+        batch.params, batch.slots = params, slots
         grown = torch.empty(end, dtype=torch.uint8, device=self.device)
         grown[: decoded.numel()].copy_(decoded)
         grown[decoded.numel():].copy_(torch.cat(extra).pin_memory(), non_blocking=True)

@@ -76,7 +76,7 @@ class BatchExecutor:
             with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
                 decoded = self.decoder.decode(batch, slot.view, self.stream)
                 t_decoded = time.perf_counter()
-                images, kernel_events = self.launcher.launch(decoded, batch.params, self.stream)
+                images, kernel_events = self.launcher.launch(decoded, batch.batch_params, self.stream)
                 targets = batch.targets
                 if isinstance(targets, torch.Tensor):
                     targets = targets.to(self.device, non_blocking=True)

@@ -1,6 +1,8 @@
-"""The fused kernel: crop + resize + flip + normalize of a decoded batch, in one launch.
+"""The batch's kernels: the plan run on a decoded batch by ``transforms._execute.execute``
+with the Triton backend (the fused crop + resize + flip + normalize kernel, then the
+augment program's slots and the finishing kernel when the pipeline has them).
 
-Each launch is bracketed by CUDA timing events. A batch's kernel time is read
+Each batch's launches are bracketed by one pair of CUDA timing events. A batch's kernel time is read
 when the next batch is launched, from events that have passed by then, so
 timing never makes the host wait for the GPU.
 """
@@ -9,8 +11,9 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import torch
-from csrc_triton import fused_resized_crop
 
+from ..transforms._execute import KERNEL, execute
+from ..transforms._plan import BatchParams
 from ._decode import DecodedBatch
 
 
@@ -33,23 +36,20 @@ class KernelLauncher:
         self.bias = torch.tensor(plan.bias, dtype=torch.float32, device=device)
         self._previous: KernelEvents | None = None
 
-    def launch(self, decoded: DecodedBatch, params: torch.Tensor,
+    def launch(self, decoded: DecodedBatch, params: BatchParams,
                stream: torch.cuda.Stream) -> tuple[torch.Tensor, KernelEvents]:
-        """(output images, timing events) of the batch's kernel.
+        """(output images, timing events) of the batch's kernels.
 
         Runs with ``stream`` current on the executor's device: the parameter copies
-        and the kernel are ordered on it after the decode.
+        and the kernels are ordered on it after the decode. The events span every
+        kernel of the batch (kernel 1, the program's slots, the finishing kernel).
         """
         shapes_d = torch.from_numpy(decoded.shapes).to(self.device, non_blocking=True)
         offsets_d = torch.from_numpy(decoded.offsets).to(self.device, non_blocking=True)
-        params_d = params.to(self.device, non_blocking=True)
         k_start, k_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         k_start.record(stream)
-        images = fused_resized_crop(
-            decoded.buffer, offsets_d, shapes_d, params_d, self.plan.out_size, self.scale, self.bias,
-            out_dtype=self.plan.out_dtype, channels_last=self.channels_last,
-            antialias=self.plan.antialias, quantize=self.plan.quantize,
-        )
+        images = execute(self.plan, decoded.buffer, offsets_d, shapes_d, params, KERNEL,
+                         channels_last=self.channels_last, scale=self.scale, bias=self.bias)
         k_end.record(stream)
         return images, KernelEvents(k_start, k_end)
 

@@ -18,7 +18,7 @@ from torch.utils.data._utils.collate import default_collate
 
 from .. import _rng
 from ..errors import SampleError
-from ..transforms._plan import Plan, run_reference, to_hwc
+from ..transforms._plan import BatchParams, Plan, run_reference, to_hwc
 from ._tags import SampleTag, TaggedSample, sample_path
 
 # Sample kinds inside a packed batch.
@@ -26,9 +26,9 @@ ENCODED = 0  # encoded image bytes, to be decoded (GPU path)
 RAW = 1  # already decoded HWC uint8 pixels
 
 
-def draw_params(plan: Plan, shapes: np.ndarray, seed: int, epoch: int, positions: np.ndarray) -> torch.Tensor:
-    """Kernel parameters of the samples at ``positions`` of ``epoch``, whose images are
-    ``shapes`` ([B, >=2] H, W, ...).
+def draw_params(plan: Plan, shapes: np.ndarray, seed: int, epoch: int, positions: np.ndarray) -> BatchParams:
+    """Kernel parameters and program slots of the samples at ``positions`` of ``epoch``,
+    whose images are ``shapes`` ([B, >=2] H, W, ...).
 
     The one place parameters are drawn: a sample's draw depends on ``(seed, epoch,
     position)`` and its size only, so a sample packed in a worker and a replacement
@@ -113,7 +113,8 @@ class PackedBatch:
     path ``blob`` holds every sample's payload back to back; ``kinds``, ``offsets``,
     ``lengths`` and ``shapes`` (H, W, C) locate them. ``spares`` are the batch's
     unused spare ``SampleTag``s: replacement candidates for failures found later, on
-    the GPU.
+    the GPU. ``params``, ``slots`` and ``batch_values`` are the batch's drawn
+    ``BatchParams`` (``batch_params``).
     """
 
     seed: int
@@ -137,17 +138,32 @@ class PackedBatch:
     spares: list[SampleTag] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)  # samples replaced under on_error
     seconds: float = 0.0  # worker time spent on this batch
+    slots: torch.Tensor | None = None  # [B, K, SLOT_WIDTH] augment program slots (None: no program)
+    batch_values: dict = field(default_factory=dict)  # batch-level drawn values
 
     # Small tensors cross the worker queue as numpy arrays, pickled inline: a torch
     # tensor would travel as a shared-memory segment plus a file descriptor, whose
     # hand-over costs the main process more than the bytes do.
-    _INLINE = ("params", "targets")
+    _INLINE = ("params", "targets", "slots")
+
+    @property
+    def batch_params(self) -> BatchParams:
+        """What was drawn for this batch, as ``_execute.execute`` takes it."""
+        if self.slots is None:
+            return BatchParams.without_program(self.params)
+        return BatchParams(self.params, self.slots, self.batch_values)
+
+    def set_params(self, drawn: BatchParams) -> None:
+        """Store a draw (``draw_params``); a plan without program carries no slots."""
+        self.params = drawn.params
+        self.slots = drawn.slots if drawn.slots.shape[1] else None
+        self.batch_values = dict(drawn.batch)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         for name in self._INLINE:
             v = state[name]
-            if isinstance(v, torch.Tensor) and not v.is_cuda and v.numel() <= (1 << 16) and v.dtype in _NP_SAFE:
+            if isinstance(v, torch.Tensor) and not v.is_cuda and v.numel() <= (1 << 18) and v.dtype in _NP_SAFE:
                 state[name] = _Inline(v.numpy())
         return state
 
@@ -281,13 +297,14 @@ class PrepareBatch:
             kinds[i], shapes[i] = kind, shape
             payloads.append(payload)
 
-        params = draw_params(self.plan, shapes, seed, epoch, positions)
+        drawn = draw_params(self.plan, shapes, seed, epoch, positions)
         collated = self.collate_fn(targets) if has_target else None
         batch = PackedBatch(seed=seed, epoch=epoch, indices=indices, positions=positions, paths=paths,
-                            params=params, targets=collated, has_target=has_target,
+                            params=drawn.params, targets=collated, has_target=has_target,
                             spares=[t for t in spares if t not in used], skipped=skipped)
+        batch.set_params(drawn)
         if self.mode == "cpu":
-            batch.images = run_reference(self.plan, payloads, params, channels_last=self.channels_last)
+            batch.images = run_reference(self.plan, payloads, drawn, channels_last=self.channels_last)
         else:
             lengths = np.fromiter((p.numel() for p in payloads), dtype=np.int64, count=n)
             offsets = np.zeros(n, dtype=np.int64)

@@ -2,13 +2,16 @@
 
 Layers, bottom up (each imports only those before it): ``_geometry`` (per-sample
 geometry algebra), ``_state`` (static pipeline state), ``_args`` (argument checks),
-``_reference`` (CPU reference execution), ``_registry`` (the list of supported
-transforms), ``_plan`` (the Transform protocol and its compilation), ``_transforms``
-(the classes), ``_timm`` (timm's own augmentation classes), ``functional``
-(single-image functionals).
+``_reference`` (CPU reference execution), ``_execute`` (a compiled plan run on
+one batch, kernel or reference backend), ``_registry`` (the list of supported
+transforms), ``_plan`` (the Transform protocol, the augment-program protocol and
+the compilation), ``_transforms`` (the geometry and epilogue classes),
+``_program`` (helpers of the program transforms), ``_colour``/``_warp``/``_erase``
+(photometric, warp and erasing classes), ``_timm`` (timm's own augmentation
+classes), ``functional`` (single-image functionals).
 """
 from . import _registry, functional
-from ._plan import Plan, compile_transforms, to_torchdali
+from ._plan import BatchParams, Plan, compile_transforms, to_torchdali
 from ._transforms import (
     CenterCrop,
     Compose,
@@ -27,15 +30,32 @@ from ._transforms import (
     ToTensor,
     Transform,
 )
-from ._timm import TimmRandAugment
+from ._colour import (
+    ColorJitter,
+    GaussianBlur,
+    Grayscale,
+    RandomAdjustSharpness,
+    RandomAutocontrast,
+    RandomEqualize,
+    RandomGrayscale,
+    RandomInvert,
+    RandomPosterize,
+    RandomSolarize,
+)
+from ._warp import RandomAffine, RandomPerspective, RandomRotation
+from ._erase import RandomErasing
+from ._timm import TimmRandAugment, TimmRandomErasing
 
 #: torchvision transform names torchdali converts (every class in ``_transforms`` has registered by now)
 SUPPORTED = _registry.supported()
 supported_table = _registry.supported_table
 
 __all__ = [
-    "CenterCrop", "Compose", "ConvertImageDtype", "Identity", "Normalize", "PILToTensor", "Plan",
-    "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize",
-    "SUPPORTED", "TimmRandAugment", "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "compile_transforms",
+    "BatchParams", "CenterCrop", "ColorJitter", "Compose", "ConvertImageDtype", "GaussianBlur", "Grayscale",
+    "Identity", "Normalize", "PILToTensor", "Plan", "RandomAdjustSharpness", "RandomAffine", "RandomAutocontrast",
+    "RandomCrop", "RandomEqualize", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomInvert",
+    "RandomPerspective", "RandomPosterize", "RandomResizedCrop", "RandomRotation", "RandomSolarize",
+    "RandomVerticalFlip", "Resize",
+    "SUPPORTED", "TimmRandAugment", "TimmRandomErasing", "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "compile_transforms",
     "functional", "supported_table", "to_torchdali",
 ]

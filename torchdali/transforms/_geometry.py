@@ -25,8 +25,8 @@ from csrc_triton import layout
 class BatchGeometry:
     """Geometry state of a batch, one entry per sample (float64 numpy arrays).
 
-    The fields named like columns of the kernel's ``geometry`` parameter block
-    (``csrc_triton.layout``) are exactly those columns; ``height``/``width`` are
+    The fields named like columns of the kernel's ``geometry`` and ``epilogue``
+    parameter blocks (``csrc_triton.layout``) are exactly those columns; ``height``/``width`` are
     the size of the current (virtual) image and ``resampled`` whether a resize
     has happened yet, which changes what a later crop does.
     """
@@ -46,6 +46,17 @@ class BatchGeometry:
     valid_x0: np.ndarray
     valid_x1: np.ndarray
     resampled: bool = False
+    # the epilogue block: RandomErasing's box in the output and its noise key (empty box: no erase)
+    erase_y0: np.ndarray | None = None
+    erase_y1: np.ndarray | None = None
+    erase_x0: np.ndarray | None = None
+    erase_x1: np.ndarray | None = None
+    erase_seed: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        for name in layout.block("epilogue").columns:
+            if getattr(self, name) is None:
+                setattr(self, name, np.zeros(len(self.height)))
 
     @classmethod
     def identity(cls, sizes: np.ndarray) -> "BatchGeometry":
@@ -67,11 +78,12 @@ class BatchGeometry:
     def to_params(self) -> torch.Tensor:
         """``[B, layout.NUM_PARAMS]`` float32 kernel parameters.
 
-        Fills the ``geometry`` block column by column from the fields of the same
-        name; the other blocks stay zero until a stage reads per-sample values there.
+        Fills the ``geometry`` and ``epilogue`` blocks column by column from the
+        fields of the same name; the other blocks stay zero until a stage reads
+        per-sample values there.
         """
         rows = np.zeros((len(self), layout.NUM_PARAMS), dtype=np.float32)
-        for name in layout.block("geometry").columns:
+        for name in layout.block("geometry").columns + layout.block("epilogue").columns:
             rows[:, layout.column(name)] = getattr(self, name)
         return torch.from_numpy(rows)
 
@@ -144,6 +156,19 @@ def horizontal_flip(g: BatchGeometry, mask: np.ndarray | bool = True) -> None:
 def vertical_flip(g: BatchGeometry, mask: np.ndarray | bool = True) -> None:
     """Mirror the selected samples top-bottom."""
     _flip(g, "y", mask)
+
+
+def erase(g: BatchGeometry, mask: np.ndarray | bool, top, left, height, width, seed=0) -> None:
+    """Erase the box ``[top, top+height) x [left, left+width)`` of the output for the samples
+    in ``mask`` (the others keep an empty box); ``seed`` keys ``value="random"`` noise."""
+    n = len(g)
+    m = _broadcast(mask, n).astype(bool)
+    top, left = _broadcast(top, n), _broadcast(left, n)
+    g.erase_y0 = np.where(m, top, 0.0)
+    g.erase_y1 = np.where(m, top + _broadcast(height, n), 0.0)
+    g.erase_x0 = np.where(m, left, 0.0)
+    g.erase_x1 = np.where(m, left + _broadcast(width, n), 0.0)
+    g.erase_seed = np.where(m, _broadcast(seed, n), 0.0)
 
 
 def resized_output_size(height: np.ndarray, width: np.ndarray, size: list[int], max_size: int | None):

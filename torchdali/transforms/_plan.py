@@ -12,34 +12,74 @@ A transform takes part in three steps, each a method of ``Transform``:
    the batch geometry (see ``_geometry.py``), deterministically, so the same
    parameters replay the same output.
 
-``Plan`` runs step 1 at compile time and steps 2-3 per batch, leaf by leaf; the
-pixels are touched once, by the kernel, after every transform has had its say.
-The protocol and the plan share this module because ``Transform.__call__`` runs
-a plan on the CPU reference path.
+Transforms of the ``program`` stage (photometric ops, warps after the last
+resize, auto-augment policies) need the whole output-size image, so they run
+after the fused kernel as an *augment program* (``csrc_triton/layout.py``): a
+sequence of slots, one op per sample each. Instead of step 3 such a transform
+has ``n_slots`` (may be set per instance) and
+``write_slots(geometry, params, slots)``, which fills its own slots
+``[B, n_slots, SLOT_WIDTH]`` (zero-filled = identity) from its parameters;
+``apply_program(images, slots, run_slot)`` runs them (by default one after the
+other; a transform that mixes several chains, like AugMix, overrides it).
+
+``Plan`` runs step 1 at compile time and steps 2-3 per batch, leaf by leaf, into
+a ``BatchParams`` (kernel parameters, program slots, batch-level values);
+``_execute.execute`` runs a plan with those parameters on a batch. The protocol
+and the plan share this module because ``Transform.__call__`` runs a plan on the
+CPU reference path.
+
+Compile-time rules for the program and erasing (each refusal says what to move):
+program transforms come after every geometry transform (they run on the
+output-size image) and while the image is still uint8 (they are uint8 ops, as
+torchvision's are on a uint8 tensor); RandomErasing comes after every geometry,
+colour and program transform (only dtype conversion and Normalize may follow it,
+and its value is mapped through their affine).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import torch
+from csrc_triton import layout
 
 from .. import _rng
 from . import _geometry as G
 from . import _registry
-from ._reference import pack_images, resample, to_hwc
-from ._state import StaticState
+from ._execute import REFERENCE, execute
+from ._reference import pack_images, to_hwc
+from ._state import FLOAT_DTYPES, EraseSpec, StaticState
 
 __all__ = [
-    "STAGES", "Compose", "Plan", "Transform", "apply_to_images", "compile_transforms", "pack_images",
-    "run_reference", "to_hwc", "to_torchdali",
+    "STAGES", "BatchParams", "Compose", "Plan", "ProgramEntry", "Transform", "apply_to_images",
+    "compile_transforms", "pack_images", "run_reference", "to_hwc", "to_torchdali",
 ]
 
 #: Kernel stages a transform can belong to, in the order the kernel runs them
-#: (named like the parameter blocks of ``csrc_triton.layout``), plus ``meta``
-#: for transforms that change nothing (ToImage) or only hold others (Compose).
+#: (named like the parameter blocks of ``csrc_triton.layout``), ``program`` for the
+#: augment program that runs on the output-size image after the fused kernel, plus
+#: ``meta`` for transforms that change nothing (ToImage) or only hold others (Compose).
 STAGES = ("source", "geometry", "colour", "epilogue", "program", "meta")
+
+#: run_slot(images, slot) -> images: one slot (``[B, SLOT_WIDTH]`` float32, on the host) run over the batch
+RunSlot = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class BatchParams(NamedTuple):
+    """Everything drawn for one batch: what ``_execute.execute`` needs besides the pixels."""
+
+    #: ``[B, layout.NUM_PARAMS]`` float32 per-sample kernel parameters
+    params: torch.Tensor
+    #: ``[B, K, layout.SLOT_WIDTH]`` float32 augment program slots (K = ``Plan.n_slots``, may be 0)
+    slots: torch.Tensor
+    #: batch-level values (empty unless a transform draws per batch)
+    batch: dict
+
+    @classmethod
+    def without_program(cls, params: torch.Tensor) -> BatchParams:
+        """Kernel parameters alone (a plan with no program)."""
+        return cls(params, torch.zeros(params.shape[0], 0, layout.SLOT_WIDTH, dtype=torch.float32), {})
 
 
 class Transform:
@@ -54,6 +94,8 @@ class Transform:
     #: uniforms this transform draws per sample. Part of the random stream: changing
     #: it changes every batch of every pipeline using the transform.
     n_uniforms: ClassVar[int] = 0
+    #: program slots this transform fills (``program`` stage only; may be set per instance)
+    n_slots: int = 0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -75,6 +117,17 @@ class Transform:
 
     def transform(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray]) -> None:
         """Apply ``params`` (from ``make_params``) to ``geometry``, in place."""
+
+    def write_slots(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray], slots: np.ndarray) -> None:
+        """``program`` stage: fill ``slots`` (float32 ``[B, n_slots, SLOT_WIDTH]``, zero = identity)
+        from ``params`` (from ``make_params``); ``geometry`` holds the output size."""
+
+    def apply_program(self, images: torch.Tensor, slots: torch.Tensor, run_slot: RunSlot) -> torch.Tensor:
+        """``program`` stage: run this transform's slots (host ``[B, n_slots, SLOT_WIDTH]``) on the
+        uint8 ``[B, 3, H, W]`` batch, by default one after the other; returns the new batch."""
+        for k in range(slots.shape[1]):
+            images = run_slot(images, slots[:, k])
+        return images
 
     def leaves(self) -> Iterator[Transform]:
         """The transforms a pipeline runs for this one (itself, or a container's contents)."""
@@ -134,6 +187,14 @@ class Compose(Transform):
         return ", ".join(repr(t) for t in self.transforms)
 
 
+class ProgramEntry(NamedTuple):
+    """A program transform of a plan and where its slots are."""
+
+    transform: Transform
+    start: int  # its first slot in ``BatchParams.slots``
+    stop: int  # one past its last slot
+
+
 @dataclass(frozen=True)
 class Plan:
     """Static description of a pipeline plus per-batch parameter sampling."""
@@ -145,20 +206,49 @@ class Plan:
     bias: tuple[float, float, float]
     quantize: bool
     antialias: bool
+    #: the program transforms, in pipeline order, with their slots
+    program: tuple[ProgramEntry, ...] = ()
+    #: total program slots K
+    n_slots: int = 0
+    #: RandomErasing: the value written in the output (after the affine), per channel;
+    #: None without erasing or when ``erase_random``
+    erase_value: tuple[float, float, float] | None = None
+    #: RandomErasing with ``value="random"``: standard normal noise per pixel, from ``erase_seed``
+    erase_random: bool = False
 
-    def geometry(self, sizes: np.ndarray, keys: np.ndarray) -> G.BatchGeometry:
-        """Per-sample geometry for images of ``sizes`` ([B, 2] H, W) with sample ``keys``."""
+    @property
+    def erases(self) -> bool:
+        """Whether the pipeline has a RandomErasing."""
+        return self.erase_value is not None or self.erase_random
+
+    def _draw(self, sizes: np.ndarray, keys: np.ndarray, slots: np.ndarray | None) -> G.BatchGeometry:
         g = G.BatchGeometry.identity(sizes)
+        starts = {id(e.transform): e for e in self.program}
         # The random stream of a transform is its position among the leaves, so a
         # sample's draws depend only on its key and the pipeline, never on the batch.
         for stream, t in enumerate(self.transforms):
             u = _rng.uniform(keys, stream, t.n_uniforms) if t.n_uniforms else None
-            t.transform(g, t.make_params(g, u))
+            p = t.make_params(g, u)
+            if t.stage == "program":
+                if slots is not None:
+                    e = starts[id(t)]
+                    t.write_slots(g, p, slots[:, e.start: e.stop])
+            else:
+                t.transform(g, p)
         return g
 
-    def params(self, sizes: np.ndarray, keys: np.ndarray) -> torch.Tensor:
-        """``[B, layout.NUM_PARAMS]`` float32 kernel parameters."""
-        return self.geometry(sizes, keys).to_params()
+    def geometry(self, sizes: np.ndarray, keys: np.ndarray) -> G.BatchGeometry:
+        """Per-sample geometry for images of ``sizes`` ([B, 2] H, W) with sample ``keys``."""
+        return self._draw(sizes, keys, None)
+
+    def params(self, sizes: np.ndarray, keys: np.ndarray) -> BatchParams:
+        """The batch's kernel parameters (``[B, layout.NUM_PARAMS]``) and program slots
+        (``[B, n_slots, layout.SLOT_WIDTH]``), both float32, for images of ``sizes``
+        ([B, 2] H, W) with sample ``keys``."""
+        n = len(np.asarray(keys))
+        slots = np.zeros((n, self.n_slots, layout.SLOT_WIDTH), dtype=np.float32)
+        g = self._draw(sizes, keys, slots)
+        return BatchParams(g.to_params(), torch.from_numpy(slots), {})
 
 
 def compile_transforms(transforms: Any) -> Plan:
@@ -174,13 +264,37 @@ def compile_transforms(transforms: Any) -> Plan:
     root = to_torchdali(transforms)
     leaves = tuple(root.leaves())
     state = StaticState()
+    program: list[ProgramEntry] = []
+    first_program: Transform | None = None
+    eraser: Transform | None = None
+    k = 0
     for t in leaves:
+        if eraser is not None and t.stage not in ("epilogue", "meta"):
+            raise ValueError(f"{t!r} comes after {eraser!r}: RandomErasing must be the last image transform "
+                             f"(only ToDtype and Normalize may follow it); move {type(t).__name__} before it")
+        if t.stage == "geometry" and first_program is not None:
+            raise ValueError(
+                f"{first_program!r} comes before {t!r}: colour and warp transforms run on the output-size image, "
+                f"after the last transform that crops, resizes or flips; move {type(first_program).__name__} "
+                f"after {type(t).__name__}")
+        if t.stage == "program":
+            if state.dtype != torch.uint8:
+                raise ValueError(f"{t!r} runs on the uint8 image, but the image is {state.dtype} by then; "
+                                 f"move ToDtype (and Normalize) after {type(t).__name__}")
+            first_program = first_program or t
+            n = int(t.n_slots)
+            program.append(ProgramEntry(t, k, k + n))
+            k += n
+        before = state
         state = t.update_state(state)
+        if state.erase is not None and before.erase is None:
+            eraser = t
     if state.size is None:
         raise ValueError(
             "the transforms do not produce a fixed output size, so a batch cannot be stacked; "
             f"end the pipeline with a fixed-size transform such as CenterCrop or Resize((h, w)): {root!r}"
         )
+    erase_value, erase_random = _erase_output(state)
     return Plan(
         transforms=leaves,
         out_size=state.size,
@@ -190,14 +304,49 @@ def compile_transforms(transforms: Any) -> Plan:
         bias=state.bias,
         quantize=state.quantize,
         antialias=state.antialias,
+        program=tuple(program),
+        n_slots=k,
+        erase_value=erase_value,
+        erase_random=erase_random,
     )
 
 
-def run_reference(plan: Plan, images: Sequence[torch.Tensor], params: torch.Tensor,
+def _erase_output(state: StaticState) -> tuple[tuple[float, float, float] | None, bool]:
+    """(erase value in the output, random) of the pipeline's RandomErasing, or (None, False).
+
+    The value is given where RandomErasing stands; the transforms after it (ToDtype,
+    Normalize) map it through the rest of the affine: ``value`` at affine ``(s1, b1)``
+    is the pixel ``(value - b1) / s1``, which the output writes as ``pixel * s + b``.
+    """
+    spec: EraseSpec | None = state.erase
+    if spec is None:
+        return None, False
+    if spec.random:
+        if spec.dtype not in FLOAT_DTYPES:
+            raise ValueError("RandomErasing(value='random') needs a float image (torchvision writes normal "
+                             "noise, which a uint8 image cannot hold); put it after ToDtype(torch.float32, scale=True)")
+        if spec.scale != state.scale or spec.bias != state.bias:
+            raise ValueError("RandomErasing(value='random') writes standard normal noise in the output; a "
+                             "Normalize or ToDtype(scale=True) after it would change the noise: move "
+                             "RandomErasing after them")
+        return None, True
+    value = list(spec.value) * 3 if len(spec.value) == 1 else list(spec.value)
+    if spec.dtype == torch.uint8:
+        # assigning a float value into a uint8 image truncates it, as torchvision's erase does
+        value = [float(min(max(int(v), 0), 255)) for v in value]
+    out = tuple(float((v - b1) / s1 * s2 + b2)
+                for v, s1, b1, s2, b2 in zip(value, spec.scale, spec.bias, state.scale, state.bias))
+    return out, False  # type: ignore[return-value]
+
+
+def run_reference(plan: Plan, images: Sequence[torch.Tensor], params: BatchParams | torch.Tensor,
                   channels_last: bool = False) -> torch.Tensor:
-    """Run ``plan`` with ``params`` on HWC uint8 CPU images with the plain-torch reference kernel."""
-    return resample(images, params, plan.out_size, plan.scale, plan.bias, out_dtype=plan.out_dtype,
-                    channels_last=channels_last, antialias=plan.antialias, quantize=plan.quantize)
+    """Run ``plan`` with ``params`` (from ``Plan.params``; a bare kernel-parameter tensor
+    for a plan without program) on HWC uint8 CPU images with the plain-torch backend."""
+    if isinstance(params, torch.Tensor):
+        params = BatchParams.without_program(params)
+    data, offsets, shapes = pack_images(images)
+    return execute(plan, data, offsets, shapes, params, REFERENCE, channels_last=channels_last)
 
 
 def apply_to_images(transforms: Any, images: Sequence[torch.Tensor], seed: int = 0) -> list[torch.Tensor]:

@@ -15,6 +15,19 @@ FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 @dataclass(frozen=True)
+class EraseSpec:
+    """A RandomErasing and the image it sees: its value, in the dtype and affine at its place."""
+
+    #: erase value (1 or 3 floats), empty when ``random``
+    value: tuple[float, ...]
+    #: ``value="random"``: standard normal noise
+    random: bool
+    dtype: torch.dtype
+    scale: tuple[float, float, float]
+    bias: tuple[float, float, float]
+
+
+@dataclass(frozen=True)
 class StaticState:
     """Static state of a batch after some prefix of the pipeline.
 
@@ -33,3 +46,5 @@ class StaticState:
     #: per-channel affine of the epilogue: ``value * scale + bias``
     scale: tuple[float, float, float] = (1.0, 1.0, 1.0)
     bias: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    #: the RandomErasing of the pipeline, where it stands (None: no erasing)
+    erase: EraseSpec | None = None

@@ -37,13 +37,13 @@ imported.
   GaussianBlur is an iterated box blur with no kernel-size argument, not
   torchvision's Gaussian kernel.
 
-* ``timm.data.random_erasing.RandomErasing`` -> ``RandomErasing`` (torchvision's
-  semantics, on the normalized output): with one box per image (``max_count``
-  of 1) timm's draw is torchvision's (probability, area fraction in
-  ``[min_area, max_area]``, log-uniform aspect, ten attempts, strict fit,
-  uniform position); ``mode='const'`` erases with 0 and ``mode='pixel'`` with
-  per-pixel standard normal noise. ``mode='rand'`` (one normal colour per box)
-  and several boxes per image are refused.
+* ``timm.data.random_erasing.RandomErasing`` -> ``TimmRandomErasing``:
+  torchvision's ``RandomErasing`` on the normalized output. With one box per
+  image (``max_count`` of 1) timm's draw is torchvision's (probability, area
+  fraction in ``[min_area, max_area]``, log-uniform aspect, ten attempts, strict
+  fit, uniform position); ``mode='const'`` erases with 0 and ``mode='pixel'``
+  with per-pixel standard normal noise. ``mode='rand'`` (one normal colour per
+  box) and several boxes per image are refused.
 """
 from __future__ import annotations
 
@@ -51,15 +51,14 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
-import torch
-
 from csrc_triton import layout
-from . import _geometry as G
-from ._plan import Transform
-from ._registry import register
-from ._state import StaticState
 
-__all__ = ["TIMM_RAND_AUGMENT_OPS", "TimmRandAugment", "timm_random_erasing"]
+from . import _geometry as G
+from ._erase import RandomErasing
+from ._program import ProgramTransform, put_op
+from ._registry import register
+
+__all__ = ["TIMM_RAND_AUGMENT_OPS", "TimmRandAugment", "TimmRandomErasing"]
 
 _LEVEL_DENOM = 10.0  # timm's 'M' magnitude scale: level = magnitude / 10
 _DEFAULT_FILL = (128, 128, 128)  # timm's _FILL, used when hparams has no img_mean
@@ -173,14 +172,12 @@ class _Op:
 @register("timm.RandAugment",
           semantics="timm.data.auto_augment's op table, per-op prob, magnitude noise, signs, weighted choice",
           notes="drawn per sample; warps bilinear (timm's bicubic half too); no GaussianBlur ops")
-class TimmRandAugment(Transform):
+class TimmRandAugment(ProgramTransform):
     """timm's RandAugment as an augment program of ``num_layers`` slots (see the module docstring).
 
     ``ops`` is a list of dicts (``name``, ``prob``, ``magnitude``, ``hparams``) in
     timm's ``AugmentOp`` terms; ``from_timm`` reads them off a timm object.
     """
-
-    stage = "program"
 
     def __init__(self, ops: Sequence[dict[str, Any]], num_layers: int = 2,
                  choice_weights: Sequence[float] | None = None) -> None:
@@ -231,15 +228,6 @@ class TimmRandAugment(Transform):
         return cls(ops, num_layers=t.num_layers, choice_weights=weights)
 
     from_torchvision = from_timm
-
-    def update_state(self, state: StaticState) -> StaticState:
-        if state.dtype != torch.uint8:
-            raise ValueError("RandAugment works on the uint8 image (timm runs it on PIL images): "
-                             "put it before ToTensor/ToDtype/Normalize")
-        if state.size is None:
-            raise ValueError("RandAugment needs a fixed image size before it (timm runs it after "
-                             "RandomResizedCropAndInterpolation)")
-        return state
 
     # ----------------------------------------------------------------- drawing
 
@@ -304,9 +292,9 @@ class TimmRandAugment(Transform):
         width = np.asarray(geometry.width, dtype=np.float64)
         for k in range(self.num_layers):
             for i, o in enumerate(self.ops):
-                mask = params["op"][:, k] == i
-                if mask.any():
-                    _write_op(o, params["level"][mask, k], height[mask], width[mask], slots, mask, k)
+                where = params["op"][:, k] == i
+                if where.any():
+                    _write_op(o, params["level"][:, k], height, width, slots[:, k], where)
 
     def extra_repr(self) -> str:
         return f"num_layers={self.num_layers}, ops={self.ops}, weighted={self.choice_weights is not None}"
@@ -337,54 +325,70 @@ def _affine_rows(name: str, level: np.ndarray, height: np.ndarray, width: np.nda
     raise KeyError(name)
 
 
-def _write_op(o: _Op, level: np.ndarray, height: np.ndarray, width: np.ndarray, slots: np.ndarray,
-              mask: np.ndarray, k: int) -> None:
-    """Write op ``o`` with timm level arguments ``level`` into slot ``k`` of the samples in ``mask``."""
-    rows = np.zeros((len(level), layout.SLOT_WIDTH), dtype=np.float64)
+def _write_op(o: _Op, level: np.ndarray, height: np.ndarray, width: np.ndarray, slot: np.ndarray,
+              where: np.ndarray) -> None:
+    """Write timm's op ``o`` with level arguments ``level`` ([B]) into ``slot`` ([B, SLOT_WIDTH]) at ``where``."""
     name = o.name
-
-    def put(op_name: str, **args: np.ndarray | float) -> None:
-        code = layout.op_code(op_name)
-        rows[:, layout.SLOT_OP] = code
-        for arg, value in args.items():
-            rows[:, _arg_column(code, arg)] = value
-
     if name in _GEOMETRIC:
-        put("affine", **dict(zip("abcdef", _affine_rows(name, level, height, width).T)))
-        rows[:, layout.SLOT_INTERP] = o.interp
-        rows[:, layout.SLOT_FILL0:layout.SLOT_FILL2 + 1] = o.fill
+        put_op(slot, "affine", where, interp=o.interp, fill=o.fill,
+               **dict(zip("abcdef", _affine_rows(name, level, height, width).T)))
     elif name in ("AutoContrast", "Equalize", "Invert"):
-        put({"AutoContrast": "autocontrast", "Equalize": "equalize", "Invert": "invert"}[name])
+        put_op(slot, name.lower(), where)
     elif name.startswith("Posterize"):
-        put("posterize", bits=level)
-        rows[level >= 8] = 0.0  # timm returns the image unchanged for 8 bits or more
+        # timm returns the image unchanged for 8 bits or more
+        put_op(slot, "posterize", where & (level < 8), bits=level)
     elif name.startswith("Solarize") and name != "SolarizeAdd":
-        put("solarize", threshold=level)
-        rows[level > 255] = 0.0  # a threshold of 256 changes no uint8 value
+        # a threshold of 256 changes no uint8 value (and is out of torchvision's range)
+        put_op(slot, "solarize", where & (level <= 255), threshold=level)
     elif name == "SolarizeAdd":
-        put("solarize_add", addition=level, threshold=128.0)
+        put_op(slot, "solarize_add", where, addition=level, threshold=128.0)
     elif name == "Desaturate":
-        put("saturation", factor=np.clip(1.0 - level, 0.0, 1.0))
+        put_op(slot, "saturation", where, factor=np.clip(1.0 - level, 0.0, 1.0))
     else:
         base = name[: -len("Increasing")] if name.endswith("Increasing") else name
-        put({"Color": "saturation", "Contrast": "contrast", "Brightness": "brightness",
-             "Sharpness": "sharpness"}[base], factor=level)
-    slots[mask, k] = rows.astype(slots.dtype)
+        put_op(slot, {"Color": "saturation", "Contrast": "contrast", "Brightness": "brightness",
+                      "Sharpness": "sharpness"}[base], where, factor=level)
 
 
-def timm_random_erasing(t: Any) -> Transform:
-    """torchdali's RandomErasing for timm's ``RandomErasing`` ``t`` (see the module docstring)."""
-    from ._ops import RandomErasing  # torchvision's RandomErasing, the machinery timm's maps onto
+@register("timm.RandomErasing",
+          semantics="timm.data.random_erasing's box draw with one box; mode 'const' (0) or 'pixel' (normal noise)",
+          notes="= `RandomErasing(probability, (min_area, max_area), (min_aspect, max_aspect))`; "
+                "mode 'rand' and max_count > 1 refused")
+class TimmRandomErasing(RandomErasing):
+    """timm's RandomErasing with one box per image: torchvision's RandomErasing with timm's defaults.
 
-    mode = (t.mode or "const").lower()
-    if mode == "rand":
-        raise ValueError("timm RandomErasing(mode='rand') draws one normal colour per box; torchdali erases with "
-                         "a constant or per-pixel noise: use mode='const' or mode='pixel'")
-    if mode not in ("const", "pixel"):
-        raise ValueError(f"timm RandomErasing: unknown mode {t.mode!r}")
-    if t.max_count != 1 or t.min_count != 1:
-        raise ValueError(f"timm RandomErasing with count=({t.min_count}, {t.max_count}) erases several boxes per "
-                         "image; torchdali erases one box per image: use max_count=1 (re_count=1)")
-    lo, hi = t.log_aspect_ratio
-    return RandomErasing(p=float(t.probability), scale=(float(t.min_area), float(t.max_area)),
-                         ratio=(math.exp(lo), math.exp(hi)), value="random" if mode == "pixel" else 0.0)
+    timm draws the box as torchvision does (see the module docstring); its 'const'
+    mode erases with 0 and its 'pixel' mode with standard normal noise, on the
+    normalized image it follows. ``mode='rand'`` and several boxes are refused.
+    """
+
+    def __init__(self, probability: float = 0.5, min_area: float = 0.02, max_area: float = 1 / 3,
+                 min_aspect: float = 0.3, max_aspect: float | None = None, mode: str = "const",
+                 min_count: int = 1, max_count: int | None = None) -> None:
+        mode = (mode or "const").lower()
+        if mode == "rand":
+            raise ValueError("timm RandomErasing(mode='rand') draws one normal colour per box; torchdali erases "
+                             "with a constant or per-pixel noise: use mode='const' or mode='pixel'")
+        if mode not in ("const", "pixel"):
+            raise ValueError(f"timm RandomErasing: unknown mode {mode!r} (timm has 'const', 'rand', 'pixel')")
+        max_count = max_count or min_count
+        if min_count != 1 or max_count != 1:
+            raise ValueError(f"timm RandomErasing with count=({min_count}, {max_count}) erases up to {max_count} "
+                             "boxes per image; torchdali erases one box per image: use max_count=1 (re_count=1)")
+        max_aspect = max_aspect or 1 / min_aspect
+        super().__init__(p=probability, scale=(min_area, max_area), ratio=(min_aspect, max_aspect),
+                         value="random" if mode == "pixel" else 0.0)
+        self.mode = mode
+
+    @classmethod
+    def from_timm(cls, t: Any) -> TimmRandomErasing:
+        # timm keeps the aspect range as logs; its num_splits only splits 4-D batches, which a
+        # per-sample pipeline never hands it
+        lo, hi = t.log_aspect_ratio
+        return cls(t.probability, t.min_area, t.max_area, math.exp(lo), math.exp(hi), mode=t.mode,
+                   min_count=t.min_count, max_count=t.max_count)
+
+    from_torchvision = from_timm
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, mode={self.mode!r}"
