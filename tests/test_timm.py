@@ -384,3 +384,147 @@ def test_unregistered_timm_class_is_refused_by_name():
 
     with pytest.raises(ValueError, match="unsupported timm transform timm.AutoAugment"):
         to_torchdali(auto_augment_transform("v0", dict(img_mean=FILL)))
+
+
+# --------------------------------------------------------------------------- the program's reference
+
+
+def test_augment_reference_runs_the_slots_as_torchvision_does():
+    """The slots TimmRandAugment writes, run by the augment program's reference, equal the
+    torchvision functionals those ops are defined as (so the PIL parity above carries over)."""
+    from csrc_triton.augment import augment_slot_reference
+
+    ra = aa.rand_augment_transform("rand-m9-mstd0.5-inc1", dict(translate_const=20, img_mean=FILL))
+    t = to_torchdali(ra)
+    n, size = 48, 40
+    g = G.BatchGeometry.identity(np.full((n, 2), size))
+    p = t.make_params(g, _rng.uniform(_rng.sample_keys(7, 0, np.arange(n)), 0, t.n_uniforms))
+    slots = np.zeros((n, t.n_slots, layout.SLOT_WIDTH), np.float32)
+    t.write_slots(g, p, slots)
+    images = torch.stack([_image(s, 20.0, size) for s in range(n)])
+    for k in range(t.n_slots):
+        got = augment_slot_reference(images, torch.from_numpy(slots[:, k]))
+        want = torch.stack([tv_slot(images[s], slots[s, k]) for s in range(n)])
+        assert torch.equal(got, want), f"slot {k}: samples {torch.nonzero((got != want).flatten(1).any(1)).flatten()}"
+        images = got
+
+
+# --------------------------------------------------------------------------- pipelines
+
+
+def _timm_pipeline(size: int, **re_kwargs):
+    """torchvision geometry + timm's RandAugment and RandomErasing (the timm pieces of create_transform)."""
+    import torchvision.transforms as tv
+    from timm.data.random_erasing import RandomErasing as TimmRE
+
+    ra = aa.rand_augment_transform("rand-m9-mstd0.5-inc1",
+                                   dict(translate_const=int(size * 0.45), img_mean=FILL))
+    return [tv.RandomResizedCrop(size, antialias=True), tv.RandomHorizontalFlip(), ra, tv.ToTensor(),
+            tv.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)), TimmRE(device="cpu", **re_kwargs)]
+
+
+def test_pipeline_with_timm_randaugment_and_erasing_runs_as_its_parts():
+    from torchdali.transforms._plan import compile_transforms, run_reference, to_hwc
+
+    size, n = 32, 12
+    plan = compile_transforms(_timm_pipeline(size, probability=1.0))
+    assert plan.n_slots == 2 and plan.erases
+    images = [_image(s, 20.0, 40 + 3 * s)[:, : 37 + s] for s in range(n)]
+    hwc = [to_hwc(im) for im in images]
+    sizes = np.array([im.shape[:2] for im in hwc])
+    keys = _rng.sample_keys(3, 0, np.arange(n))
+    bp = plan.params(sizes, keys)
+    out = run_reference(plan, hwc, bp)
+    # the same crop/flip draws (streams 0 and 1) without the rest: kernel 1's uint8 output
+    base = compile_transforms(plan.transforms[:2])
+    crops = run_reference(base, hwc, base.params(sizes, keys))
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
+    erased = 0
+    for s in range(n):
+        img = crops[s]
+        for k in range(plan.n_slots):
+            img = tv_slot(img, bp.slots[s, k].numpy())
+        want = (img.float() / 255 - mean) / std
+        row = bp.params[s]
+        y0, y1 = int(row[layout.ERASE_Y0]), int(row[layout.ERASE_Y1])
+        x0, x1 = int(row[layout.ERASE_X0]), int(row[layout.ERASE_X1])
+        want[:, y0:y1, x0:x1] = 0.0  # timm's 'const' mode: 0 in the normalized image
+        erased += (y1 > y0)
+        torch.testing.assert_close(out[s], want, atol=1e-5, rtol=0)
+    assert erased >= n // 2  # p=1: erased unless no box fits in ten attempts
+
+
+def _timm_boxes(re, n: int, h: int, w: int, seed: int) -> np.ndarray:
+    """Boxes (top, left, height, width; zeros when none) timm's RandomErasing erases on ``n`` images."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    boxes = np.zeros((n, 4))
+    for i in range(n):
+        img = torch.ones(3, h, w)
+        re(img)
+        ys, xs = torch.nonzero(img[0] == 0, as_tuple=True)
+        if len(ys):
+            boxes[i] = (ys.min(), xs.min(), ys.max() - ys.min() + 1, xs.max() - xs.min() + 1)
+    return boxes
+
+
+def _our_boxes(t, n: int, h: int, w: int, seed: int) -> np.ndarray:
+    g = G.BatchGeometry.identity(np.full((n, 2), (h, w)))
+    t.transform(g, t.make_params(g, _rng.uniform(_rng.sample_keys(seed, 0, np.arange(n)), 0, t.n_uniforms)))
+    params = g.to_params().numpy()
+    y0, y1 = params[:, layout.ERASE_Y0], params[:, layout.ERASE_Y1]
+    x0, x1 = params[:, layout.ERASE_X0], params[:, layout.ERASE_X1]
+    hit = y1 > y0
+    return np.where(hit[:, None], np.stack([y0, x0, y1 - y0, x1 - x0], 1), 0.0)
+
+
+@pytest.mark.parametrize("kwargs", [dict(probability=0.25), dict(probability=0.7, min_area=0.1, max_area=0.6,
+                                                                  min_aspect=0.5, max_aspect=3.0, mode="pixel")])
+def test_erasing_boxes_match_timm(kwargs):
+    from timm.data.random_erasing import RandomErasing as TimmRE
+
+    h, w, n = 24, 30, 6000
+    re = TimmRE(device="cpu", **kwargs)
+    t = to_torchdali(re)
+    assert isinstance(t, _timm.TimmRandomErasing)
+    theirs, ours = _timm_boxes(re, n, h, w, seed=5), _our_boxes(t, n, h, w, seed=5)
+    pvals = {"erased": chi2_homogeneity([(theirs[:, 3] > 0).sum(), (theirs[:, 3] == 0).sum()],
+                                        [(ours[:, 3] > 0).sum(), (ours[:, 3] == 0).sum()])}
+    hit_t, hit_o = theirs[theirs[:, 3] > 0], ours[ours[:, 3] > 0]
+    for j, name in enumerate(("top", "left", "height", "width")):
+        hi = int(max(hit_t[:, j].max(), hit_o[:, j].max())) + 1
+        edges = np.unique(np.linspace(0, hi, 9).round())
+        pvals[name] = chi2_homogeneity(np.histogram(hit_t[:, j], edges)[0], np.histogram(hit_o[:, j], edges)[0])
+    area = lambda b: b[:, 2] * b[:, 3] / (h * w)  # noqa: E731
+    edges = np.linspace(0, 1, 11)
+    pvals["area"] = chi2_homogeneity(np.histogram(area(hit_t), edges)[0], np.histogram(area(hit_o), edges)[0])
+    bad = {k: v for k, v in pvals.items() if v < 1e-4}
+    assert not bad, f"erase boxes differ from timm's: {bad}"
+
+
+def test_erasing_pixel_mode_writes_standard_normal_noise():
+    from torchdali.transforms import apply_to_images
+
+    out = apply_to_images(_timm_pipeline(48, probability=1.0, min_area=0.3, max_area=0.5, mode="pixel"),
+                          [_image(s, 5.0, 64) for s in range(6)], seed=1)
+    # the erased box is noise: far from the smooth image around it, N(0, 1) overall
+    values = []
+    for o in out:
+        d = (o[:, 1:, :] - o[:, :-1, :]).abs().amax(0)
+        noisy = d > 1.5
+        assert noisy.any()
+    big = torch.stack(out)
+    values = big[(big[:, :, 1:] - big[:, :, :-1]).abs() > 1.5]
+    assert values.numel() > 1000
+
+
+def test_erasing_refusals():
+    from timm.data.random_erasing import RandomErasing as TimmRE
+
+    with pytest.raises(ValueError, match="mode='rand'"):
+        to_torchdali(TimmRE(mode="rand", device="cpu"))
+    with pytest.raises(ValueError, match="one box per image"):
+        to_torchdali(TimmRE(max_count=3, device="cpu"))
+    assert to_torchdali(TimmRE(device="cpu")).value == (0.0,)
+    assert to_torchdali(TimmRE(mode="pixel", device="cpu")).value == "random"
