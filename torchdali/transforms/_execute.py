@@ -41,14 +41,16 @@ class Backend(NamedTuple):
     resized_crop: str  # kernel 1 (csrc_triton/resized_crop.py)
     augment_slot: str  # one program slot (csrc_triton/augment.py)
     finish: str  # affine, cast, layout and erase after a program (csrc_triton/finish.py)
+    #: the slot launcher takes the host copy of the op codes (``ops_host``), to pick its statistics
+    takes_ops_host: bool
 
     def fn(self, step: str) -> Callable[..., torch.Tensor]:
         """The function that runs ``step`` (``resized_crop``, ``augment_slot`` or ``finish``)."""
         return getattr(csrc_triton, getattr(self, step))
 
 
-KERNEL = Backend("kernel", "fused_resized_crop", "fused_augment_slot", "fused_finish")
-REFERENCE = Backend("reference", "resized_crop_reference", "augment_slot_reference", "finish_reference")
+KERNEL = Backend("kernel", "fused_resized_crop", "fused_augment_slot", "fused_finish", True)
+REFERENCE = Backend("reference", "resized_crop_reference", "augment_slot_reference", "finish_reference", False)
 
 
 def _erase_kwargs(plan: Any) -> dict[str, Any]:
@@ -87,7 +89,8 @@ def execute(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: torch.
         ops = slot[:, layout.SLOT_OP]
         if not bool((ops != layout.OP_IDENTITY).any()):
             return batch
-        return augment_slot(batch, slot.to(device, non_blocking=True), ops_host=ops)
+        extra = {"ops_host": ops} if backend.takes_ops_host else {}
+        return augment_slot(batch, slot.to(device, non_blocking=True), **extra)
 
     for entry in plan.program:
         images = entry.transform.apply_program(images, slots[:, entry.start: entry.stop], run_slot)

@@ -15,6 +15,7 @@ import numbers
 from typing import Any, Sequence
 
 import numpy as np
+from csrc_triton import layout
 
 from ._colour import _uniform
 from ._program import ProgramTransform, check_p, fill_values, put_op, warp_filter
@@ -96,8 +97,9 @@ class _Warp(ProgramTransform):
 
     def _setup_warp(self, interpolation: Any, fill: Any) -> None:
         name = type(self).__name__
-        self.interpolation, self.fill = interpolation, fill
         self._filter = warp_filter(interpolation, name)
+        self.interpolation = "nearest" if self._filter == layout.FILTER_NEAREST else "bilinear"
+        self.fill = fill
         self._fill = fill_values(fill, name)
 
     def _put(self, slots: np.ndarray, where: np.ndarray | None, matrices: np.ndarray, op: str = "affine") -> None:
