@@ -80,7 +80,7 @@ def _slot_row(name: str, level: float, size: int = 224, interpolation=None) -> n
     hparams = dict(img_mean=FILL)
     if interpolation is not None:
         hparams["interpolation"] = interpolation
-    op = _timm.TimmRandAugment._make_op(dict(name=name, prob=1.0, magnitude=9, hparams=hparams))
+    op = _timm.TimmRandAugment([dict(name=name, prob=1.0, magnitude=9, hparams=hparams)]).ops[0]
     slot = np.zeros((1, layout.SLOT_WIDTH), np.float32)
     _timm._write_op(op, np.array([float(level)]), np.array([float(size)]), np.array([float(size)]), slot,
                     np.array([True]))
@@ -265,8 +265,9 @@ def test_bicubic_warps_are_resampled_bilinearly():
 _CONFIGS = ["rand-m9-mstd0.5-inc1", "rand-m7-n3-mstd101-p0.7", "rand-m9-mstd0.5-tweights-p1.0", "rand-m10-mstd1-mmax15"]
 
 
-def _timm_draws(ra, n: int, seed: int) -> list[list[tuple[str, float]]]:
-    """Run timm's RandAugment.__call__ ``n`` times, recording the ops it applies with their level argument."""
+def _timm_draws(aug, ops, n: int, seed: int) -> list[list[tuple[str, float]]]:
+    """Run timm's ``aug.__call__`` ``n`` times, recording which of its AugmentOps ``ops`` apply,
+    with their level argument (each op's function is replaced by a recorder)."""
     calls: list[tuple[str, float]] = []
 
     def recorder(name):
@@ -275,7 +276,7 @@ def _timm_draws(ra, n: int, seed: int) -> list[list[tuple[str, float]]]:
             return img
         return fn
 
-    for op in ra.ops:
+    for op in ops:
         op.aug_fn = recorder(op.name)
     random.seed(seed)
     np.random.seed(seed)
@@ -283,7 +284,7 @@ def _timm_draws(ra, n: int, seed: int) -> list[list[tuple[str, float]]]:
     out = []
     for _ in range(n):
         calls.clear()
-        ra(img)
+        aug(img)
         out.append(list(calls))
     return out
 
@@ -334,14 +335,14 @@ def test_sampling_matches_timm(config):
     t = to_torchdali(ra)
     assert isinstance(t, _timm.TimmRandAugment) and t.n_slots == ra.num_layers
     n = 12000
-    _compare(_timm_draws(ra, n, seed=1), _our_draws(t, n, seed=1), [op.name for op in ra.ops], min_p=1e-4)
+    _compare(_timm_draws(ra, ra.ops, n, seed=1), _our_draws(t, n, seed=1), [op.name for op in ra.ops], min_p=1e-4)
 
 
 def test_sampling_check_detects_a_wrong_magnitude_std():
     ra = aa.rand_augment_transform("rand-m9-mstd0.5-inc1", dict(img_mean=FILL))
     wrong = to_torchdali(aa.rand_augment_transform("rand-m9-mstd1.0-inc1", dict(img_mean=FILL)))
     with pytest.raises(AssertionError, match="differ"):
-        _compare(_timm_draws(ra, 12000, seed=2), _our_draws(wrong, 12000, seed=2),
+        _compare(_timm_draws(ra, ra.ops, 12000, seed=2), _our_draws(wrong, 12000, seed=2),
                  [op.name for op in ra.ops], min_p=1e-4)
 
 
@@ -380,10 +381,25 @@ def test_slots_follow_the_drawn_ops():
 
 
 def test_unregistered_timm_class_is_refused_by_name():
-    from timm.data.auto_augment import auto_augment_transform
+    unknown = type("SomeTimmTransform", (), {"__module__": "timm.data.transforms"})()
+    with pytest.raises(ValueError, match="unsupported timm transform timm.SomeTimmTransform"):
+        to_torchdali(unknown)
 
-    with pytest.raises(ValueError, match="unsupported timm transform timm.AutoAugment"):
-        to_torchdali(auto_augment_transform("v0", dict(img_mean=FILL)))
+
+@pytest.mark.parametrize("config", ["v0", "original-mstd0.5", "v0r", "originalr"])
+def test_autoaugment_sampling_matches_timm(config):
+    policy = aa.auto_augment_transform(config, dict(translate_const=100, img_mean=FILL))
+    t = to_torchdali(policy)
+    assert isinstance(t, _timm.TimmAutoAugment) and t.n_slots == 2
+    names = sorted({op.name for sub in policy.policy for op in sub})
+    ops = [op for sub in policy.policy for op in sub]
+    n = 12000
+    _compare(_timm_draws(policy, ops, n, seed=4), _our_draws(t, n, seed=4), names, min_p=1e-4)
+
+
+def test_autoaugment_3a_is_refused():
+    with pytest.raises(ValueError, match="GaussianBlurRand"):
+        to_torchdali(aa.auto_augment_transform("3a", dict(img_mean=FILL)))
 
 
 # --------------------------------------------------------------------------- the program's reference

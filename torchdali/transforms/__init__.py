@@ -44,7 +44,7 @@ from ._colour import (
 )
 from ._warp import RandomAffine, RandomPerspective, RandomRotation
 from ._erase import RandomErasing
-from ._timm import TimmRandAugment, TimmRandomErasing
+from ._timm import TimmAutoAugment, TimmRandAugment, TimmRandomErasing
 
 #: torchvision transform names torchdali converts (every class in ``_transforms`` has registered by now)
 SUPPORTED = _registry.supported()
@@ -56,6 +56,7 @@ __all__ = [
     "RandomCrop", "RandomEqualize", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomInvert",
     "RandomPerspective", "RandomPosterize", "RandomResizedCrop", "RandomRotation", "RandomSolarize",
     "RandomVerticalFlip", "Resize",
-    "SUPPORTED", "TimmRandAugment", "TimmRandomErasing", "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "compile_transforms",
+    "SUPPORTED", "TimmAutoAugment", "TimmRandAugment", "TimmRandomErasing", "ToDtype", "ToImage", "ToPureTensor",
+    "ToTensor", "Transform", "compile_transforms",
     "functional", "supported_table", "to_torchdali",
 ]

@@ -37,6 +37,10 @@ imported.
   GaussianBlur is an iterated box blur with no kernel-size argument, not
   torchvision's Gaussian kernel.
 
+* ``timm.data.auto_augment.AutoAugment`` -> ``TimmAutoAugment``: the same
+  AugmentOps, one sub-policy per sample (``random.choice(policy)``), its ops in
+  order, one slot each.
+
 * ``timm.data.random_erasing.RandomErasing`` -> ``TimmRandomErasing``:
   torchvision's ``RandomErasing`` on the normalized output. With one box per
   image (``max_count`` of 1) timm's draw is torchvision's (probability, area
@@ -58,7 +62,7 @@ from ._erase import RandomErasing
 from ._program import ProgramTransform, put_op
 from ._registry import register
 
-__all__ = ["TIMM_RAND_AUGMENT_OPS", "TimmRandAugment", "TimmRandomErasing"]
+__all__ = ["TIMM_RAND_AUGMENT_OPS", "TimmAutoAugment", "TimmRandAugment", "TimmRandomErasing"]
 
 _LEVEL_DENOM = 10.0  # timm's 'M' magnitude scale: level = magnitude / 10
 _DEFAULT_FILL = (128, 128, 128)  # timm's _FILL, used when hparams has no img_mean
@@ -169,15 +173,86 @@ class _Op:
         return f"{self.name}(p={self.prob}, m={self.magnitude}, mstd={self.magnitude_std})"
 
 
+class _TimmOps(ProgramTransform):
+    """timm's ``AugmentOp``s run as program ops: their per-op draws (prob, magnitude, sign,
+    level) and the slots they write. Subclasses pick which op each slot runs."""
+
+    ops: list[_Op]
+    _title = "timm"
+
+    def _make_op(self, op: dict[str, Any]) -> _Op:
+        name = op["name"]
+        if name in _REFUSED_OPS:
+            raise ValueError(f"{self._title} op {name} is not supported: {_REFUSED_OPS[name]}")
+        if name not in TIMM_RAND_AUGMENT_OPS:
+            raise ValueError(f"{self._title}: unknown op {name!r}; supported: {', '.join(TIMM_RAND_AUGMENT_OPS)}")
+        hparams = dict(op.get("hparams") or {})
+        fill = hparams.get("img_mean", _DEFAULT_FILL)
+        if isinstance(fill, (int, float)):
+            fill = (fill,) * 3
+        if len(fill) != 3:
+            raise ValueError(f"{self._title}: img_mean must have 3 values, got {fill!r}")
+        resample = hparams.get("interpolation", (_PIL_BILINEAR, _PIL_BICUBIC))
+        interp = _interp(resample, f"{self._title} op {name}") if name in _GEOMETRIC else layout.FILTER_BILINEAR
+        std = max(float(hparams.get("magnitude_std", 0) or 0), 0.0)
+        return _Op(name, op.get("prob", 0.5), op.get("magnitude", 10), std,
+                   hparams.get("magnitude_max", None), hparams, fill, interp)
+
+    @staticmethod
+    def _op_dict(op: Any) -> dict[str, Any]:
+        """A timm ``AugmentOp``'s attributes."""
+        return dict(name=op.name, prob=op.prob, magnitude=op.magnitude, hparams=op.hparams)
+
+    def _draw_ops(self, chosen: np.ndarray, u: np.ndarray) -> dict[str, np.ndarray]:
+        """What ``AugmentOp.__call__`` draws for the ops ``chosen`` (``[B, L]`` indices into
+        ``self.ops``, -1 for none) from ``u`` (``[B, L, 4]``: prob check, two uniforms of
+        the normal magnitude noise, sign). Returns ``op`` (``chosen``, -1 where the op does
+        not apply) and ``level`` (timm's level argument, float64)."""
+        valid = chosen >= 0
+        safe = np.maximum(chosen, 0)
+        prob = np.array([o.prob for o in self.ops])[safe]
+        mag = np.array([o.magnitude for o in self.ops])[safe]
+        std = np.array([o.magnitude_std for o in self.ops])[safe]
+        upper = np.array([o.upper for o in self.ops])[safe]
+        # Box-Muller on (1 - u) in (0, 1], so the log is finite
+        normal = np.sqrt(-2.0 * np.log1p(-u[..., 1])) * np.cos(2.0 * math.pi * u[..., 2])
+        magnitude = mag.copy()
+        noisy = (std > 0) & np.isfinite(std)
+        magnitude[noisy] += std[noisy] * normal[noisy]
+        uniform = np.isinf(std)  # timm: an infinite std means uniform(0, magnitude)
+        magnitude[uniform] = mag[uniform] * u[..., 1][uniform]
+        magnitude = np.maximum(0.0, np.minimum(magnitude, upper))
+        negate = u[..., 3] > 0.5
+        level = np.zeros(chosen.shape, dtype=np.float64)
+        for i, o in enumerate(self.ops):
+            mask = chosen == i
+            if mask.any():
+                level[mask] = _timm_level(o.name, magnitude[mask], negate[mask], o.hparams)
+        # timm skips an op when prob < 1 and random() > prob
+        applied = valid & ((prob >= 1.0) | (u[..., 0] <= prob))
+        return {"op": np.where(applied, chosen, -1), "level": np.where(applied, level, 0.0)}
+
+    def write_slots(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray], slots: np.ndarray) -> None:
+        height = np.asarray(geometry.height, dtype=np.float64)
+        width = np.asarray(geometry.width, dtype=np.float64)
+        for k in range(self.n_slots):
+            for i, o in enumerate(self.ops):
+                where = params["op"][:, k] == i
+                if where.any():
+                    _write_op(o, params["level"][:, k], height, width, slots[:, k], where)
+
+
 @register("timm.RandAugment",
           semantics="timm.data.auto_augment's op table, per-op prob, magnitude noise, signs, weighted choice",
           notes="drawn per sample; warps bilinear (timm's bicubic half too); no GaussianBlur ops")
-class TimmRandAugment(ProgramTransform):
+class TimmRandAugment(_TimmOps):
     """timm's RandAugment as an augment program of ``num_layers`` slots (see the module docstring).
 
     ``ops`` is a list of dicts (``name``, ``prob``, ``magnitude``, ``hparams``) in
     timm's ``AugmentOp`` terms; ``from_timm`` reads them off a timm object.
     """
+
+    _title = "RandAugment"
 
     def __init__(self, ops: Sequence[dict[str, Any]], num_layers: int = 2,
                  choice_weights: Sequence[float] | None = None) -> None:
@@ -200,68 +275,21 @@ class TimmRandAugment(ProgramTransform):
         # per layer: op choice, prob check, two uniforms for the normal magnitude noise, sign
         self.n_uniforms = 5 * self.num_layers
 
-    @staticmethod
-    def _make_op(op: dict[str, Any]) -> _Op:
-        name = op["name"]
-        if name in _REFUSED_OPS:
-            raise ValueError(f"RandAugment op {name} is not supported: {_REFUSED_OPS[name]}")
-        if name not in TIMM_RAND_AUGMENT_OPS:
-            raise ValueError(f"RandAugment: unknown op {name!r}; supported: {', '.join(TIMM_RAND_AUGMENT_OPS)}")
-        hparams = dict(op.get("hparams") or {})
-        fill = hparams.get("img_mean", _DEFAULT_FILL)
-        if isinstance(fill, (int, float)):
-            fill = (fill,) * 3
-        if len(fill) != 3:
-            raise ValueError(f"RandAugment: img_mean must have 3 values, got {fill!r}")
-        resample = hparams.get("interpolation", (_PIL_BILINEAR, _PIL_BICUBIC))
-        interp = _interp(resample, f"RandAugment op {name}") if name in _GEOMETRIC else layout.FILTER_BILINEAR
-        std = float(hparams.get("magnitude_std", 0) or 0)
-        if std < 0:
-            std = 0.0
-        return _Op(name, op.get("prob", 0.5), op.get("magnitude", 10), std,
-                   hparams.get("magnitude_max", None), hparams, fill, interp)
-
     @classmethod
     def from_timm(cls, t: Any) -> TimmRandAugment:
-        ops = [dict(name=op.name, prob=op.prob, magnitude=op.magnitude, hparams=op.hparams) for op in t.ops]
         weights = None if t.choice_weights is None else list(np.asarray(t.choice_weights, dtype=np.float64))
-        return cls(ops, num_layers=t.num_layers, choice_weights=weights)
+        return cls([cls._op_dict(op) for op in t.ops], num_layers=t.num_layers, choice_weights=weights)
 
     from_torchvision = from_timm
 
-    # ----------------------------------------------------------------- drawing
-
     def make_params(self, geometry: G.BatchGeometry, u: np.ndarray | None) -> dict[str, np.ndarray]:
-        """``op``: index into ``self.ops`` per (sample, layer), -1 where the op does not apply;
+        """``op``: index into ``self.ops`` per (sample, layer), -1 where no op applies;
         ``level``: timm's level argument of that op (float64)."""
-        n = len(geometry)
-        layers = self.num_layers
-        op = np.full((n, layers), -1, dtype=np.int64)
-        level = np.zeros((n, layers), dtype=np.float64)
+        n, layers = len(geometry), self.num_layers
         if layers == 0 or n == 0:
-            return {"op": op, "level": level}
+            return {"op": np.full((n, layers), -1, dtype=np.int64), "level": np.zeros((n, layers))}
         u = np.asarray(u, dtype=np.float64).reshape(n, layers, 5)
-        chosen = self._choose(u[:, :, 0])
-        prob = np.array([o.prob for o in self.ops])[chosen]
-        mag = np.array([o.magnitude for o in self.ops])[chosen]
-        std = np.array([o.magnitude_std for o in self.ops])[chosen]
-        upper = np.array([o.upper for o in self.ops])[chosen]
-        # Box-Muller on (1 - u) in (0, 1], so the log is finite
-        normal = np.sqrt(-2.0 * np.log1p(-u[:, :, 2])) * np.cos(2.0 * math.pi * u[:, :, 3])
-        magnitude = mag.copy()
-        noisy = (std > 0) & np.isfinite(std)
-        magnitude[noisy] += std[noisy] * normal[noisy]
-        uniform = np.isinf(std)  # timm: an infinite std means uniform(0, magnitude)
-        magnitude[uniform] = mag[uniform] * u[:, :, 2][uniform]
-        magnitude = np.maximum(0.0, np.minimum(magnitude, upper))
-        negate = u[:, :, 4] > 0.5
-        for i, o in enumerate(self.ops):
-            mask = chosen == i
-            if mask.any():
-                level[mask] = _timm_level(o.name, magnitude[mask], negate[mask], o.hparams)
-        applied = (prob >= 1.0) | (u[:, :, 1] <= prob)
-        op = np.where(applied, chosen, -1)
-        return {"op": op, "level": np.where(applied, level, 0.0)}
+        return self._draw_ops(self._choose(u[:, :, 0]), u[:, :, 1:])
 
     def _choose(self, u: np.ndarray) -> np.ndarray:
         n_ops = len(self.ops)
@@ -285,19 +313,51 @@ class TimmRandAugment(ProgramTransform):
             w[rows, pick] = 0.0
         return out
 
-    # ----------------------------------------------------------------- program
-
-    def write_slots(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray], slots: np.ndarray) -> None:
-        height = np.asarray(geometry.height, dtype=np.float64)
-        width = np.asarray(geometry.width, dtype=np.float64)
-        for k in range(self.num_layers):
-            for i, o in enumerate(self.ops):
-                where = params["op"][:, k] == i
-                if where.any():
-                    _write_op(o, params["level"][:, k], height, width, slots[:, k], where)
-
     def extra_repr(self) -> str:
         return f"num_layers={self.num_layers}, ops={self.ops}, weighted={self.choice_weights is not None}"
+
+
+@register("timm.AutoAugment",
+          semantics="timm.data.auto_augment's policies (v0, v0r, original, originalr), per-op prob, magnitude noise",
+          notes="drawn per sample; warps bilinear (timm's bicubic half too); no GaussianBlur ops ('3a')")
+class TimmAutoAugment(_TimmOps):
+    """timm's AutoAugment: per sample one sub-policy, chosen uniformly, whose ops run in order.
+
+    ``policy`` is a list of sub-policies, each a list of op dicts as ``TimmRandAugment``'s.
+    """
+
+    _title = "AutoAugment"
+
+    def __init__(self, policy: Sequence[Sequence[dict[str, Any]]]) -> None:
+        if not policy or not all(policy):
+            raise ValueError("AutoAugment: the policy needs at least one sub-policy, each with at least one op")
+        self.ops = [self._make_op(dict(op)) for sub in policy for op in sub]
+        self.n_slots = max(len(sub) for sub in policy)
+        # [sub-policy, slot] -> index into self.ops, -1 past the end of a shorter sub-policy
+        self._table = np.full((len(policy), self.n_slots), -1, dtype=np.int64)
+        i = 0
+        for s, sub in enumerate(policy):
+            self._table[s, : len(sub)] = np.arange(i, i + len(sub))
+            i += len(sub)
+        # sub-policy choice, then per slot: prob check, two uniforms for the magnitude noise, sign
+        self.n_uniforms = 1 + 4 * self.n_slots
+
+    @classmethod
+    def from_timm(cls, t: Any) -> TimmAutoAugment:
+        return cls([[cls._op_dict(op) for op in sub] for sub in t.policy])
+
+    from_torchvision = from_timm
+
+    def make_params(self, geometry: G.BatchGeometry, u: np.ndarray | None) -> dict[str, np.ndarray]:
+        """As ``TimmRandAugment.make_params``, one column per op of the chosen sub-policy."""
+        n = len(geometry)
+        u = np.asarray(u, dtype=np.float64).reshape(n, self.n_uniforms)
+        n_sub = len(self._table)
+        sub = np.minimum(np.floor(u[:, 0] * n_sub).astype(np.int64), n_sub - 1)
+        return self._draw_ops(self._table[sub], u[:, 1:].reshape(n, self.n_slots, 4))
+
+    def extra_repr(self) -> str:
+        return f"sub_policies={len(self._table)}, ops={self.ops}"
 
 
 def _affine_rows(name: str, level: np.ndarray, height: np.ndarray, width: np.ndarray) -> np.ndarray:
