@@ -425,6 +425,41 @@ def test_augment_reference_runs_the_slots_as_torchvision_does():
         images = got
 
 
+def _kernel_devices():
+    import importlib.util
+    import os
+
+    has_triton = importlib.util.find_spec("triton") is not None
+    interpret = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+    return [pytest.param("cpu", marks=pytest.mark.skipif(not (has_triton and interpret),
+                                                         reason="kernel on CPU needs TRITON_INTERPRET=1")),
+            pytest.param("cuda", marks=[pytest.mark.cuda,
+                                        pytest.mark.skipif(not has_triton, reason="needs triton")])]
+
+
+@pytest.mark.parametrize("device", _kernel_devices())
+@pytest.mark.parametrize("config", ["rand-m9-mstd0.5-inc1", "rand-m9-mstd0.5"])
+def test_slot_kernel_runs_timm_slots_as_the_reference(config, device):
+    from csrc_triton.augment import augment_slot_reference, fused_augment_slot
+
+    ra = aa.rand_augment_transform(config, dict(translate_const=5, img_mean=FILL))
+    t = to_torchdali(ra)
+    n, h, w = 16, 11, 14
+    g = G.BatchGeometry.identity(np.full((n, 2), (h, w)))
+    p = t.make_params(g, _rng.uniform(_rng.sample_keys(11, 0, np.arange(n)), 0, t.n_uniforms))
+    slots = np.zeros((n, t.n_slots, layout.SLOT_WIDTH), np.float32)
+    t.write_slots(g, p, slots)
+    images = torch.stack([_image(s, 20.0, 16)[:, :h, :w] for s in range(n)]).to(device)
+    for k in range(t.n_slots):
+        slot = torch.from_numpy(slots[:, k])
+        got = fused_augment_slot(images, slot.to(device), ops_host=slot[:, layout.SLOT_OP])
+        want = augment_slot_reference(images.cpu(), slot)
+        diff = (got.cpu().int() - want.int()).abs()
+        # interpreted: the same float32 operations -> equal; compiled: FMA rounding, within 1
+        assert diff.max().item() <= (0 if device == "cpu" else 1), f"slot {k}: {diff.flatten(1).amax(1).tolist()}"
+        images = want.to(device)
+
+
 # --------------------------------------------------------------------------- pipelines
 
 
