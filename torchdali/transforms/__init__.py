@@ -3,10 +3,12 @@
 Layers, bottom up (each imports only those before it): ``_geometry`` (per-sample
 geometry algebra), ``_state`` (static pipeline state), ``_args`` (argument checks),
 ``_reference`` (CPU reference execution), ``_registry`` (the list of supported
-transforms), ``_plan`` (the Transform protocol and its compilation), ``_transforms``
-(the classes), ``functional`` (single-image functionals).
+transforms), ``_convert`` (converting a whole pipeline, listing every refusal),
+``_plan`` (the Transform protocol and its compilation), ``_transforms`` (the
+classes), ``_presets`` (weights' presets, reference-script presets, timm's simple
+classes), ``functional`` (single-image functionals).
 """
-from . import _registry, functional
+from . import _presets, _registry, functional
 from ._plan import Plan, compile_transforms, to_torchdali
 from ._transforms import (
     CenterCrop,
