@@ -13,7 +13,7 @@ import torchvision.transforms.v2 as v2
 from torchvision.transforms import InterpolationMode
 
 import torchdali as td
-from tests._helpers import make_folder, smooth_image
+from tests._helpers import make_folder, photo_image
 from torchdali import transforms as T
 from torchdali.transforms._plan import apply_to_images
 
@@ -119,7 +119,7 @@ def test_weights_transforms_match_their_own_output(name):
         pytest.skip(f"{name} resizes with {preset.interpolation.value}: needs the interp branch")
     plan = T.compile_transforms(preset)
     assert plan.out_size == (preset.crop_size[0],) * 2 and plan.out_dtype == torch.float32
-    images = [smooth_image(300, 400, 1), smooth_image(411, 333, 2), smooth_image(preset.resize_size[0], 500, 3)]
+    images = [photo_image(300, 400, 1), photo_image(411, 333, 2), photo_image(preset.resize_size[0], 500, 3)]
     for img, ours in zip(images, apply_to_images(preset, images)):
         _within_one(ours, preset(img), std=preset.std)
 
@@ -137,7 +137,7 @@ def _pil(img: torch.Tensor):
 def test_timm_eval_transform_matches_timm(kwargs):
     factory = pytest.importorskip("timm.data.transforms_factory")
     tf = factory.transforms_imagenet_eval(interpolation="bilinear", **kwargs)
-    images = [smooth_image(90, 120, 1), smooth_image(131, 77, 2), smooth_image(70, 70, 3)]
+    images = [photo_image(90, 120, 1), photo_image(131, 77, 2), photo_image(70, 70, 3)]
     for img, ours in zip(images, apply_to_images(tf, images)):
         _within_one(ours, tf(_pil(img)))
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torchvision.transforms import InterpolationMode
 
-from tests._helpers import smooth_image
+from tests._helpers import photo_image
 from torchdali import transforms as T
 from torchdali.transforms._plan import apply_to_images
 
@@ -134,7 +134,7 @@ EVAL = list(itertools.product(INTERPOLATIONS, ("tensor", "pil"), (True, False)))
 
 
 def _images() -> list[torch.Tensor]:
-    return [smooth_image(70, 90, 1), smooth_image(97, 61, 2), smooth_image(64, 64, 3)]
+    return [photo_image(70, 90, 1), photo_image(97, 61, 2), photo_image(64, 64, 3)]
 
 
 def test_there_are_80_train_and_8_eval_combinations():
