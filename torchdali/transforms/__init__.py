@@ -4,13 +4,15 @@ Layers, bottom up (each imports only those before it): ``_geometry`` (per-sample
 geometry algebra), ``_state`` (static pipeline state), ``_args`` (argument checks),
 ``_reference`` (CPU reference execution), ``_execute`` (a compiled plan run on
 one batch, kernel or reference backend), ``_registry`` (the list of supported
-transforms), ``_plan`` (the Transform protocol, the augment-program protocol and
-the compilation), ``_transforms`` (the geometry and epilogue classes),
-``_program`` (helpers of the program transforms), ``_colour``/``_warp``/``_erase``
-(photometric, warp and erasing classes), ``_timm`` (timm's own augmentation
-classes), ``functional`` (single-image functionals).
+transforms), ``_convert`` (converting a whole pipeline, listing every refusal),
+``_plan`` (the Transform protocol, the augment-program protocol and the
+compilation), ``_transforms`` (the geometry and epilogue classes), ``_presets``
+(weights' presets, reference-script presets, timm's simple classes), ``_program``
+(helpers of the program transforms), ``_colour``/``_warp``/``_erase``
+(photometric, warp and erasing classes), ``_timm`` (timm's augmentation classes:
+RandAugment, AutoAugment, RandomErasing), ``functional`` (single-image functionals).
 """
-from . import _registry, functional
+from . import _presets, _registry, functional
 from ._plan import BatchParams, Plan, compile_transforms, to_torchdali
 from ._transforms import (
     CenterCrop,
