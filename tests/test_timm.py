@@ -604,6 +604,10 @@ def test_create_transform_converts(name):
     assert plan.out_size == (224, 224) and plan.out_dtype == torch.float32
     if "randaugment" in name:
         assert plan.n_slots == 2  # RandAugment's two layers; timm turns ColorJitter off with it
+        (ra,) = [x for x in plan.transforms if isinstance(x, _timm.TimmRandAugment)]
+        # create_transform's hparams: fill = the mean in uint8, translations relative (TranslateXRel/YRel)
+        assert all(o.fill == FILL for o in ra.ops) and {o.name for o in ra.ops} >= {"TranslateXRel", "Rotate"}
+        assert all(o.magnitude == 9 and o.magnitude_std == 0.5 and o.prob == 0.5 for o in ra.ops)
     else:
         assert (plan.n_slots > 0) == name.startswith("train")  # ColorJitter
     out = apply_to_images(t, [_image(0, 10.0, 240)[:, :, :200], _image(1, 10.0, 260)], seed=0)

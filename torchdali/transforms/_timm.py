@@ -31,7 +31,9 @@ imported.
     of Contrast).
   - Posterize/Solarize (all variants), SolarizeAdd, AutoContrast, Equalize,
     Invert, Desaturate: ``posterize``, ``solarize``, ``solarize_add``,
-    ``autocontrast``, ``equalize``, ``invert``, ``saturation``.
+    ``autocontrast``, ``equalize``, ``invert``, ``saturation``. PosterizeIncreasing
+    at magnitude 10 keeps 0 bits: a black image, as older PIL and torchvision give
+    (PIL 13 raises for 0 bits, so timm itself fails there with it).
 
   GaussianBlur and GaussianBlurRand (timm's '3a' sets) are refused: PIL's
   GaussianBlur is an iterated box blur with no kernel-size argument, not
