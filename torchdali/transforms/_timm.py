@@ -64,7 +64,7 @@ from ._erase import RandomErasing
 from ._program import ProgramTransform, put_op
 from ._registry import register
 
-__all__ = ["TIMM_RAND_AUGMENT_OPS", "TimmAutoAugment", "TimmRandAugment", "TimmRandomErasing"]
+__all__ = ["TIMM_AUGMENT_OPS", "TimmAutoAugment", "TimmRandAugment", "TimmRandomErasing"]
 
 _LEVEL_DENOM = 10.0  # timm's 'M' magnitude scale: level = magnitude / 10
 _DEFAULT_FILL = (128, 128, 128)  # timm's _FILL, used when hparams has no img_mean
@@ -72,19 +72,14 @@ _DEFAULT_TRANSLATE_CONST = 250  # timm's _HPARAMS_DEFAULT
 _DEFAULT_TRANSLATE_PCT = 0.45
 _PIL_NEAREST, _PIL_BILINEAR, _PIL_BICUBIC = 0, 2, 3  # PIL.Image.Resampling values
 
-#: timm's op names that run as program ops -> whether the level argument has a random sign
-TIMM_RAND_AUGMENT_OPS: dict[str, bool] = {
-    "AutoContrast": False, "Equalize": False, "Invert": False,
-    "Rotate": True,
-    "Posterize": False, "PosterizeIncreasing": False, "PosterizeOriginal": False,
-    "Solarize": False, "SolarizeIncreasing": False, "SolarizeAdd": False,
-    "Color": False, "Contrast": False, "Brightness": False, "Sharpness": False,
-    "ColorIncreasing": True, "ContrastIncreasing": True, "BrightnessIncreasing": True,
-    "SharpnessIncreasing": True,
-    "ShearX": True, "ShearY": True,
-    "TranslateX": True, "TranslateY": True, "TranslateXRel": True, "TranslateYRel": True,
-    "Desaturate": False,
-}
+#: timm's AugmentOp names that run as program ops
+TIMM_AUGMENT_OPS: tuple[str, ...] = (
+    "AutoContrast", "Equalize", "Invert", "Rotate",
+    "Posterize", "PosterizeIncreasing", "PosterizeOriginal", "Solarize", "SolarizeIncreasing", "SolarizeAdd",
+    "Color", "ColorIncreasing", "Contrast", "ContrastIncreasing", "Brightness", "BrightnessIncreasing",
+    "Sharpness", "SharpnessIncreasing", "ShearX", "ShearY", "TranslateX", "TranslateY", "TranslateXRel",
+    "TranslateYRel", "Desaturate",
+)
 
 _REFUSED_OPS = {
     "GaussianBlur": "PIL's GaussianBlur(radius) is an iterated box blur without a kernel size, "
@@ -155,10 +150,6 @@ def _interp(resample: Any, where: str) -> int:
     return layout.FILTER_BILINEAR
 
 
-def _arg_column(op: int, name: str) -> int:
-    return layout.SLOT_M0 + layout.OP_ARGS[op][1].index(name)
-
-
 class _Op:
     """One of timm's ``AugmentOp``s, read from its attributes."""
 
@@ -186,24 +177,32 @@ class _TimmOps(ProgramTransform):
         name = op["name"]
         if name in _REFUSED_OPS:
             raise ValueError(f"{self._title} op {name} is not supported: {_REFUSED_OPS[name]}")
-        if name not in TIMM_RAND_AUGMENT_OPS:
-            raise ValueError(f"{self._title}: unknown op {name!r}; supported: {', '.join(TIMM_RAND_AUGMENT_OPS)}")
+        if name not in TIMM_AUGMENT_OPS:
+            raise ValueError(f"{self._title}: unknown op {name!r}; supported: {', '.join(TIMM_AUGMENT_OPS)}")
+        # what AugmentOp.__init__ derives from hparams, unless given (as from_timm does) explicitly
         hparams = dict(op.get("hparams") or {})
-        fill = hparams.get("img_mean", _DEFAULT_FILL)
+        fill = op.get("fill", hparams.get("img_mean", _DEFAULT_FILL))
         if isinstance(fill, (int, float)):
             fill = (fill,) * 3
         if len(fill) != 3:
             raise ValueError(f"{self._title}: img_mean must have 3 values, got {fill!r}")
-        resample = hparams.get("interpolation", (_PIL_BILINEAR, _PIL_BICUBIC))
+        resample = op.get("resample", hparams.get("interpolation", (_PIL_BILINEAR, _PIL_BICUBIC)))
         interp = _interp(resample, f"{self._title} op {name}") if name in _GEOMETRIC else layout.FILTER_BILINEAR
-        std = max(float(hparams.get("magnitude_std", 0) or 0), 0.0)
+        std = max(float(op.get("magnitude_std", hparams.get("magnitude_std", 0)) or 0), 0.0)
         return _Op(name, op.get("prob", 0.5), op.get("magnitude", 10), std,
-                   hparams.get("magnitude_max", None), hparams, fill, interp)
+                   op.get("magnitude_max", hparams.get("magnitude_max", None)), hparams, fill, interp)
 
     @staticmethod
     def _op_dict(op: Any) -> dict[str, Any]:
-        """A timm ``AugmentOp``'s attributes."""
-        return dict(name=op.name, prob=op.prob, magnitude=op.magnitude, hparams=op.hparams)
+        """A timm ``AugmentOp``'s attributes (its kwargs hold the fill and resample it passes to PIL)."""
+        kwargs = getattr(op, "kwargs", {})
+        out = dict(name=op.name, prob=op.prob, magnitude=op.magnitude, hparams=op.hparams,
+                   magnitude_std=op.magnitude_std, magnitude_max=op.magnitude_max)
+        if "fillcolor" in kwargs:
+            out["fill"] = kwargs["fillcolor"]
+        if "resample" in kwargs:
+            out["resample"] = kwargs["resample"]
+        return out
 
     def _draw_ops(self, chosen: np.ndarray, u: np.ndarray) -> dict[str, np.ndarray]:
         """What ``AugmentOp.__call__`` draws for the ops ``chosen`` (``[B, L]`` indices into
