@@ -92,3 +92,60 @@ def test_class_params_replayed_by_functional_give_the_same_pixels(seed):
     box = [int(p[k][0]) for k in ("top", "left", "height", "width")]
     ours = apply_to_images(T.Compose([rrc]), [img], seed=seed)[0]
     assert torch.equal(ours, F.resized_crop(img, *box, [40, 30]))
+
+
+# --------------------------------------------------------------------------- #
+# Program ops and erase: the same op on one image, exactly torchvision's (within 1 where noted)
+# --------------------------------------------------------------------------- #
+
+_PERSP = ([[0, 0], [52, 0], [52, 36], [0, 36]], [[3, 2], [49, 1], [50, 33], [1, 35]])
+OP_CASES = [
+    ("adjust_brightness", (1.35,), 0), ("adjust_brightness", (0.4,), 0),
+    ("adjust_contrast", (0.55,), 0), ("adjust_contrast", (1.7,), 0),
+    ("adjust_saturation", (0.3,), 1), ("adjust_saturation", (1.8,), 1),
+    ("adjust_hue", (0.23,), 0), ("adjust_hue", (-0.41,), 0),
+    ("adjust_sharpness", (0.2,), 1), ("adjust_sharpness", (2.5,), 1),
+    ("autocontrast", (), 0), ("equalize", (), 0), ("invert", (), 0),
+    ("posterize", (2,), 0), ("posterize", (7,), 0), ("solarize", (97,), 0),
+    ("rgb_to_grayscale", (1,), 0), ("rgb_to_grayscale", (3,), 0),
+    ("gaussian_blur", ([5, 3], [1.3, 0.6]), 0), ("gaussian_blur", (7,), 0),
+    ("rotate", (31.7, TF.InterpolationMode.NEAREST), 0), ("rotate", (-120.5, TF.InterpolationMode.BILINEAR), 0),
+    ("affine", (12.0, [4, -3], 1.15, [8.0, -4.0], TF.InterpolationMode.BILINEAR), 0),
+    ("affine", (-40.0, [0, 5], 0.8, 10.0, TF.InterpolationMode.NEAREST), 0),
+    ("perspective", _PERSP + (TF.InterpolationMode.BILINEAR,), 0),
+    ("perspective", _PERSP + (TF.InterpolationMode.NEAREST,), 0),
+]
+
+
+@pytest.mark.parametrize("name,args,tol", OP_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(OP_CASES)])
+def test_program_op_functionals_match_torchvision(name, args, tol):
+    img = _img(37, 53, seed=4)
+    ours, ref = getattr(F, name)(img, *args), getattr(TF, name)(img, *args)
+    assert ours.shape == ref.shape and ours.dtype == torch.uint8
+    diff = (ours.int() - ref.int()).abs()
+    assert diff.max().item() <= tol
+    # tol 1: the factor travels in float32 (a slot's precision), so torchvision's double
+    # ``1 - factor`` can round the other way for a factor like 1.8 that float32 cannot hold
+    assert (diff > 0).double().mean().item() < (0.1 if tol else 1e-9)
+
+
+@pytest.mark.parametrize("fill", [None, 0, [200, 10, 90]])
+def test_warp_functionals_fill_like_torchvision(fill):
+    img = _img(37, 53, seed=5)
+    for interp in (TF.InterpolationMode.NEAREST, TF.InterpolationMode.BILINEAR):
+        assert torch.equal(F.rotate(img, 50.0, interp, center=[10, 7], fill=fill),
+                           TF.rotate(img, 50.0, interp, center=[10, 7], fill=fill))
+        assert torch.equal(F.perspective(img, *_PERSP, interp, fill=fill), TF.perspective(img, *_PERSP, interp, fill=fill))
+
+
+def test_erase_functional():
+    img = _img(37, 53, seed=6)
+    v = torch.tensor([10.7, 250.0, 3.0]).view(3, 1, 1)
+    assert torch.equal(F.erase(img, 4, 6, 11, 20, v), TF.erase(img, 4, 6, 11, 20, v))
+    x = TF.to_dtype(img, torch.float32, scale=True)
+    assert torch.equal(F.erase(x, 4, 6, 11, 20, torch.tensor(-0.5)), TF.erase(x, 4, 6, 11, 20, torch.tensor(-0.5)))
+
+
+def test_rotate_refuses_expand():
+    with pytest.raises(ValueError, match="expand"):
+        F.rotate(_img(10, 12), 30.0, expand=True)

@@ -76,8 +76,8 @@ def _apply_if(p, b, img, fn):
 
 # (transform, expected(t, params, sample, image) with torchvision's functionals, max difference)
 CASES = {
-    "ColorJitter": (T.ColorJitter(0.4, 0.4, 0.4, 0.1), _color_jitter_expected, 1),
-    "ColorJitter_ranges": (T.ColorJitter((0.5, 0.9), (1.2, 1.8), None, (-0.3, -0.1)), _color_jitter_expected, 1),
+    "ColorJitter": (T.ColorJitter(0.4, 0.4, 0.4, 0.1), _color_jitter_expected, 0),
+    "ColorJitter_ranges": (T.ColorJitter((0.5, 0.9), (1.2, 1.8), None, (-0.3, -0.1)), _color_jitter_expected, 0),
     "Grayscale": (T.Grayscale(3), lambda t, p, b, im: TF.rgb_to_grayscale(im, 3), 0),
     "RandomGrayscale": (T.RandomGrayscale(0.5), lambda t, p, b, im: _apply_if(
         p, b, im, lambda x: TF.rgb_to_grayscale(x, 3)), 0),
@@ -87,7 +87,7 @@ CASES = {
     "RandomSolarize": (T.RandomSolarize(120), lambda t, p, b, im: _apply_if(
         p, b, im, lambda x: TF.solarize(x, 120)), 0),
     "RandomAdjustSharpness": (T.RandomAdjustSharpness(1.9), lambda t, p, b, im: _apply_if(
-        p, b, im, lambda x: TF.adjust_sharpness(x, 1.9)), 1),
+        p, b, im, lambda x: TF.adjust_sharpness(x, 1.9)), 0),
     "RandomAutocontrast": (T.RandomAutocontrast(), lambda t, p, b, im: _apply_if(p, b, im, TF.autocontrast), 0),
     "RandomEqualize": (T.RandomEqualize(), lambda t, p, b, im: _apply_if(p, b, im, TF.equalize), 0),
     "GaussianBlur": (T.GaussianBlur((5, 3), (0.3, 2.0)), lambda t, p, b, im: TF.gaussian_blur(
@@ -529,7 +529,21 @@ def test_gpu_loader_runs_the_program_like_the_cpu_path():
     cpu = list(td.DataLoader(ds, device="cpu", generator=torch.Generator().manual_seed(0), **kw))
     assert len(gpu) == len(cpu) == 3
     std = torch.tensor(STD).view(1, 3, 1, 1)
+    levels = []
     for (gx, gy), (cx, cy) in zip(gpu, cpu):
         assert torch.equal(gy, cy)
-        levels = ((gx - cx).abs() * std * 255)  # difference in uint8 levels
-        assert levels.max().item() <= 1.0 + 1e-3, levels.max().item()
+        levels.append(((gx - cx).abs() * std * 255).reshape(-1))  # difference in uint8 levels
+    levels = torch.cat(levels)
+    within_1 = (levels <= 1 + 1e-3).double().mean().item()
+    print(f"GPU vs CPU program pipeline: max {levels.max().item():.3f} levels, "
+          f"{within_1:.6f} within 1, {(levels > 1e-3).double().mean().item():.6f} differ")
+    # Kernel 1 may round a resized value the other way (test_kernel.py: atol=1); a contrast or
+    # saturation factor above 1 can stretch that level into two. Nothing else may differ.
+    assert within_1 >= 0.999 and levels.max().item() <= 2 + 1e-3
+
+
+def test_a_program_transform_called_on_one_image_keeps_its_size():
+    img = smooth_image(H, W, seed=3)
+    assert torch.equal(T.RandomInvert(p=1.0)(img), TF.invert(img))
+    assert torch.equal(T.Grayscale(3)(img), TF.rgb_to_grayscale(img, 3))
+    assert T.RandomErasing(p=1.0)(img).shape == (3, H, W)

@@ -63,9 +63,9 @@ def _erase_kwargs(plan: Any) -> dict[str, Any]:
 def execute(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor,
             batch_params: Any, backend: Backend, *, channels_last: bool = False,
             scale: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """The output batch of ``plan`` (a ``_plan.Plan``; this module sits below it) for the packed decoded images ``data`` (``offsets [B]``,
-    ``shapes [B, 3]``, on ``data``'s device) with the batch's drawn ``batch_params``
-    (a ``_plan.BatchParams``).
+    """The output batch of ``plan`` (a ``_plan.Plan``; this module sits below it) for the
+    packed decoded images ``data`` (``offsets [B]``, ``shapes [B, 3]``, on ``data``'s
+    device) with the batch's drawn ``batch_params`` (a ``_plan.BatchParams``).
 
     ``batch_params`` may be on the host (its slots are always read there; what a
     step needs is copied to ``data``'s device). ``scale``/``bias`` may hold the

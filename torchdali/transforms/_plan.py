@@ -37,6 +37,7 @@ and its value is mapped through their affine).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterator, NamedTuple, Sequence
 
@@ -142,6 +143,10 @@ class Transform:
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
         """Apply to one image (CHW or HWC uint8 tensor) on the CPU reference path; returns CHW."""
+        if self.stage in ("program", "epilogue"):
+            # these keep the size, which a pipeline must fix first: the image's own size
+            hwc = to_hwc(image)
+            return apply_to_images(Compose([_KeepSize(int(hwc.shape[0]), int(hwc.shape[1])), self]), [hwc])[0]
         return apply_to_images(Compose([self]), [image])[0]
 
 
@@ -196,6 +201,18 @@ class ProgramEntry(NamedTuple):
     transform: Transform
     start: int  # its first slot in ``BatchParams.slots``
     stop: int  # one past its last slot
+
+
+class _KeepSize(Transform):
+    """Fixes the output size to the input's, which is ``(height, width)`` (a single image's call)."""
+
+    stage = "geometry"
+
+    def __init__(self, height: int, width: int) -> None:
+        self.size = (height, width)
+
+    def update_state(self, state: StaticState) -> StaticState:
+        return dataclasses.replace(state, size=self.size)
 
 
 @dataclass(frozen=True)

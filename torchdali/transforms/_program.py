@@ -33,16 +33,23 @@ def put_op(slot: np.ndarray, name: str, where: Any = None, *, interp: int | None
     missing, extra = set(names) - set(args), set(args) - set(names)
     if missing or extra:
         raise TypeError(f"put_op({name!r}): arguments are {names}, got {sorted(args)}")
-    n = slot.shape[0]
-    m = np.ones(n, dtype=bool) if where is None else np.broadcast_to(np.asarray(where, dtype=bool), (n,))
-    slot[m, layout.SLOT_OP] = code
+    rows: Any = slice(None)
+    if where is not None:
+        where = np.asarray(where, dtype=bool)
+        if where.ndim == 0:
+            if not where:
+                return
+        else:
+            rows = np.flatnonzero(where)
+    slot[rows, layout.SLOT_OP] = code
     for i, arg in enumerate(names):
-        slot[m, layout.SLOT_M0 + i] = np.broadcast_to(np.asarray(args[arg], dtype=np.float64), (n,))[m]
+        value = args[arg]
+        slot[rows, layout.SLOT_M0 + i] = value if np.ndim(value) == 0 else np.asarray(value)[rows]
     if interp is not None:
-        slot[m, layout.SLOT_INTERP] = interp
+        slot[rows, layout.SLOT_INTERP] = interp
     if fill is not None:
-        for c in range(3):
-            slot[m, layout.SLOT_FILL0 + c] = fill[c]
+        for column, value in zip((layout.SLOT_FILL0, layout.SLOT_FILL1, layout.SLOT_FILL2), fill):
+            slot[rows, column] = value
 
 
 def warp_filter(interpolation: Any, name: str) -> int:

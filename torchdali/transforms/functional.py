@@ -10,8 +10,11 @@ torchvision's does, and applies the kernel's epilogue arithmetic to it.
 
 The photometric ops and the warps (``adjust_*``, ``autocontrast`` ...
 ``perspective``) run the augment program's reference op (``csrc_triton/augment.py``)
-on the uint8 image, exactly as a pipeline's program slot does; ``erase`` runs the
-finishing pass's erase on a uint8 image (a float image is written directly).
+on the uint8 image, exactly as a pipeline's program slot does, with the arguments
+in float32 as a slot holds them (a factor float32 cannot hold, such as 1.8, can
+then differ from torchvision's double arithmetic by one level in a few pixels;
+the classes draw float32 factors, as torchvision's ``uniform_`` does). ``erase``
+runs the finishing pass's erase on a uint8 image (a float image is written directly).
 
 The transform classes do not call these: they fold into a few kernel launches per
 batch. Use these to apply a step to a single image, or to check the classes
