@@ -5,10 +5,12 @@ geometry algebra), ``_state`` (static pipeline state), ``_args`` (argument check
 ``_reference`` (CPU reference execution), ``_registry`` (the list of supported
 transforms), ``_convert`` (converting a whole pipeline, listing every refusal),
 ``_plan`` (the Transform protocol and its compilation), ``_transforms`` (the
-classes), ``_presets`` (weights' presets, reference-script presets, timm's simple
+classes), ``_random`` (RandomApply/RandomChoice/RandomOrder, decided per sample),
+``_presets`` (weights' presets, reference-script presets, timm's simple
 classes), ``functional`` (single-image functionals).
 """
 from . import _presets, _registry, functional
+from ._random import RandomApply, RandomChoice, RandomOrder
 from ._plan import Plan, compile_transforms, to_torchdali
 from ._transforms import (
     CenterCrop,
@@ -35,7 +37,7 @@ supported_table = _registry.supported_table
 
 __all__ = [
     "CenterCrop", "Compose", "ConvertImageDtype", "Identity", "Normalize", "PILToTensor", "Plan",
-    "RandomCrop", "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize",
-    "SUPPORTED", "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "compile_transforms",
+    "RandomApply", "RandomChoice", "RandomCrop", "RandomHorizontalFlip", "RandomOrder", "RandomResizedCrop",
+    "RandomVerticalFlip", "Resize", "SUPPORTED", "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "compile_transforms",
     "functional", "supported_table", "to_torchdali",
 ]
