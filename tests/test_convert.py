@@ -256,3 +256,20 @@ def test_torchdali_image_folder_without_transforms_still_raises(tmp_path):
     ds = td.datasets.ImageFolder(make_folder(tmp_path, n=2))
     with pytest.raises(ValueError, match="transforms"):
         td.DataLoader(ds, batch_size=2, device="cpu")
+
+
+@pytest.mark.cuda
+def test_lifted_image_folder_on_the_gpu_matches_torchvision(tmp_path):
+    root = make_folder(tmp_path, n=16, lo=60, hi=140)
+    preset = torchvision.models.ResNet50_Weights.IMAGENET1K_V2.transforms()
+    preset.resize_size, preset.crop_size = [40], [32]
+    ds = torchvision.datasets.ImageFolder(root, transform=preset)
+    loader = td.DataLoader(ds, batch_size=8, device="cuda", num_workers=2)
+    ref = torch.utils.data.DataLoader(ds, batch_size=8)
+    std = torch.tensor(preset.std).view(1, 3, 1, 1)
+    for (images, targets), (expected, expected_targets) in _loader_pairs(loader, ref):
+        assert images.is_cuda and images.dtype == torch.float32
+        assert torch.equal(targets.cpu(), expected_targets)
+        # nvJPEG and libjpeg-turbo differ by about a level
+        diff = ((images.cpu() - expected) * std * 255).abs()
+        assert diff.mean(dim=(1, 2, 3)).max().item() < 2.5
