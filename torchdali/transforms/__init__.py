@@ -6,13 +6,15 @@ geometry algebra), ``_state`` (static pipeline state), ``_args`` (argument check
 one batch, kernel or reference backend), ``_registry`` (the list of supported
 transforms), ``_convert`` (converting a whole pipeline, listing every refusal),
 ``_plan`` (the Transform protocol, the augment-program protocol and the
-compilation), ``_transforms`` (the geometry and epilogue classes), ``_presets``
+compilation), ``_transforms`` (the geometry and epilogue classes), ``_random``
+(RandomApply/RandomChoice/RandomOrder, decided per sample), ``_presets``
 (weights' presets, reference-script presets, timm's simple classes), ``_program``
 (helpers of the program transforms), ``_colour``/``_warp``/``_erase``
 (photometric, warp and erasing classes), ``_timm`` (timm's augmentation classes:
 RandAugment, AutoAugment, RandomErasing), ``functional`` (single-image functionals).
 """
 from . import _presets, _registry, functional
+from ._random import RandomApply, RandomChoice, RandomOrder
 from ._plan import BatchParams, Plan, compile_transforms, to_torchdali
 from ._transforms import (
     CenterCrop,
@@ -54,10 +56,10 @@ supported_table = _registry.supported_table
 
 __all__ = [
     "BatchParams", "CenterCrop", "ColorJitter", "Compose", "ConvertImageDtype", "GaussianBlur", "Grayscale",
-    "Identity", "Normalize", "PILToTensor", "Plan", "RandomAdjustSharpness", "RandomAffine", "RandomAutocontrast",
-    "RandomCrop", "RandomEqualize", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomInvert",
-    "RandomPerspective", "RandomPosterize", "RandomResizedCrop", "RandomRotation", "RandomSolarize",
-    "RandomVerticalFlip", "Resize",
+    "Identity", "Normalize", "PILToTensor", "Plan", "RandomAdjustSharpness", "RandomAffine", "RandomApply",
+    "RandomAutocontrast", "RandomChoice", "RandomCrop", "RandomEqualize", "RandomErasing", "RandomGrayscale",
+    "RandomHorizontalFlip", "RandomInvert", "RandomOrder", "RandomPerspective", "RandomPosterize",
+    "RandomResizedCrop", "RandomRotation", "RandomSolarize", "RandomVerticalFlip", "Resize",
     "SUPPORTED", "TimmAutoAugment", "TimmRandAugment", "TimmRandomErasing", "ToDtype", "ToImage", "ToPureTensor",
     "ToTensor", "Transform", "compile_transforms",
     "functional", "supported_table", "to_torchdali",

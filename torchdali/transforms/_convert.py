@@ -57,12 +57,12 @@ ALTERNATIVES: dict[str, str] = {
     "TrimBorder": "none fused; CenterCrop(size) after Resize keeps the centre",
     "ResizeToSequence": "none: the output size depends on the image (NaFlex)",
     "Patchify": "none: patchify the returned batch (images.unfold)",
-    "RandomApply": "none yet (a per-sample choice between transforms): use the probability of the "
-                   "transform itself where it has one (RandomHorizontalFlip(p), RandomGrayscale(p), "
-                   "RandomErasing(p)), or keep the pipeline in the dataset's own transform",
-    "RandomChoice": "none yet (a per-sample choice between transforms): pick one of them, or keep the "
-                    "pipeline in the dataset's own transform",
-    "RandomOrder": "none yet (a per-sample order of transforms): fix the order, or keep the pipeline in "
+    "RandomApply": "per sample only for flips or colour/warp transforms: apply the contents to every sample, "
+                   "use a transform's own probability where it has one (RandomHorizontalFlip(p), "
+                   "RandomGrayscale(p), RandomErasing(p)), or keep the pipeline in the dataset's own transform",
+    "RandomChoice": "per sample only for flips or colour/warp transforms: pick one of them, or keep the pipeline "
+                    "in the dataset's own transform",
+    "RandomOrder": "per sample only for flips or colour/warp transforms: fix the order, or keep the pipeline in "
                    "the dataset's own transform",
 }
 
