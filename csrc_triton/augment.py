@@ -300,9 +300,9 @@ def _apply_op(img: torch.Tensor, row: torch.Tensor, tables: torch.Tensor | None)
     if op == layout.OP_IDENTITY:
         return img.clone()
     if op in (layout.OP_AFFINE, layout.OP_PERSPECTIVE):
-        fill = row[layout.SLOT_FILL0:layout.SLOT_FILL2 + 1]
-        fill = None if torch.isnan(fill[0]) else fill
-        return r.warp(img, row[layout.SLOT_M0:layout.SLOT_M7 + 1], op == layout.OP_PERSPECTIVE,
+        fill = row[layout.SLOT_FILL0:layout.SLOT_FILL2 + 1].to(img.device)
+        fill = None if bool(torch.isnan(row[layout.SLOT_FILL0])) else fill
+        return r.warp(img, row[layout.SLOT_M0:layout.SLOT_M7 + 1].to(img.device), op == layout.OP_PERSPECTIVE,
                       int(row[layout.SLOT_INTERP]), fill)
     if op == layout.OP_BRIGHTNESS:
         return r.brightness(img, m[0])

@@ -384,7 +384,10 @@ def contrast_mean(img: torch.Tensor) -> torch.Tensor:
     """Mean of the floored luma of one image, as float32: an integer sum (exact) over
     the float32 pixel count (what ``image_stats`` computes for contrast)."""
     total = luma(img).floor().to(torch.int64).sum()
-    return total.to(torch.float32) / float(img.shape[-2] * img.shape[-1])
+    # a device tensor as divisor: CUDA torch turns division by a Python scalar into
+    # a multiplication by its reciprocal, which rounds differently
+    n = torch.tensor(float(img.shape[-2] * img.shape[-1]), dtype=torch.float32, device=img.device)
+    return total.to(torch.float32) / n
 
 
 def contrast(img: torch.Tensor, factor: float, mean: torch.Tensor | None = None) -> torch.Tensor:
@@ -609,7 +612,10 @@ def warp_grid(matrix: torch.Tensor, H: int, W: int, perspective: bool) -> tuple[
     dev = matrix.device
     j = torch.arange(W, device=dev, dtype=torch.float32)[None, :]
     i = torch.arange(H, device=dev, dtype=torch.float32)[:, None]
-    hw, hh = torch.tensor(0.5 * W, dtype=torch.float32), torch.tensor(0.5 * H, dtype=torch.float32)
+    # on the matrix's device: torch's CUDA division by a CPU scalar multiplies by
+    # its reciprocal instead of dividing (torchvision divides by a device tensor)
+    hw = torch.tensor(0.5 * W, dtype=torch.float32, device=dev)
+    hh = torch.tensor(0.5 * H, dtype=torch.float32, device=dev)
     if perspective:
         x, y = j + 0.5, i + 0.5
     else:

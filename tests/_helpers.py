@@ -46,3 +46,17 @@ def smooth_image(h: int, w: int, seed: int = 0) -> torch.Tensor:
     base = torch.nn.functional.interpolate(torch.rand(1, 3, 5, 5, generator=g) * 255, size=(h, w),
                                            mode="bilinear", align_corners=False)[0]
     return (base + torch.randn(3, h, w, generator=g) * 30).clamp(0, 255).to(torch.uint8)
+
+
+def photo_image(h: int, w: int, seed: int = 0) -> torch.Tensor:
+    """A CHW uint8 image like a photograph: smooth, mild pixel noise, no clipped regions.
+
+    torchvision's v1 tensor ``resize`` keeps bicubic's two passes in float and clamps once;
+    v2, PIL and torchdali round and clamp between the passes. Where an image saturates
+    (``smooth_image``'s heavy noise) the overshoot clipped in between differs by several
+    levels; on images like this one they agree within 1.
+    """
+    g = torch.Generator().manual_seed(seed * 1000 + h * 7 + w)
+    base = torch.nn.functional.interpolate(torch.rand(1, 3, 6, 6, generator=g) * 200 + 28, size=(h, w),
+                                           mode="bicubic", align_corners=False)[0]
+    return (base + torch.randn(3, h, w, generator=g) * 6).clamp(0, 255).round().to(torch.uint8)

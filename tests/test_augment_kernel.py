@@ -154,6 +154,13 @@ _EXACT = {"brightness", "grayscale", "invert", "autocontrast", "equalize", "post
 
 
 def _check_tv(group: str, actual: torch.Tensor, expected: torch.Tensor) -> None:
+    if group.endswith("-nearest") and actual.is_cuda:
+        # torch's CUDA grid_sample unnormalises as ((g + 1) * W - 1) / 2, its CPU kernel (which
+        # we follow) as (g + 1) * (W / 2) - 0.5: where the source coordinate is a rounding tie
+        # the two pick neighbouring pixels, so a few pixels differ by a whole pixel's value.
+        exact = (actual == expected).double().mean().item()
+        assert exact >= 0.999, f"{group}: only {exact:.5f} of pixels exact"
+        return
     if group in _EXACT:
         torch.testing.assert_close(actual, expected, rtol=0, atol=0)
         return

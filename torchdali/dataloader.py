@@ -6,12 +6,17 @@ shuffle, generator, drop_last, len(), workers, worker_init_fn, persistent_worker
 is torch's own code. Only ``_get_iterator`` changes: an inner torch DataLoader
 reads and packs bytes in the workers, and the executor turns each packed batch
 into one ``[B, 3, H, W]`` tensor on ``device``.
+
+A torchvision folder dataset passed without ``transforms=`` has its own
+``transform`` lifted onto the GPU when it converts (``_lift``), and otherwise runs
+exactly as under torch.
 """
 from __future__ import annotations
 
 import inspect
 import logging
 import os
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -21,6 +26,7 @@ from ._executor._iterators import CpuIterator, GpuIterator
 from ._executor._tags import EpochState, TaggedBatchSampler, TaggedDataset, TaggedIterable
 from ._executor._worker import PrepareBatch, check_on_error
 from ._stats import LoaderStats
+from .datasets import FileBytes, lift_blocker, read_file
 from .transforms import compile_transforms
 
 __all__ = ["DataLoader"]
@@ -42,16 +48,55 @@ def _resolve_device(device: Any) -> torch.device:
     return device
 
 
+def _lift(dataset: Any, transforms: Any) -> tuple[Any, Any, str | None]:
+    """(dataset to load, transforms, why the dataset's transform could not be lifted).
+
+    Only a torchvision dataset that carries an image ``transform`` and was given no
+    ``transforms=`` is a candidate. When its transform converts and its items are
+    files decoded by torchvision's loader, the loader reads ``(file bytes, target)``
+    (``FileBytes``) and runs that transform itself; otherwise the reason is returned
+    and the dataset is used as it is.
+    """
+    from torchvision.datasets import VisionDataset
+
+    transform = getattr(dataset, "transform", None)
+    if (transforms is not None or transform is None or not isinstance(dataset, VisionDataset)
+            or getattr(dataset, "loader", None) is read_file):
+        return dataset, transforms, None
+    reason = lift_blocker(dataset)
+    if reason is None:
+        try:
+            compile_transforms(transform)
+        except ValueError as e:
+            reason = str(e)
+    if reason is not None:
+        return dataset, None, reason
+    return FileBytes(dataset), transform, None
+
+
 class DataLoader(tud.DataLoader):
     """A ``torch.utils.data.DataLoader`` whose batches are decoded and transformed as a batch.
 
     Every torch argument keeps its meaning. The dataset returns ``(encoded bytes,
     target)`` (or an already decoded uint8 image); ``collate_fn`` collates the targets.
 
+    One-line swap: a torchvision ``ImageFolder`` (any ``DatasetFolder``-style
+    dataset with ``samples`` and torchvision's decoding ``loader``) whose
+    ``transform`` converts (a torchvision/timm pipeline, a weights' ``transforms()``,
+    a reference-script preset) can be passed without ``transforms=``: the loader
+    reads its files as bytes (``torchdali.datasets.FileBytes``, ``target_transform``
+    kept) and runs that transform on the batch, on ``device``. When it cannot (an
+    unsupported step, a custom loader, another kind of torchvision dataset), the
+    dataset is used as it is, with torch's semantics (items and batches are what
+    the dataset's own transform and ``collate_fn`` produce, on the CPU), and a
+    warning lists every reason.
+
     Args (in addition to torch's):
-        transforms: a ``torchdali.transforms.Compose`` (torchvision v2 objects are
+        transforms: a ``torchdali.transforms.Compose`` (torchvision v1/v2 and timm
+            objects, weights' ``transforms()`` and reference-script presets are
             accepted too) whose output size is fixed. Random parameters are drawn
-            per sample.
+            per sample. An unsupported pipeline raises one ``ValueError`` listing
+            every unsupported step with its position and what to use instead.
         device: where batches are produced: ``"cuda"`` (nvJPEG + fused Triton kernel)
             or ``"cpu"`` (decode + reference kernel inside the workers). Default:
             cuda if available.
@@ -114,6 +159,11 @@ class DataLoader(tud.DataLoader):
         )
         if _HAS_IN_ORDER:
             kwargs["in_order"] = in_order
+        dataset, transforms, not_lifted = _lift(dataset, transforms)
+        if not_lifted is not None:
+            warnings.warn(f"torchdali.DataLoader: the dataset's transform is not run by torchdali, so the dataset "
+                          f"is used as it is, as under torch (its transform runs on the CPU in the workers). "
+                          f"Why: {not_lifted}", stacklevel=2)
         super().__init__(dataset, **kwargs)
         if self.batch_sampler is None:
             raise ValueError("torchdali.DataLoader needs batches: batch_size=None (no automatic batching) "
@@ -128,7 +178,8 @@ class DataLoader(tud.DataLoader):
         # frameworks that re-instantiate loaders from their attributes (Lightning)
         # get every argument back.
         self.__dict__["transforms"] = transforms
-        self.__dict__["plan"] = compile_transforms(transforms)
+        # None: the dataset runs as under torch (its transform was not lifted)
+        self.__dict__["plan"] = None if not_lifted is not None else compile_transforms(transforms)
         self.__dict__["device"] = _resolve_device(device)
         self.__dict__["seed"] = seed
         self.__dict__["memory_format"] = memory_format
@@ -145,9 +196,13 @@ class DataLoader(tud.DataLoader):
 
     # -- torch hooks -------------------------------------------------------
     def __iter__(self):
+        if self.plan is None:
+            return super().__iter__()
         return self._get_iterator()
 
     def _get_iterator(self):
+        if self.plan is None:
+            return super()._get_iterator()
         state = self._epoch_state
         resume, self.__dict__["_resume"] = self._resume, None
         if resume is not None:

@@ -12,7 +12,7 @@ import torch
 from torchvision.datasets import DatasetFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
-__all__ = ["ImageFolder", "FileList", "read_file", "IMG_EXTENSIONS"]
+__all__ = ["ImageFolder", "FileList", "FileBytes", "lift_blocker", "read_file", "IMG_EXTENSIONS"]
 
 
 def read_file(path: str | os.PathLike) -> torch.Tensor:
@@ -103,3 +103,68 @@ class FileList(torch.utils.data.Dataset):
 
     def path_of(self, index: int) -> str:
         return self.samples[index][0]
+
+
+def _decoding_loaders() -> tuple[Callable, ...]:
+    """torchvision's loaders that only decode the file (what the loader's decoder does too)."""
+    import torchvision.io as tio
+    from torchvision.datasets import folder
+
+    found = [folder.default_loader, folder.pil_loader, folder.accimage_loader, tio.decode_image]
+    if hasattr(tio, "read_image"):
+        found.append(tio.read_image)
+    return tuple(found)
+
+
+def lift_blocker(dataset: Any) -> str | None:
+    """Why the images of ``dataset`` cannot be read as file bytes instead, or None when they can.
+
+    Liftable: a folder dataset in torchvision's style (``samples`` of ``(path, target)``
+    and a ``loader`` that only decodes: ``default_loader``, ``pil_loader``,
+    ``decode_image``), whose items are ``(transform(loader(path)), target_transform(target))``.
+    """
+    samples = getattr(dataset, "samples", None)
+    loader = getattr(dataset, "loader", None)
+    if not isinstance(samples, Sequence) or loader is None:
+        return f"{type(dataset).__name__} has no samples list and loader (a torchvision DatasetFolder has both)"
+    if samples and not (isinstance(samples[0], (tuple, list)) and len(samples[0]) == 2
+                        and isinstance(samples[0][0], (str, os.PathLike))):
+        return f"{type(dataset).__name__}.samples does not hold (path, target) pairs"
+    if not any(loader is known for known in _decoding_loaders()):
+        name = getattr(loader, "__qualname__", type(loader).__name__)
+        return (f"its loader {name} is not one of torchvision's decoding loaders (default_loader, pil_loader, "
+                f"decode_image), so reading the file's bytes instead could change what the transform sees")
+    return None
+
+
+class FileBytes(torch.utils.data.Dataset):
+    """A torchvision folder dataset whose items are ``(file bytes, target)`` instead of images.
+
+    ``samples``, ``targets``, ``classes`` and ``class_to_idx`` are the dataset's;
+    ``target_transform`` still applies. The DataLoader uses this when it runs the
+    dataset's image ``transform`` itself (see ``torchdali.DataLoader``); the
+    original dataset is ``.dataset``.
+    """
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+        self.samples = dataset.samples
+        self.target_transform = getattr(dataset, "target_transform", None)
+        for name in ("targets", "classes", "class_to_idx", "root"):
+            if hasattr(dataset, name):
+                setattr(self, name, getattr(dataset, name))
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, Any]:
+        path, target = self.samples[index]
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return read_file(path), target
+
+    def path_of(self, index: int) -> str:
+        return os.fspath(self.samples[index][0])
+
+    def __repr__(self) -> str:
+        return f"FileBytes({self.dataset!r})"

@@ -8,7 +8,12 @@ A fused kernel is one pass over the output tiles of a batch, in four stages:
   (separable taps per axis of the compile-time filter: bilinear or bicubic,
   antialiased when shrinking, nearest or nearest-exact), and their sum;
 * ``colour``: the per-sample colour program on the resampled values;
-* ``epilogue``: quantise, per-channel scale and bias, cast and store.
+* ``epilogue``: quantise, per-channel scale and bias, RandomErasing, cast and store.
+
+Beside them, ``warp`` samples a uint8 image through an affine or perspective
+grid (torchvision's grid_sample path), and ``colour`` also holds the augment
+program's photometric ops; ``_augment_kernel.py`` composes those two per
+sample, ``_finish_kernel.py`` runs the epilogue on its own.
 
 Each stage module holds ``@triton.jit`` functions only; ``csrc_triton/reference.py``
 has a plain-torch twin of each stage under the same name, so a kernel test that

@@ -4,13 +4,18 @@ Layers, bottom up (each imports only those before it): ``_geometry`` (per-sample
 geometry algebra), ``_state`` (static pipeline state), ``_args`` (argument checks),
 ``_reference`` (CPU reference execution), ``_execute`` (a compiled plan run on
 one batch, kernel or reference backend), ``_registry`` (the list of supported
-transforms), ``_plan`` (the Transform protocol, the augment-program protocol and
-the compilation), ``_transforms`` (the geometry and epilogue classes),
-``_program`` (helpers of the program transforms), ``_colour``/``_warp``/``_erase``
-(photometric, warp and erasing classes), ``_auto_augment`` (torchvision's auto-augment
-policies), ``functional`` (single-image functionals).
+transforms), ``_convert`` (converting a whole pipeline, listing every refusal),
+``_plan`` (the Transform protocol, the augment-program protocol and the
+compilation), ``_transforms`` (the geometry and epilogue classes), ``_random``
+(RandomApply/RandomChoice/RandomOrder, decided per sample), ``_presets``
+(weights' presets, reference-script presets, timm's simple classes), ``_program``
+(helpers of the program transforms), ``_colour``/``_warp``/``_erase``
+(photometric, warp and erasing classes), ``_auto_augment`` (torchvision's
+auto-augment policies), ``_timm`` (timm's augmentation classes: RandAugment,
+AutoAugment, RandomErasing), ``functional`` (single-image functionals).
 """
-from . import _registry, functional
+from . import _presets, _registry, functional
+from ._random import RandomApply, RandomChoice, RandomOrder
 from ._plan import BatchParams, Plan, compile_transforms, to_torchdali
 from ._transforms import (
     CenterCrop,
@@ -45,18 +50,19 @@ from ._colour import (
 from ._warp import RandomAffine, RandomPerspective, RandomRotation
 from ._auto_augment import AugMix, AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide
 from ._erase import RandomErasing
+from ._timm import TimmAutoAugment, TimmRandAugment, TimmRandomErasing
 
 #: torchvision transform names torchdali converts (every class in ``_transforms`` has registered by now)
 SUPPORTED = _registry.supported()
 supported_table = _registry.supported_table
 
 __all__ = [
-    "AugMix", "AutoAugment", "AutoAugmentPolicy", "RandAugment", "TrivialAugmentWide",
-    "BatchParams", "CenterCrop", "ColorJitter", "Compose", "ConvertImageDtype", "GaussianBlur", "Grayscale",
-    "Identity", "Normalize", "PILToTensor", "Plan", "RandomAdjustSharpness", "RandomAffine", "RandomAutocontrast",
-    "RandomCrop", "RandomEqualize", "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomInvert",
-    "RandomPerspective", "RandomPosterize", "RandomResizedCrop", "RandomRotation", "RandomSolarize",
-    "RandomVerticalFlip", "Resize",
-    "SUPPORTED", "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "compile_transforms",
+    "AugMix", "AutoAugment", "AutoAugmentPolicy", "BatchParams", "CenterCrop", "ColorJitter", "Compose", "ConvertImageDtype", "GaussianBlur", "Grayscale",
+    "Identity", "Normalize", "PILToTensor", "Plan", "RandomAdjustSharpness", "RandomAffine", "RandomApply",
+    "RandAugment", "RandomAutocontrast", "RandomChoice", "RandomCrop", "RandomEqualize", "RandomErasing", "RandomGrayscale",
+    "RandomHorizontalFlip", "RandomInvert", "RandomOrder", "RandomPerspective", "RandomPosterize",
+    "RandomResizedCrop", "RandomRotation", "RandomSolarize", "RandomVerticalFlip", "Resize",
+    "SUPPORTED", "TimmAutoAugment", "TimmRandAugment", "TimmRandomErasing", "ToDtype", "ToImage", "ToPureTensor",
+    "ToTensor", "Transform", "TrivialAugmentWide", "compile_transforms",
     "functional", "supported_table", "to_torchdali",
 ]

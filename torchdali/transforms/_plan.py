@@ -46,6 +46,7 @@ import torch
 from csrc_triton import layout
 
 from .. import _rng
+from . import _convert
 from . import _geometry as G
 from . import _registry
 from ._execute import REFERENCE, execute
@@ -150,13 +151,15 @@ class Transform:
 
 
 def to_torchdali(t: Any) -> Transform:
-    """Return ``t`` as a torchdali transform, converting torchvision (v1 or v2) objects.
+    """Return ``t`` as a torchdali transform, converting torchvision (v1 or v2) and timm objects,
+    whole pipelines and the presets that hold one.
 
-    Raises ValueError naming the transform when it has no fused equivalent.
+    Raises one ValueError listing every step that has no fused equivalent, with
+    its position and what to use instead (``_convert.py``).
     """
     if isinstance(t, Transform):
         return t
-    return _registry.from_torchvision(t)
+    return _convert.convert(t, Transform)
 
 
 @_registry.register("Compose", semantics="yes", notes="accepts torchvision objects")
@@ -166,7 +169,7 @@ class Compose(Transform):
     def __init__(self, transforms: Sequence[Any]) -> None:
         if not isinstance(transforms, Sequence):
             raise TypeError("Compose: argument must be a sequence of transforms")
-        self.transforms = [to_torchdali(t) for t in transforms]
+        self.transforms = _convert.convert_all(list(transforms), Transform)
 
     @classmethod
     def from_torchvision(cls, t: Any) -> Compose:
@@ -273,8 +276,9 @@ class Plan:
 def compile_transforms(transforms: Any) -> Plan:
     """Validate a (torchdali or torchvision) Compose and compile it.
 
-    Raises ValueError when a transform is unsupported or the output size depends on
-    the input image (the batch could not be stacked).
+    Raises ValueError when transforms are unsupported (one error listing all of
+    them, see ``to_torchdali``) or the output size depends on the input image (the
+    batch could not be stacked).
     """
     if transforms is None:
         raise ValueError("transforms is None")

@@ -7,8 +7,14 @@ torchvision object's attributes and builds the torchdali equivalent. ``SUPPORTED
 the conversion of torchvision objects and the README table all come from here,
 so supporting a new transform is one class plus its ``@register`` line.
 
+A timm class is registered as ``"timm.<ClassName>"`` (timm's ``ToTensor`` does
+not scale, torchvision's does). A name registered with ``any_module=True`` is
+matched on objects of that class name from any module: classes known by name only,
+such as the presets of torchvision's reference scripts.
+
 This module knows nothing about the transform classes beyond that protocol, so
-it sits below them (they import it to register).
+it sits below them (they import it to register). ``_convert.py`` walks whole
+pipelines with ``from_torchvision`` as its per-object step.
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ class Entry:
 
 _ENTRIES: list[Entry] = []
 _BY_NAME: dict[str, Entry] = {}
+_ANY_MODULE: set[str] = set()  # names matched whatever module their class comes from
 
 _TABLE_HEADER = (
     "| torchdali.transforms | torchvision.transforms.v2 semantics kept | notes |\n"
@@ -42,8 +49,12 @@ _TABLE_HEADER = (
 
 
 def register(*torchvision_names: str, usage: str | None = None, semantics: str,
-             notes: str = "") -> Callable[[C], C]:
+             notes: str = "", any_module: bool = False) -> Callable[[C], C]:
     """Class decorator: ``cls`` stands for the torchvision classes ``torchvision_names``.
+
+    A timm class is named ``"timm.<ClassName>"`` and converts objects of that class
+    name from any ``timm.`` module; with ``any_module=True`` the names match classes
+    of those names from any module.
 
     ``usage`` is the README's first column (default: the names in backticks);
     ``cls.from_torchvision(obj)`` must build the equivalent of a torchvision ``obj``.
@@ -62,6 +73,8 @@ def register(*torchvision_names: str, usage: str | None = None, semantics: str,
         _ENTRIES.append(entry)
         for name in torchvision_names:
             _BY_NAME[name] = entry
+            if any_module:
+                _ANY_MODULE.add(name)
         return cls
 
     return decorate
@@ -72,6 +85,18 @@ def supported() -> tuple[str, ...]:
     return tuple(n for e in _ENTRIES for n in e.torchvision_names)
 
 
+def registry_name(obj: Any) -> str | None:
+    """The name ``obj``'s class is registered under if it has an equivalent: torchvision's
+    class name, ``"timm.<ClassName>"`` for timm, or an ``any_module`` name; else None."""
+    name = type(obj).__name__
+    library = (type(obj).__module__ or "").split(".", 1)[0]
+    if library == "timm":
+        name = f"timm.{name}"
+    elif library != "torchvision" and name not in _ANY_MODULE:
+        return None
+    return name if name in _BY_NAME else None
+
+
 def from_torchvision(obj: Any) -> Any:
     """The torchdali transform equivalent to the torchvision transform ``obj``.
 
@@ -80,7 +105,11 @@ def from_torchvision(obj: Any) -> Any:
     """
     name = type(obj).__name__
     module = type(obj).__module__ or ""
-    if not module.startswith("torchvision"):
+    library = module.split(".", 1)[0]
+    if library == "timm":
+        # timm's own classes register as "timm.<ClassName>" (timm is read by attribute, never imported)
+        name = f"timm.{name}"
+    elif library != "torchvision" and name not in _ANY_MODULE:
         raise ValueError(
             f"unsupported transform {obj!r}: torchdali runs the pipeline as one fused GPU kernel and "
             f"supports {', '.join(supported())}"
@@ -88,7 +117,7 @@ def from_torchvision(obj: Any) -> Any:
     entry = _BY_NAME.get(name)
     if entry is None:
         raise ValueError(
-            f"unsupported torchvision transform {name}: torchdali supports {', '.join(supported())}"
+            f"unsupported {library} transform {name}: torchdali supports {', '.join(supported())}"
         )
     return entry.cls.from_torchvision(obj)
 

@@ -330,7 +330,7 @@ class Normalize(Transform):
         return f"mean={self.mean}, std={self.std}"
 
 
-@register("ToImage", "PILToTensor", "ToPureTensor", "Identity", semantics="accepted",
+@register("ToImage", "PILToTensor", "ToPureTensor", "Identity", "RGB", semantics="accepted",
           notes="no-op: images reach the kernel decoded")
 class Identity(Transform):
     """No-op; stands for ``ToImage``/``PILToTensor``/``ToPureTensor`` in torchvision pipelines.
