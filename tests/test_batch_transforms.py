@@ -360,10 +360,16 @@ def test_gpu_path_batch_transforms_and_collate_fn(tmp_path):
 
     for kwargs in (dict(batch_transforms=_v2_choice()), dict(collate_fn=_reference_collate(_v2_choice())),
                    dict(batch_transforms=lambda x, y: _v1_choice()(x, y))):
+        torch.manual_seed(0)
+        cpu_state, cuda_state = torch.get_rng_state(), torch.cuda.get_rng_state()
         a = _epochs(make(**kwargs))
+        # foreign callables ran seeded in this thread; the loop's own generators are as they were
+        assert torch.equal(torch.get_rng_state(), cpu_state) and torch.equal(torch.cuda.get_rng_state(), cuda_state)
         for images, targets in a:
             assert images.is_cuda and images.dtype == torch.float32 and images.shape[1:] == (3, 24, 24)
             assert targets.shape == (images.shape[0], NUM_CLASSES) and targets.dtype == torch.float32
+            # batch_transforms get the targets on the device; a collate_fn gets the dataset's targets
+            assert targets.is_cuda == ("batch_transforms" in kwargs)
         assert _equal(a, _epochs(make(2, **kwargs)))
         assert not _equal(a, _epochs(make(0, seed=1, **kwargs)))
         first = make(**kwargs)
