@@ -266,9 +266,14 @@ def test_reference_recipe_collate_runs_unchanged(make):
     assert n == len(loader)
 
 
-def test_both_collate_fn_and_batch_transforms_is_an_error():
+def test_loader_argument_errors():
     with pytest.raises(ValueError, match="either collate_fn or batch_transforms"):
         _loader(collate_fn=_reference_collate(_v2_choice()), batch_transforms=_v2_choice())
+    with pytest.raises(ValueError, match="ToDtype"):  # MixUp of uint8 images: caught when the loader is built
+        _loader(transforms=T.Compose([T.Resize((10, 14))]), batch_transforms=_v2_choice())
+    _loader(transforms=T.Compose([T.Resize((10, 14))]), batch_transforms=CutMixOf())  # CutMix copies pixels
+    with pytest.raises(TypeError, match="callable"):
+        _loader(batch_transforms=3)
 
 
 @pytest.mark.parametrize("kind", ["ours", "tv_converted", "tv_collate", "foreign_batch_transforms"])

@@ -158,6 +158,8 @@ class DataLoader(tud.DataLoader):
         self.__dict__["plan"] = compile_transforms(transforms)
         self.__dict__["batch_transforms"] = batch_transforms
         self.__dict__["_delivery"] = Delivery(self.collate_fn, batch_transforms)
+        if self._delivery.native is not None:
+            self._delivery.native.check_dtype(self.plan.out_dtype)
         self.__dict__["device"] = _resolve_device(device)
         self.__dict__["seed"] = seed
         self.__dict__["memory_format"] = memory_format

@@ -104,6 +104,9 @@ class BatchTransform:
         """Apply ``params`` to ``inputs`` (deterministic); returns outputs of the same structure."""
         return inputs
 
+    def check_dtype(self, dtype: torch.dtype) -> None:
+        """Raise ValueError if this transform cannot run on image batches of ``dtype``."""
+
     def forward(self, inputs: Any, rng: _rng.Stream) -> Any:
         """Draw the parameters from ``rng`` and apply them."""
         return self.transform(inputs, self.make_params(inputs, rng))
@@ -206,6 +209,11 @@ class MixUp(_MixBase):
     once per batch; ``images = lam * images + (1 - lam) * images.roll(1, 0)``; class-index
     labels become one-hot (``num_classes``) and are mixed with the same ``lam``."""
 
+    def check_dtype(self, dtype: torch.dtype) -> None:
+        if not dtype.is_floating_point:
+            raise ValueError(f"MixUp needs a floating-point image batch, but the transforms produce {dtype}: end "
+                             f"them with ToDtype(torch.float32, scale=True)")
+
     def make_params(self, inputs: Any, rng: _rng.Stream) -> dict[str, Any]:
         return {"lam": sample_beta(self.alpha, self.alpha, rng)}
 
@@ -276,6 +284,11 @@ class BatchRandomChoice(BatchTransform):
         total = sum(p)
         self.transforms = converted
         self.p = [x / total for x in p]
+
+    def check_dtype(self, dtype: torch.dtype) -> None:
+        for t, p in zip(self.transforms, self.p):
+            if p > 0:
+                t.check_dtype(dtype)
 
     def make_params(self, inputs: Any, rng: _rng.Stream) -> dict[str, Any]:
         u = rng.uniform(1)[0]
