@@ -381,10 +381,12 @@ def test_gpu_path_batch_transforms_and_collate_fn(tmp_path):
         it = iter(first)
         head = [next(it), next(it)]
         state = first.state_dict()
-        del it
+        it.close()  # a half-read epoch's threads end with its iterator
+        first.close()
         resumed = make(2, **kwargs)
         resumed.load_state_dict(state)
         assert _equal(head + list(resumed), a[: len(first)])
+        resumed.close()
         # the same batch keys on the CPU path: the same labels (they depend on lambda and box only),
         # images within the kernels' rounding
         cpu = _epochs(make(device="cpu", **kwargs))
