@@ -86,11 +86,21 @@ def test_index_order_len_and_targets_match_torch(num_workers, shuffle, drop_last
 
 def test_batch_sampler_and_collate_fn_are_honoured():
     ds = IndexedImages(10)
+
+    def collate(samples):  # torch's semantics: the batch's (image, target) samples, images transformed
+        return [t * 10 for _, t in samples], torch.stack([im for im, _ in samples])
+
     bs = BatchSampler(SequentialSampler(ds), batch_size=3, drop_last=False)
-    loader = td.DataLoader(ds, batch_sampler=bs, transforms=RESIZE, device="cpu",
-                           collate_fn=lambda ys: [y * 10 for y in ys])
+    loader = td.DataLoader(ds, batch_sampler=bs, transforms=RESIZE, device="cpu", collate_fn=collate)
+    ref = TorchLoader([(TF.resize(torch.from_numpy(im).permute(2, 0, 1), [16, 20], antialias=True), t)
+                       for im, t in (ds[i] for i in range(len(ds)))],
+                      batch_sampler=BatchSampler(SequentialSampler(ds), batch_size=3, drop_last=False),
+                      collate_fn=collate)
     assert len(loader) == 4
-    assert [t for _, t in loader] == [[0, 10, 20], [30, 40, 50], [60, 70, 80], [90]]
+    got, expected = list(loader), list(ref)
+    assert [t for t, _ in got] == [t for t, _ in expected] == [[0, 10, 20], [30, 40, 50], [60, 70, 80], [90]]
+    for (_, images), (_, ref_images) in zip(got, expected):
+        assert torch.equal(images, ref_images)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

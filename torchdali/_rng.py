@@ -39,3 +39,34 @@ def uniform(keys: np.ndarray, stream: int, count: int) -> np.ndarray:
         counters = np.uint64(stream) * np.uint64(1 << 20) + np.arange(count, dtype=np.uint64)
         z = _splitmix64(keys[:, None] ^ _splitmix64(counters)[None, :])
     return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+
+
+# Batch keys live apart from sample keys: a batch's draws never repeat a sample's.
+_BATCH_DOMAIN = np.uint64(0x6A09E667F3BCC908)
+
+
+def batch_key(seed: int, epoch: int, batch: int) -> int:
+    """Key of one batch of ``epoch`` for batch-level draws (MixUp, CutMix, the seed of a
+    ``collate_fn``); ``batch`` identifies the batch within the epoch."""
+    base = _splitmix64(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))
+    base = _splitmix64(base ^ np.uint64(epoch & 0xFFFFFFFFFFFFFFFF) ^ _BATCH_DOMAIN)
+    return int(_splitmix64(base ^ _splitmix64(np.array([batch & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64)))[0])
+
+
+class Stream:
+    """Uniforms from one key, drawn in sequence: each call continues where the last stopped.
+
+    For draws whose count is not known in advance (rejection sampling), where the
+    fixed-size ``uniform`` does not fit; the sequence depends on the key only.
+    """
+
+    def __init__(self, key: int) -> None:
+        self.key = np.uint64(key & 0xFFFFFFFFFFFFFFFF)
+        self.count = 0
+
+    def uniform(self, count: int) -> np.ndarray:
+        """``count`` float64 uniforms in [0, 1)."""
+        counters = np.arange(self.count, self.count + count, dtype=np.uint64)
+        self.count += count
+        z = _splitmix64(self.key ^ _splitmix64(counters))
+        return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)

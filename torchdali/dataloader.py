@@ -5,7 +5,8 @@ Everything that decides *which* samples form a batch (sampler, batch_sampler,
 shuffle, generator, drop_last, len(), workers, worker_init_fn, persistent_workers)
 is torch's own code. Only ``_get_iterator`` changes: an inner torch DataLoader
 reads and packs bytes in the workers, and the executor turns each packed batch
-into one ``[B, 3, H, W]`` tensor on ``device``.
+into one ``[B, 3, H, W]`` tensor on ``device``; ``collate_fn`` then sees the
+samples with their images decoded and transformed.
 
 A torchvision folder dataset passed without ``transforms=`` has its own
 ``transform`` lifted onto the GPU when it converts (``_lift``), and otherwise runs
@@ -22,6 +23,7 @@ from typing import Any, Callable
 import torch
 import torch.utils.data as tud
 
+from ._executor._deliver import Delivery
 from ._executor._iterators import CpuIterator, GpuIterator
 from ._executor._tags import EpochState, TaggedBatchSampler, TaggedDataset, TaggedIterable
 from ._executor._worker import PrepareBatch, check_on_error
@@ -78,7 +80,23 @@ class DataLoader(tud.DataLoader):
     """A ``torch.utils.data.DataLoader`` whose batches are decoded and transformed as a batch.
 
     Every torch argument keeps its meaning. The dataset returns ``(encoded bytes,
-    target)`` (or an already decoded uint8 image); ``collate_fn`` collates the targets.
+    target)`` (or an already decoded uint8 image, or just the image). By default a
+    batch is ``(images, targets)``: ``images`` one ``[B, 3, H, W]`` tensor on
+    ``device``, ``targets`` collated by ``default_collate`` in the workers.
+
+    ``collate_fn`` keeps torch's meaning: it receives the batch's samples
+    ``[(image, target), ...]`` (``image``: that sample's transformed image, a view of
+    the finished batch; just ``image`` when the dataset has no targets) and what it
+    returns is what the loop gets, so torchvision's reference recipe works unchanged::
+
+        collate_fn=lambda batch: mixup_cutmix(*default_collate(batch))
+
+    It runs once the batch is finished: on the CPU path in the worker (as torch
+    runs it); on the GPU path in the loop's thread, on its current stream, before
+    ``next()`` returns. Its randomness (torch's, numpy's and Python's global
+    generators; the device's CUDA generator) is seeded from ``(seed, epoch, batch)``
+    and restored afterwards, so the same seed gives the same batches for any
+    ``num_workers`` and after a resume.
 
     One-line swap: a torchvision ``ImageFolder`` (any ``DatasetFolder``-style
     dataset with ``samples`` and torchvision's decoding ``loader``) whose
@@ -103,6 +121,14 @@ class DataLoader(tud.DataLoader):
         seed: seeds the per-sample random parameters. Default: derived from the
             ``generator``'s or torch's initial seed, so ``torch.manual_seed`` makes
             a run reproducible.
+        batch_transforms: a callable ``(images, targets) -> (images, targets)`` run on
+            the finished batch, e.g. ``torchdali.transforms.MixUp``/``CutMix``, or
+            torchvision's ``v2.MixUp``, ``v2.CutMix`` or a ``v2.RandomChoice`` of them
+            (converted to ours: they run on the GPU executor's thread and stream,
+            drawing from torchdali's counter-based generator keyed by ``(seed,
+            epoch, batch)``). Any other callable runs as it is, like ``collate_fn``
+            and with the same seeding. Cannot be combined with ``collate_fn`` (call it
+            inside ``collate_fn`` instead).
         memory_format: ``torch.contiguous_format`` or ``torch.channels_last``.
         prefetch_depth: batches prepared ahead on the GPU (ring of slots).
         distributed: build a ``DistributedSampler`` from the torchrun environment
@@ -136,6 +162,7 @@ class DataLoader(tud.DataLoader):
         pin_memory_device: str = "",
         in_order: bool = True,
         transforms: Any = None,
+        batch_transforms: Callable | None = None,
         device: str | torch.device | None = None,
         seed: int | None = None,
         memory_format: torch.memory_format = torch.contiguous_format,
@@ -180,6 +207,10 @@ class DataLoader(tud.DataLoader):
         self.__dict__["transforms"] = transforms
         # None: the dataset runs as under torch (its transform was not lifted)
         self.__dict__["plan"] = None if not_lifted is not None else compile_transforms(transforms)
+        self.__dict__["batch_transforms"] = batch_transforms
+        self.__dict__["_delivery"] = Delivery(self.collate_fn, batch_transforms)
+        if self._delivery.native is not None and self.plan is not None:
+            self._delivery.native.check_dtype(self.plan.out_dtype)
         self.__dict__["device"] = _resolve_device(device)
         self.__dict__["seed"] = seed
         self.__dict__["memory_format"] = memory_format
@@ -323,7 +354,7 @@ class DataLoader(tud.DataLoader):
             if layout is not None:
                 ring = HostRing(*layout)
         self.__dict__["_ring"] = ring
-        prepare = PrepareBatch(self.plan, mode, collate_fn=self.collate_fn,
+        prepare = PrepareBatch(self.plan, mode, delivery=self._delivery,
                                channels_last=self.memory_format == torch.channels_last,
                                on_error=self.on_error, dataset=self.dataset, ring=ring)
         kwargs: dict[str, Any] = dict(

@@ -2,10 +2,11 @@
 
 ``BatchExecutor.process`` runs on the executor thread (``_iterators.py``): it
 decodes the batch with nvJPEG into a buffer from torch's caching allocator
-(``_decode.py``), runs the fused kernel (``_launch.py``) on the executor's
-stream, records a ready event, and hands the batch's staging memory back once
-that event has passed (``_staging.py``). The consumer's stream waits on the
-ready event (no host synchronisation).
+(``_decode.py``), runs the fused kernel (``_launch.py``) and our batch
+transforms (``_deliver.py``) on the executor's stream, records a ready event,
+and hands the batch's staging memory back once that event has passed
+(``_staging.py``). The consumer's stream waits on the ready event (no host
+synchronisation).
 """
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from typing import Any, NamedTuple
 
 import torch
 
+from .. import _rng
 from ._decode import GpuDecoder
+from ._deliver import Delivery
 from ._launch import KernelLauncher
 from ._staging import Slot, Staging
 from ._worker import PackedBatch
@@ -40,8 +43,10 @@ class BatchExecutor:
     """
 
     def __init__(self, plan: Any, device: torch.device, channels_last: bool, depth: int,
-                 dataset: Any = None, on_error: Any = "raise", ring: Any = None) -> None:
+                 dataset: Any = None, on_error: Any = "raise", ring: Any = None,
+                 delivery: Delivery | None = None) -> None:
         self.device = device
+        self.delivery = delivery or Delivery()
         with torch.cuda.device(device):
             self.stream = torch.cuda.Stream(device)
         self.decoder = GpuDecoder(plan, device, on_error=on_error, dataset=dataset)
@@ -80,6 +85,9 @@ class BatchExecutor:
                 targets = batch.targets
                 if isinstance(targets, torch.Tensor):
                     targets = targets.to(self.device, non_blocking=True)
+                if self.delivery.native is not None:  # ours only: foreign callables run in the loop's thread
+                    key = _rng.batch_key(batch.seed, batch.epoch, batch.first_position)
+                    images, targets = self.delivery.run_native(images, targets, batch.has_target, key)
                 self.stream.wait_stream(self.decoder.check_stream)  # it read the staged bytes too
                 ready = torch.cuda.Event()
                 ready.record(self.stream)
@@ -105,6 +113,6 @@ def executor_for(loader: Any, device: torch.device) -> BatchExecutor:
     if ex is None:
         ex = BatchExecutor(loader.plan, device, loader.memory_format == torch.channels_last,
                            loader.prefetch_depth, loader.dataset, loader.on_error,
-                           ring=loader.__dict__.get("_ring"))
+                           ring=loader.__dict__.get("_ring"), delivery=loader._delivery)
         cache[device.index] = ex
     return ex

@@ -72,6 +72,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from .. import _rng
 from ..errors import SampleError
 from ._executor import executor_for
 from ._staging import Slot, Stopped
@@ -272,12 +273,16 @@ class GpuIterator:
         targets = item.targets
         if isinstance(targets, torch.Tensor) and targets.is_cuda:
             targets.record_stream(consumer)
+        delivery = self._loader._delivery
+        if delivery.has_foreign:  # in the loop's thread, on its stream: see _deliver.py
+            key = _rng.batch_key(batch.seed, batch.epoch, batch.first_position)
+            out = delivery.run_foreign(item.images, targets, batch.has_target, key, self._device)
+        else:
+            out = (item.images, targets) if batch.has_target else item.images
         self._stats.add_batch(len(batch.indices), wait=time.perf_counter() - t0, worker=batch.seconds,
                               stages=item.stages)
         self._loader._on_batch(batch)
-        if batch.has_target:
-            return item.images, targets
-        return item.images
+        return out
 
     def close(self) -> None:
         """Stop the threads and the workers; idempotent."""
@@ -354,6 +359,8 @@ class CpuIterator:
             raise
         self._stats.add_batch(len(batch.indices), wait=time.perf_counter() - t0, worker=batch.seconds)
         self._loader._on_batch(batch)
+        if batch.has_output:  # batch transforms or collate_fn ran in the worker (_deliver.py)
+            return batch.output
         if batch.has_target:
             return batch.images, batch.targets
         return batch.images

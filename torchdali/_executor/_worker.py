@@ -14,11 +14,11 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
-from torch.utils.data._utils.collate import default_collate
 
 from .. import _rng
 from ..errors import SampleError
 from ..transforms._plan import BatchParams, Plan, run_reference, to_hwc
+from ._deliver import Delivery
 from ._tags import SampleTag, TaggedSample, sample_path
 
 # Sample kinds inside a packed batch.
@@ -135,6 +135,9 @@ class PackedBatch:
     scan_starts: np.ndarray | None = None  # where each JPEG's scan data starts (-1: not checked)
     seq: int = -1  # the loader-wide batch number (-1: not numbered, e.g. an IterableDataset)
     ring_seq: int = -1  # >= 0: the bytes are in slot ``ring_seq`` of the staging ring, not in ``blob``
+    first_position: int = -1  # epoch position of the batch's first sample as sampled: keys its batch-level draws
+    output: Any = None  # CPU path with a batch transform or collate_fn: what the loop gets (see _deliver.py)
+    has_output: bool = False
     spares: list[SampleTag] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)  # samples replaced under on_error
     seconds: float = 0.0  # worker time spent on this batch
@@ -209,14 +212,14 @@ class PrepareBatch:
     A sample that cannot be used is handled by ``on_error``.
     """
 
-    def __init__(self, plan: Plan, mode: str, collate_fn: Callable | None = None,
+    def __init__(self, plan: Plan, mode: str, delivery: Delivery | None = None,
                  channels_last: bool = False, on_error: Any = "raise", dataset: Any = None,
                  ring: Any = None) -> None:
         check_on_error(on_error)
         self.ring = ring  # HostRing the GPU path's workers write batches into, or None
         self.plan = plan
         self.mode = mode
-        self.collate_fn = collate_fn or default_collate
+        self.delivery = delivery or Delivery()  # how targets leave the worker; the CPU path's last step
         self.channels_last = channels_last
         self.on_error = on_error
         self.dataset = dataset
@@ -298,13 +301,15 @@ class PrepareBatch:
             payloads.append(payload)
 
         drawn = draw_params(self.plan, shapes, seed, epoch, positions)
-        collated = self.collate_fn(targets) if has_target else None
+        collated = self.delivery.collate_targets(targets) if has_target else None
         batch = PackedBatch(seed=seed, epoch=epoch, indices=indices, positions=positions, paths=paths,
                             params=drawn.params, targets=collated, has_target=has_target,
+                            first_position=samples[0].tag.position,
                             spares=[t for t in spares if t not in used], skipped=skipped)
         batch.set_params(drawn)
         if self.mode == "cpu":
             batch.images = run_reference(self.plan, payloads, drawn, channels_last=self.channels_last)
+            self._deliver(batch)
         else:
             lengths = np.fromiter((p.numel() for p in payloads), dtype=np.int64, count=n)
             offsets = np.zeros(n, dtype=np.int64)
@@ -325,6 +330,15 @@ class PrepareBatch:
             batch.hints, batch.scan_starts = hints, scan_starts
         batch.seconds = time.perf_counter() - t0
         return batch
+
+    def _deliver(self, batch: PackedBatch) -> None:
+        """CPU path: batch transforms and the user's collate_fn run here, in the worker (``_deliver.py``)."""
+        d = self.delivery
+        if d.native is None and not d.has_foreign:
+            return
+        key = _rng.batch_key(batch.seed, batch.epoch, batch.first_position)
+        batch.output = d.finish(batch.images, batch.targets, batch.has_target, key)
+        batch.has_output, batch.images, batch.targets = True, None, None
 
 
 def _decode_or_raise(decode_cpu: Callable, decode_error: type, payload: torch.Tensor, idx: int,

@@ -12,7 +12,8 @@ compilation), ``_transforms`` (the geometry and epilogue classes), ``_random``
 (helpers of the program transforms), ``_colour``/``_warp``/``_erase``
 (photometric, warp and erasing classes), ``_auto_augment`` (torchvision's
 auto-augment policies), ``_timm`` (timm's augmentation classes: RandAugment,
-AutoAugment, RandomErasing), ``functional`` (single-image functionals).
+AutoAugment, RandomErasing), ``_batch`` (MixUp, CutMix: batch transforms, run on a finished
+batch rather than per sample), ``functional`` (single-image functionals).
 """
 from . import _presets, _registry, functional
 from ._random import RandomApply, RandomChoice, RandomOrder
@@ -51,18 +52,21 @@ from ._warp import RandomAffine, RandomPerspective, RandomRotation
 from ._auto_augment import AugMix, AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide
 from ._erase import RandomErasing
 from ._timm import TimmAutoAugment, TimmRandAugment, TimmRandomErasing
+# after _transforms: registration order is the order of the README table's rows
+from ._batch import BatchRandomChoice, BatchTransform, CutMix, MixUp, to_batch_transform
 
-#: torchvision transform names torchdali converts (every class in ``_transforms`` has registered by now)
+#: torchvision transform names torchdali converts (every class in ``_transforms`` and ``_batch`` has registered by now)
 SUPPORTED = _registry.supported()
 supported_table = _registry.supported_table
 
 __all__ = [
-    "AugMix", "AutoAugment", "AutoAugmentPolicy", "BatchParams", "CenterCrop", "ColorJitter", "Compose", "ConvertImageDtype", "GaussianBlur", "Grayscale",
-    "Identity", "Normalize", "PILToTensor", "Plan", "RandomAdjustSharpness", "RandomAffine", "RandomApply",
-    "RandAugment", "RandomAutocontrast", "RandomChoice", "RandomCrop", "RandomEqualize", "RandomErasing", "RandomGrayscale",
-    "RandomHorizontalFlip", "RandomInvert", "RandomOrder", "RandomPerspective", "RandomPosterize",
-    "RandomResizedCrop", "RandomRotation", "RandomSolarize", "RandomVerticalFlip", "Resize",
-    "SUPPORTED", "TimmAutoAugment", "TimmRandAugment", "TimmRandomErasing", "ToDtype", "ToImage", "ToPureTensor",
-    "ToTensor", "Transform", "TrivialAugmentWide", "compile_transforms",
-    "functional", "supported_table", "to_torchdali",
+    "AugMix", "AutoAugment", "AutoAugmentPolicy", "BatchParams", "BatchRandomChoice", "BatchTransform",
+    "CenterCrop", "ColorJitter", "Compose", "ConvertImageDtype", "CutMix", "GaussianBlur", "Grayscale",
+    "Identity", "MixUp", "Normalize", "PILToTensor", "Plan", "RandAugment", "RandomAdjustSharpness",
+    "RandomAffine", "RandomApply", "RandomAutocontrast", "RandomChoice", "RandomCrop", "RandomEqualize",
+    "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomInvert", "RandomOrder",
+    "RandomPerspective", "RandomPosterize", "RandomResizedCrop", "RandomRotation", "RandomSolarize",
+    "RandomVerticalFlip", "Resize", "SUPPORTED", "TimmAutoAugment", "TimmRandAugment", "TimmRandomErasing",
+    "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "TrivialAugmentWide", "compile_transforms",
+    "functional", "supported_table", "to_batch_transform", "to_torchdali",
 ]

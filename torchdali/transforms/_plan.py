@@ -159,6 +159,11 @@ def to_torchdali(t: Any) -> Transform:
     """
     if isinstance(t, Transform):
         return t
+    # imported here so the batch transforms register after the per-sample ones (the README table's order)
+    from ._batch import BatchTransform, misplaced_error
+
+    if isinstance(t, BatchTransform):
+        raise misplaced_error(t)
     return _convert.convert(t, Transform)
 
 
