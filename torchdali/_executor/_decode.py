@@ -32,11 +32,13 @@ class GpuDecoder:
     """Per-loader, per-device decode state: the nvJPEG decoder, the scan-check stream
     and the CPU fallback with the on_error policy."""
 
-    def __init__(self, plan: Any, device: torch.device, on_error: Any = "raise", dataset: Any = None) -> None:
+    def __init__(self, plan: Any, device: torch.device, on_error: Any = "raise", dataset: Any = None,
+                 max_image_pixels: int | None = None) -> None:
         from ..decode import NvjpegDecoder
 
         # CPU decoding for the rare sample nvJPEG rejects, and the on_error policy
-        self.fallback = PrepareBatch(plan, "cpu", on_error=on_error, dataset=dataset)
+        self.fallback = PrepareBatch(plan, "cpu", on_error=on_error, dataset=dataset,
+                                     max_image_pixels=max_image_pixels)
         self.plan = plan
         self.device = device
         with torch.cuda.device(device):

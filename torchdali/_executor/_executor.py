@@ -40,11 +40,13 @@ class BatchExecutor:
     """
 
     def __init__(self, plan: Any, device: torch.device, channels_last: bool, depth: int,
-                 dataset: Any = None, on_error: Any = "raise", ring: Any = None) -> None:
+                 dataset: Any = None, on_error: Any = "raise", ring: Any = None,
+                 max_image_pixels: int | None = None) -> None:
         self.device = device
         with torch.cuda.device(device):
             self.stream = torch.cuda.Stream(device)
-        self.decoder = GpuDecoder(plan, device, on_error=on_error, dataset=dataset)
+        self.decoder = GpuDecoder(plan, device, on_error=on_error, dataset=dataset,
+                                  max_image_pixels=max_image_pixels)
         self.staging = Staging(depth, ring)
         self.launcher = KernelLauncher(plan, device, channels_last)
 
@@ -105,6 +107,7 @@ def executor_for(loader: Any, device: torch.device) -> BatchExecutor:
     if ex is None:
         ex = BatchExecutor(loader.plan, device, loader.memory_format == torch.channels_last,
                            loader.prefetch_depth, loader.dataset, loader.on_error,
-                           ring=loader.__dict__.get("_ring"))
+                           ring=loader.__dict__.get("_ring"),
+                           max_image_pixels=loader.__dict__.get("max_image_pixels"))
         cache[device.index] = ex
     return ex

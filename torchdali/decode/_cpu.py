@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 import re
-from typing import Union
+from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -90,18 +90,27 @@ def _pil_rgb(data: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(arr))
 
 
-def decode_cpu(data: Union[torch.Tensor, np.ndarray, bytes, bytearray, memoryview]) -> torch.Tensor:
+def decode_cpu(data: Union[torch.Tensor, np.ndarray, bytes, bytearray, memoryview],
+               max_pixels: Optional[int] = None) -> torch.Tensor:
     """Decode one encoded image to a contiguous ``(H, W, 3)`` uint8 RGB tensor on the CPU.
 
     JPEG (including CMYK/YCCK and progressive), PNG (16-bit reduced to 8-bit, alpha
     dropped), GIF (first frame) and WebP go through ``torchvision.io.decode_image``;
     BMP, TIFF and anything else Pillow can open go through Pillow, which is also the
     second chance for files torchvision rejects.  Raises DecodeError on failure.
+
+    With ``max_pixels``, the header is read first and an image claiming more pixels
+    (or a size its data is far too short for) is refused before anything is
+    allocated (``_limits.check_header``).
     """
     t = _to_tensor(data)
     n = t.numel()
     if n == 0:
         raise DecodeError("empty file")
+    if max_pixels is not None:
+        from ._limits import check_header, header_size
+
+        check_header(header_size(t), n, max_pixels)
     fmt = _sniff(memoryview(t.numpy()), 0, n)
     tv_error = None
     if fmt in _TORCHVISION_FORMATS:
