@@ -211,6 +211,46 @@ def test_repo_images_pass_the_header_checks(tmp_path):
         check_header(header_size(data), len(data), default_max_image_pixels())
 
 
+def test_fuzzed_jpegs_end_as_an_image_or_a_sample_error_on_the_cpu_path():
+    from torchdali._executor._worker import PrepareBatch
+    from torchdali.transforms import compile_transforms
+
+    from ._fuzz import fuzz_corpus
+
+    prepare = PrepareBatch(compile_transforms(T.Compose([T.Resize((8, 8))])), "cpu",
+                           max_image_pixels=default_max_image_pixels())
+    decoded = named = 0
+    for i, (what, data) in enumerate(fuzz_corpus()):
+        try:
+            loaded = prepare.load(np.frombuffer(data, np.uint8).copy(), i, f"mem://{i}")
+        except td.SampleError as e:
+            assert str(e).startswith(f"sample {i} (mem://{i}): "), what
+            named += 1
+            continue
+        assert loaded.payload.dim() == 3 and loaded.payload.shape[2] == 3, what
+        decoded += 1
+    assert decoded > 100 and named > 100, (decoded, named)
+
+
+def test_animated_gif_decodes_only_its_first_frame(monkeypatch):
+    """torchvision decodes every frame of a GIF at the canvas size, which the header
+    check cannot see; GIFs go to Pillow, which decodes the first frame only."""
+    from PIL import Image
+
+    from torchdali.decode import _cpu
+
+    frames = [Image.fromarray(np.full((300, 400, 3), 40 * k, np.uint8)).convert("P") for k in range(6)]
+    buf = io.BytesIO()
+    frames[0].save(buf, format="GIF", save_all=True, append_images=frames[1:])
+
+    def refuse(data):
+        raise AssertionError("a GIF reached torchvision")
+
+    monkeypatch.setattr(_cpu, "_torchvision_rgb", refuse)
+    out = decode_cpu(buf.getvalue())
+    assert tuple(out.shape) == (300, 400, 3) and int(out[0, 0, 0]) == 0
+
+
 # -- a worker that dies ---------------------------------------------------------
 
 class KillerDataset(torch.utils.data.Dataset):
@@ -272,3 +312,42 @@ def test_worker_record_is_cleared_between_batches():
     row = rec.table.numpy()[1]
     row[:] = [1, 5, 7, 8, 9]  # as worker 1 would leave it: building, 5 samples, the first 3 kept
     assert rec.read(1).indices == [7, 8, 9] and rec.read(1).total == 5
+
+
+# -- the GPU path's decode groups (the GPU tests run them for real) ----------------
+
+def test_decode_groups_split_a_batch_at_the_cap():
+    from torchdali._executor._decode import DECODE_GROUP_BYTES, decode_groups
+
+    shapes = np.array([[10, 10, 3]] * 3 + [[100, 100, 3]] + [[10, 10, 3]] * 2 + [[100, 100, 3]], dtype=np.int64)
+    assert decode_groups(shapes) == [(0, 7)]  # fits: one group, the whole batch
+    assert decode_groups(shapes, cap=32_000) == [(0, 6), (6, 7)]
+    assert decode_groups(shapes, cap=1) == [(k, k + 1) for k in range(7)]  # oversized images stand alone
+    assert decode_groups(np.zeros((0, 3), np.int64)) == [(0, 0)]
+    assert DECODE_GROUP_BYTES >= 3 * default_max_image_pixels()  # the largest allowed image fits one group
+
+
+def test_sub_batch_replacements_carry_back():
+    from torchdali._executor._decode import merge_sub_batch, sub_batch
+    from torchdali._executor._worker import PackedBatch, Skipped
+
+    n = 6
+    batch = PackedBatch(seed=0, epoch=0, indices=np.arange(n), positions=np.arange(n) + 100,
+                        paths=[f"p{i}" for i in range(n)], params=torch.zeros(n, 4),
+                        targets=torch.arange(n), has_target=True, kinds=np.zeros(n, np.int8),
+                        offsets=np.arange(n) * 10, lengths=np.full(n, 10), shapes=np.ones((n, 3), np.int64),
+                        spares=["s0", "s1"])
+    sub = sub_batch(batch, 2, 5)
+    assert sub.indices.tolist() == [2, 3, 4] and sub.offsets.tolist() == [20, 30, 40] and sub.skipped == []
+    # what GpuDecoder._replace does to sample 1 of the group
+    sub.indices[1], sub.positions[1], sub.paths[1] = 77, 777, "spare"
+    sub.params = sub.params.clone()
+    sub.params[1] = 9
+    sub.targets[1] = -1
+    sub.spares = ["s1"]
+    sub.skipped.append(Skipped(3, "p3", "bad"))
+    merge_sub_batch(batch, sub, 2, 5)
+    assert batch.indices.tolist() == [0, 1, 2, 77, 4, 5] and batch.positions[3] == 777
+    assert batch.paths[3] == "spare" and batch.targets.tolist() == [0, 1, 2, -1, 4, 5]
+    assert batch.params[3].tolist() == [9, 9, 9, 9] and batch.params[2].tolist() == [0, 0, 0, 0]
+    assert batch.spares == ["s1"] and batch.skipped == [Skipped(3, "p3", "bad")]

@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ._decode import GpuDecoder
-from ._launch import KernelLauncher
+from ._decode import GpuDecoder, decode_groups, merge_sub_batch, sub_batch
+from ._launch import KernelEvents, KernelLauncher
 from ._staging import Slot, Staging
 from ._worker import PackedBatch
 
@@ -76,9 +76,14 @@ class BatchExecutor:
         ready = None
         try:
             with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-                decoded = self.decoder.decode(batch, slot.view, self.stream)
-                t_decoded = time.perf_counter()
-                images, kernel_events = self.launcher.launch(decoded, batch.params, self.stream)
+                groups = decode_groups(batch.shapes)
+                if len(groups) == 1:
+                    decoded = self.decoder.decode(batch, slot.view, self.stream)
+                    t_decoded = time.perf_counter()
+                    images, kernel_events = self.launcher.launch(decoded, batch.params, self.stream)
+                else:
+                    images, kernel_events, decode_s = self._process_groups(batch, slot, groups)
+                    t_decoded = t0 + decode_s
                 targets = batch.targets
                 if isinstance(targets, torch.Tensor):
                     targets = targets.to(self.device, non_blocking=True)
@@ -98,6 +103,39 @@ class BatchExecutor:
         stages = {"executor_s": t_end - t0, "decode_s": t_decoded - t0, "launch_s": t_end - t_decoded,
                   "kernel_s": kernel_s}
         return ReadyBatch(batch, images, targets, ready, stages)
+
+
+    def _process_groups(self, batch: PackedBatch, slot: Slot,
+                        groups: list[tuple[int, int]]) -> tuple[torch.Tensor, KernelEvents, float]:
+        """Decode and transform a batch too large to decode at once, group by group
+        (``_decode.decode_groups``): (images, timing events, seconds spent decoding).
+
+        Every group is decoded into the same buffer, sized for the largest group: the
+        stream orders a group's decode after the previous group's kernel, which read
+        it. (Buffers freed and allocated in turn would not do: nvJPEG keeps the
+        buffers of its last calls referenced until their work is done.)
+        """
+        images = first = last = None
+        decode_s = 0.0
+        numel = batch.shapes[:, 0] * batch.shapes[:, 1] * batch.shapes[:, 2]
+        buffer = torch.empty(max(int(max(numel[a:b].sum() for a, b in groups)), 1), dtype=torch.uint8,
+                             device=self.device)
+        for start, stop in groups:
+            sub = sub_batch(batch, start, stop)
+            t = time.perf_counter()
+            decoded = self.decoder.decode(sub, slot.view, self.stream, buffer)
+            decode_s += time.perf_counter() - t
+            part, events = self.launcher.launch(decoded, sub.params, self.stream)
+            merge_sub_batch(batch, sub, start, stop)
+            if images is None:
+                layout = torch.channels_last if self.launcher.channels_last and part.dim() == 4 \
+                    else torch.contiguous_format
+                images = torch.empty((len(batch.indices), *part.shape[1:]), dtype=part.dtype, device=part.device,
+                                     memory_format=layout)
+            images[start:stop].copy_(part)
+            first = first or events
+            last = events
+        return images, KernelEvents(first.start, last.end), decode_s
 
 
 def executor_for(loader: Any, device: torch.device) -> BatchExecutor:

@@ -352,8 +352,8 @@ class GpuIterator:
 class CpuIterator:
     """Iterator over CPU batches: finished in the workers; the main process only hands them over.
 
-    Torch's own iterator shuts its workers down; nothing of Note [torchdali
-    iterator shutdown] applies here.
+    Torch's own iterator shuts its workers down; of Note [torchdali iterator
+    shutdown] only "A worker dies" applies here.
     """
 
     def __init__(self, loader: Any, inner: torch.utils.data.DataLoader) -> None:

@@ -24,7 +24,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
-from ._cpu import DecodeError
+from ._errors import DecodeError
 from ._jpeg_header import (
     FORMAT_BMP,
     FORMAT_GIF,
