@@ -6,7 +6,9 @@ on each backend it has), the per-batch decode memory bound, and a dying worker.
 from __future__ import annotations
 
 import faulthandler
+import logging
 import os
+import re
 import signal
 import time
 
@@ -60,7 +62,7 @@ def _good_batch(n: int = 12) -> list[bytes]:
                        subsampling=int(k % 3)) for k in range(n)]
 
 
-def test_fuzz_through_the_gpu_loader_skips_or_names_every_file(watchdog):
+def test_fuzz_through_the_gpu_loader_skips_or_names_every_file(watchdog, caplog):
     corpus = fuzz_corpus()
     good = _good_batch()
     # one mutated file per batch of 16, so the batch's spare samples can always replace it
@@ -70,10 +72,13 @@ def test_fuzz_through_the_gpu_loader_skips_or_names_every_file(watchdog):
                            seed=0)
     t0 = time.perf_counter()
     seen = 0
-    for images, targets in loader:
-        assert images.shape == (16, 3, 32, 32)
-        seen += images.shape[0]
-    torch.cuda.synchronize()
+    with caplog.at_level(logging.WARNING, logger="torchdali"):
+        for images, targets in loader:
+            assert images.shape == (16, 3, 32, 32)
+            seen += images.shape[0]
+        torch.cuda.synchronize()
+    reasons = [r.getMessage() for r in caplog.records if "skipped bad sample" in r.getMessage()]
+    assert reasons and all(re.search(r"sample \d+ \(mem://bad/\d+\): ", m) for m in reasons), reasons[:5]
     seconds = time.perf_counter() - t0
     skipped = loader.stats().last.skipped
     print(f"\nloader fuzz: {len(corpus)} mutated JPEGs among {len(ds)} samples, {skipped} skipped, "
