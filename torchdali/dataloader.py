@@ -25,6 +25,7 @@ import torch.utils.data as tud
 
 from ._executor._deliver import Delivery
 from ._executor._iterators import CpuIterator, GpuIterator
+from ._executor._records import EndRecord, WorkerRecords
 from ._executor._tags import EpochState, TaggedBatchSampler, TaggedDataset, TaggedIterable
 from ._executor._worker import PrepareBatch, check_on_error
 from ._stats import LoaderStats
@@ -36,6 +37,7 @@ __all__ = ["DataLoader"]
 _log = logging.getLogger("torchdali")
 
 _HAS_IN_ORDER = "in_order" in inspect.signature(tud.DataLoader.__init__).parameters
+_PIL_LIMIT = object()  # max_image_pixels default: Pillow's Image.MAX_IMAGE_PIXELS
 
 
 def _resolve_device(device: Any) -> torch.device:
@@ -139,6 +141,11 @@ class DataLoader(tud.DataLoader):
             epoch (the batch keeps its size), log it once and count it in
             ``stats()``. A callable ``(index, path, exception)`` returns a
             replacement ``(data, target)`` or None to skip.
+        max_image_pixels: an encoded image whose header claims more pixels is a
+            bad sample (``SampleError`` naming the claimed size), refused before
+            any memory is allocated for it, on both paths. Default: Pillow's
+            ``Image.MAX_IMAGE_PIXELS`` (89,478,485) when the loader is built;
+            None turns the limit off.
     """
 
     def __init__(
@@ -169,6 +176,7 @@ class DataLoader(tud.DataLoader):
         prefetch_depth: int = 2,
         distributed: bool = False,
         on_error: str | Callable = "raise",
+        max_image_pixels: int | None | object = _PIL_LIMIT,
     ) -> None:
         if distributed and sampler is None and batch_sampler is None:
             from .distributed import distributed_sampler
@@ -199,6 +207,12 @@ class DataLoader(tud.DataLoader):
             raise ValueError(f"memory_format must be torch.contiguous_format or torch.channels_last, "
                              f"got {memory_format}")
         check_on_error(on_error)
+        if max_image_pixels is _PIL_LIMIT:
+            from .decode._limits import default_max_image_pixels
+
+            max_image_pixels = default_max_image_pixels()
+        if max_image_pixels is not None and (isinstance(max_image_pixels, bool) or int(max_image_pixels) < 1):
+            raise ValueError(f"max_image_pixels must be a positive int or None, got {max_image_pixels!r}")
         if prefetch_depth < 1:
             raise ValueError(f"prefetch_depth must be >= 1, got {prefetch_depth}")
         # The fields below are torchdali's; names match the __init__ arguments so
@@ -218,6 +232,7 @@ class DataLoader(tud.DataLoader):
         self.__dict__["distributed"] = distributed
         self.__dict__["in_order"] = in_order
         self.__dict__["on_error"] = on_error
+        self.__dict__["max_image_pixels"] = None if max_image_pixels is None else int(max_image_pixels)
         self.__dict__["_epoch_state"] = EpochState(spares=on_error != "raise")
         self.__dict__["_resume"] = None
         self.__dict__["_logged_bad"] = set()
@@ -356,9 +371,17 @@ class DataLoader(tud.DataLoader):
         self.__dict__["_ring"] = ring
         prepare = PrepareBatch(self.plan, mode, delivery=self._delivery,
                                channels_last=self.memory_format == torch.channels_last,
-                               on_error=self.on_error, dataset=self.dataset, ring=ring)
+                               on_error=self.on_error, dataset=self.dataset, ring=ring,
+                               max_image_pixels=self.max_image_pixels)
+        records = None
+        if self.num_workers > 0:
+            # what each worker is building, to name it if the worker dies (_executor/_records.py)
+            capacity = (self.batch_size or getattr(self.batch_sampler, "batch_size", None) or 256)
+            records = WorkerRecords(self.num_workers, capacity)
+        self.__dict__["_records"] = records
         kwargs: dict[str, Any] = dict(
-            num_workers=self.num_workers, collate_fn=prepare, timeout=self.timeout,
+            num_workers=self.num_workers, collate_fn=prepare if records is None else EndRecord(prepare, records),
+            timeout=self.timeout,
             worker_init_fn=self.worker_init_fn, multiprocessing_context=self.multiprocessing_context,
             generator=self.generator, prefetch_factor=self.prefetch_factor,
             persistent_workers=self.persistent_workers,
@@ -369,7 +392,7 @@ class DataLoader(tud.DataLoader):
             inner = tud.DataLoader(TaggedIterable(self.dataset, self._epoch_state), batch_size=self.batch_size,
                                    drop_last=self.drop_last, **kwargs)
         else:
-            inner = tud.DataLoader(TaggedDataset(self.dataset),
+            inner = tud.DataLoader(TaggedDataset(self.dataset, records),
                                    batch_sampler=TaggedBatchSampler(self.batch_sampler, self._epoch_state),
                                    **kwargs)
         self.__dict__["_inner"] = inner

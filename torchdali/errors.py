@@ -1,6 +1,8 @@
 """Exceptions that name the sample that caused them."""
 from __future__ import annotations
 
+from typing import Sequence
+
 
 class SampleError(RuntimeError):
     """A sample could not be read, decoded or transformed.
@@ -20,3 +22,22 @@ class SampleError(RuntimeError):
         where = f"sample {index}" + (f" ({path})" if path else "")
         err = cls(f"{where}: {what}: {reason}", index=index, path=path)
         return err
+
+
+class WorkerDied(SampleError):
+    """A DataLoader worker died (killed, out of memory, crashed) while building a batch.
+
+    ``samples`` holds the ``(index, path)`` of every sample of that batch (path None
+    when the dataset does not know it); ``index`` and ``path`` are the first one's.
+    ``worker_id``, ``pid`` and ``exitcode`` (negative: the signal) say which worker
+    and how it ended.
+    """
+
+    def __init__(self, message: str, index: int | None = None, path: str | None = None,
+                 samples: Sequence[tuple[int, str | None]] = (), worker_id: int | None = None,
+                 pid: int | None = None, exitcode: int | None = None) -> None:
+        super().__init__(message, index=index, path=path)
+        self.samples = list(samples)
+        self.worker_id = worker_id
+        self.pid = pid
+        self.exitcode = exitcode

@@ -6,9 +6,17 @@ JPEGs are decoded there by nvJPEG. A JPEG nvJPEG rejects, or whose compressed
 data the scan check flags, is decoded on the CPU; one the CPU cannot decode
 either is replaced under the on_error policy, its parameters drawn by
 ``_worker.draw_params`` like every other sample's.
+
+A batch whose pixels would take more than ``DECODE_GROUP_BYTES`` is decoded
+(and transformed) in groups of consecutive samples that each fit, one group
+after the other into the same buffer, ordered on the executor's stream
+(``decode_groups``; ``BatchExecutor.process``). An image larger than the cap is
+a group of its own, so a batch's decode buffer never exceeds the larger of the
+cap and its largest image.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -18,6 +26,67 @@ from csrc_triton.scan_check import bad_scan_markers
 from ..errors import SampleError
 from ._tags import SampleTag
 from ._worker import ENCODED, RAW, PackedBatch, PrepareBatch, Skipped, draw_params
+
+
+# Most decoded bytes (H x W x 3 summed over a group of samples) on the GPU at a time
+# for one batch: 256 MiB holds a typical batch of 256 ImageNet images twice over, and
+# exactly one image of Pillow's MAX_IMAGE_PIXELS (the default max_image_pixels).
+DECODE_GROUP_BYTES = 256 << 20
+
+
+def decode_groups(shapes: np.ndarray, cap: int | None = None) -> list[tuple[int, int]]:
+    """``[start, stop)`` ranges of consecutive samples whose decoded bytes stay within
+    ``cap`` (default ``DECODE_GROUP_BYTES``); one range for a batch that fits."""
+    cap = DECODE_GROUP_BYTES if cap is None else cap
+    sizes = (shapes[:, 0] * shapes[:, 1] * shapes[:, 2]).tolist() if len(shapes) else []
+    if sum(sizes) <= cap:
+        return [(0, len(sizes))]
+    groups, start, held = [], 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and held + size > cap:
+            groups.append((start, i))
+            start, held = i, 0
+        held += size
+    groups.append((start, len(sizes)))
+    return groups
+
+
+def sub_batch(batch: PackedBatch, start: int, stop: int) -> PackedBatch:
+    """Samples ``[start, stop)`` of ``batch`` as a batch of their own (their bytes stay where
+    they are); ``merge_sub_batch`` carries what decoding changed back."""
+    def part(a: Any) -> Any:
+        return None if a is None else a[start:stop]
+
+    targets = batch.targets
+    if isinstance(targets, (torch.Tensor, list)):
+        targets = targets[start:stop]
+    return dataclasses.replace(
+        batch, indices=batch.indices[start:stop], positions=batch.positions[start:stop],
+        paths=batch.paths[start:stop], params=batch.params[start:stop], slots=part(batch.slots), targets=targets,
+        kinds=part(batch.kinds), offsets=part(batch.offsets), lengths=part(batch.lengths),
+        shapes=part(batch.shapes), hints=part(batch.hints), scan_starts=part(batch.scan_starts),
+        spares=batch.spares, skipped=[])
+
+
+def merge_sub_batch(batch: PackedBatch, sub: PackedBatch, start: int, stop: int) -> None:
+    """Carry on_error's replacements in ``sub`` (from ``sub_batch``) back into ``batch``."""
+    if not sub.skipped:
+        return
+    batch.indices[start:stop] = sub.indices
+    batch.positions[start:stop] = sub.positions
+    batch.paths[start:stop] = sub.paths
+    if batch.params is not sub.params:
+        batch.params = batch.params.clone()
+        batch.params[start:stop] = sub.params
+    if batch.slots is not None and batch.slots is not sub.slots:
+        batch.slots = batch.slots.clone()
+        batch.slots[start:stop] = sub.slots
+    if isinstance(batch.targets, list):
+        batch.targets[start:stop] = sub.targets
+    elif isinstance(batch.targets, torch.Tensor) and sub.targets is not None:
+        batch.targets[start:stop] = sub.targets
+    batch.spares = sub.spares
+    batch.skipped.extend(sub.skipped)
 
 
 class DecodedBatch(NamedTuple):
@@ -32,11 +101,13 @@ class GpuDecoder:
     """Per-loader, per-device decode state: the nvJPEG decoder, the scan-check stream
     and the CPU fallback with the on_error policy."""
 
-    def __init__(self, plan: Any, device: torch.device, on_error: Any = "raise", dataset: Any = None) -> None:
+    def __init__(self, plan: Any, device: torch.device, on_error: Any = "raise", dataset: Any = None,
+                 max_image_pixels: int | None = None) -> None:
         from ..decode import NvjpegDecoder
 
         # CPU decoding for the rare sample nvJPEG rejects, and the on_error policy
-        self.fallback = PrepareBatch(plan, "cpu", on_error=on_error, dataset=dataset)
+        self.fallback = PrepareBatch(plan, "cpu", on_error=on_error, dataset=dataset,
+                                     max_image_pixels=max_image_pixels)
         self.plan = plan
         self.device = device
         with torch.cuda.device(device):
@@ -54,13 +125,15 @@ class GpuDecoder:
             nvjpeg.close()
             self.nvjpeg = None
 
-    def decode(self, batch: PackedBatch, pinned: torch.Tensor, stream: torch.cuda.Stream) -> DecodedBatch:
+    def decode(self, batch: PackedBatch, pinned: torch.Tensor, stream: torch.cuda.Stream,
+               buffer: torch.Tensor | None = None) -> DecodedBatch:
         """Decode every sample of ``batch`` (bytes staged in ``pinned``) into one GPU buffer.
 
         Runs with ``stream`` current on the executor's device: the buffer is
-        allocated there and every copy and decode is ordered on it. May replace
-        samples under on_error, which updates ``batch`` (indices, positions, paths,
-        params, targets, skipped).
+        allocated there (or is the front of ``buffer`` when that is large enough,
+        which the work queued on ``stream`` before may still have used) and every
+        copy and decode is ordered on it. May replace samples under on_error, which
+        updates ``batch`` (indices, positions, paths, params, targets, skipped).
         """
         n = len(batch.indices)
         shapes = batch.shapes.copy()
@@ -69,7 +142,10 @@ class GpuDecoder:
         if n > 1:
             np.cumsum(numel[:-1], out=out_offsets[1:])
         total = int(numel.sum())
-        decoded = torch.empty(max(total, 1), dtype=torch.uint8, device=self.device)
+        if buffer is not None and buffer.numel() >= max(total, 1):
+            decoded = buffer[: max(total, 1)]
+        else:
+            decoded = torch.empty(max(total, 1), dtype=torch.uint8, device=self.device)
         for i in np.nonzero(batch.kinds == RAW)[0]:  # decoded in the worker (CPU fallback, external source)
             src = pinned[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]]
             decoded[out_offsets[i]: out_offsets[i] + numel[i]].copy_(src, non_blocking=True)
@@ -162,6 +238,7 @@ class GpuDecoder:
                 batch.targets[i] = torch.as_tensor(sub.target) if isinstance(batch.targets, torch.Tensor) \
                     else sub.target
         batch.params, batch.slots = params, slots
+        batch.spares = [t for t in batch.spares if t not in used]  # a later group must not reuse them
         grown = torch.empty(end, dtype=torch.uint8, device=self.device)
         grown[: decoded.numel()].copy_(decoded)
         grown[decoded.numel():].copy_(torch.cat(extra).pin_memory(), non_blocking=True)

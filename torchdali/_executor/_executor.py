@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import _rng
-from ._decode import GpuDecoder
+from ._decode import GpuDecoder, decode_groups, merge_sub_batch, sub_batch
 from ._deliver import Delivery
-from ._launch import KernelLauncher
+from ._launch import KernelEvents, KernelLauncher
 from ._staging import Slot, Staging
 from ._worker import PackedBatch
 
@@ -44,12 +44,13 @@ class BatchExecutor:
 
     def __init__(self, plan: Any, device: torch.device, channels_last: bool, depth: int,
                  dataset: Any = None, on_error: Any = "raise", ring: Any = None,
-                 delivery: Delivery | None = None) -> None:
+                 delivery: Delivery | None = None, max_image_pixels: int | None = None) -> None:
         self.device = device
         self.delivery = delivery or Delivery()
         with torch.cuda.device(device):
             self.stream = torch.cuda.Stream(device)
-        self.decoder = GpuDecoder(plan, device, on_error=on_error, dataset=dataset)
+        self.decoder = GpuDecoder(plan, device, on_error=on_error, dataset=dataset,
+                                  max_image_pixels=max_image_pixels)
         self.staging = Staging(depth, ring)
         self.launcher = KernelLauncher(plan, device, channels_last)
 
@@ -79,9 +80,14 @@ class BatchExecutor:
         ready = None
         try:
             with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-                decoded = self.decoder.decode(batch, slot.view, self.stream)
-                t_decoded = time.perf_counter()
-                images, kernel_events = self.launcher.launch(decoded, batch.batch_params, self.stream)
+                groups = decode_groups(batch.shapes)
+                if len(groups) == 1:
+                    decoded = self.decoder.decode(batch, slot.view, self.stream)
+                    t_decoded = time.perf_counter()
+                    images, kernel_events = self.launcher.launch(decoded, batch.batch_params, self.stream)
+                else:
+                    images, kernel_events, decode_s = self._process_groups(batch, slot, groups)
+                    t_decoded = t0 + decode_s
                 targets = batch.targets
                 if isinstance(targets, torch.Tensor):
                     targets = targets.to(self.device, non_blocking=True)
@@ -106,6 +112,39 @@ class BatchExecutor:
         return ReadyBatch(batch, images, targets, ready, stages)
 
 
+    def _process_groups(self, batch: PackedBatch, slot: Slot,
+                        groups: list[tuple[int, int]]) -> tuple[torch.Tensor, KernelEvents, float]:
+        """Decode and transform a batch too large to decode at once, group by group
+        (``_decode.decode_groups``): (images, timing events, seconds spent decoding).
+
+        Every group is decoded into the same buffer, sized for the largest group: the
+        stream orders a group's decode after the previous group's kernel, which read
+        it. (Buffers freed and allocated in turn would not do: nvJPEG keeps the
+        buffers of its last calls referenced until their work is done.)
+        """
+        images = first = last = None
+        decode_s = 0.0
+        numel = batch.shapes[:, 0] * batch.shapes[:, 1] * batch.shapes[:, 2]
+        buffer = torch.empty(max(int(max(numel[a:b].sum() for a, b in groups)), 1), dtype=torch.uint8,
+                             device=self.device)
+        for start, stop in groups:
+            sub = sub_batch(batch, start, stop)
+            t = time.perf_counter()
+            decoded = self.decoder.decode(sub, slot.view, self.stream, buffer)
+            decode_s += time.perf_counter() - t
+            part, events = self.launcher.launch(decoded, sub.batch_params, self.stream)
+            merge_sub_batch(batch, sub, start, stop)
+            if images is None:
+                layout = torch.channels_last if self.launcher.channels_last and part.dim() == 4 \
+                    else torch.contiguous_format
+                images = torch.empty((len(batch.indices), *part.shape[1:]), dtype=part.dtype, device=part.device,
+                                     memory_format=layout)
+            images[start:stop].copy_(part)
+            first = first or events
+            last = events
+        return images, KernelEvents(first.start, last.end), decode_s
+
+
 def executor_for(loader: Any, device: torch.device) -> BatchExecutor:
     """The loader's executor for ``device``, built on first use and kept until ``loader.close()``."""
     cache = loader.__dict__.setdefault("_executors", {})
@@ -113,6 +152,7 @@ def executor_for(loader: Any, device: torch.device) -> BatchExecutor:
     if ex is None:
         ex = BatchExecutor(loader.plan, device, loader.memory_format == torch.channels_last,
                            loader.prefetch_depth, loader.dataset, loader.on_error,
-                           ring=loader.__dict__.get("_ring"), delivery=loader._delivery)
+                           ring=loader.__dict__.get("_ring"), delivery=loader._delivery,
+                           max_image_pixels=loader.__dict__.get("max_image_pixels"))
         cache[device.index] = ex
     return ex

@@ -55,6 +55,19 @@ this order:
 6. Join both threads (``THREAD_JOIN_S`` each) and drain the staged queue once
    more: the staging thread may have put a batch there while we drained.
 
+A worker dies
+-------------
+A worker killed by the out-of-memory killer or crashed by a decoder reaches
+the user as torch's RuntimeError ("DataLoader worker (pid N) exited
+unexpectedly" from the staging thread's wait, or "... is killed by signal"
+from torch's SIGCHLD handler in the user's thread). Before closing, both
+iterators pass it through ``_records.worker_died``, which finds the worker
+with a non-zero exit code and reads the batch it had recorded in the
+shared ``WorkerRecords`` table before reading its samples; the user gets a
+``WorkerDied`` (a ``SampleError``) naming those samples' indices and paths,
+chained to torch's error. The table belongs to the loader, so it can still
+be read after the workers are gone.
+
 Errors in a background thread never leave it: it sends them as a ``_Failure``
 (unless the stop event is set: then the error is a consequence of the
 shutdown), and ``__next__`` closes the iterator (error path) and re-raises
@@ -73,8 +86,9 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import _rng
-from ..errors import SampleError
+from ..errors import SampleError, WorkerDied
 from ._executor import executor_for
+from ._records import worker_died
 from ._staging import Slot, Stopped
 from ._worker import PackedBatch
 
@@ -254,9 +268,12 @@ class GpuIterator:
                 except queue.Empty:
                     if not any(t.is_alive() for t in self._threads):
                         raise RuntimeError("torchdali executor threads ended without a result") from None
-        except BaseException:
+        except BaseException as e:
             # also what torch's SIGCHLD handler raises here when a worker dies, and Ctrl-C
+            died = self._worker_died(e)  # Note [torchdali iterator shutdown], "A worker dies"
             self._close(wait_for_workers=False)
+            if died is not None:
+                raise died from e
             raise
         if item is _END:
             self._finished = True
@@ -264,7 +281,10 @@ class GpuIterator:
             self.close()
             raise StopIteration
         if isinstance(item, _Failure):
+            died = self._worker_died(item.exc)  # Note [torchdali iterator shutdown], "A worker dies"
             self._close(wait_for_workers=False)
+            if died is not None:
+                raise died from item.exc
             raise item.exc
         batch: PackedBatch = item.batch
         consumer = torch.cuda.current_stream(self._device)
@@ -287,6 +307,9 @@ class GpuIterator:
     def close(self) -> None:
         """Stop the threads and the workers; idempotent."""
         self._close(wait_for_workers=True)
+
+    def _worker_died(self, exc: BaseException) -> WorkerDied | None:
+        return worker_died(exc, self._inner_it, self._loader.__dict__.get("_records"), self._loader.dataset)
 
     def _close(self, wait_for_workers: bool) -> None:
         """Note [torchdali iterator shutdown]; ``wait_for_workers=False`` is its error path."""
@@ -334,8 +357,8 @@ class GpuIterator:
 class CpuIterator:
     """Iterator over CPU batches: finished in the workers; the main process only hands them over.
 
-    Torch's own iterator shuts its workers down; nothing of Note [torchdali
-    iterator shutdown] applies here.
+    Torch's own iterator shuts its workers down; of Note [torchdali iterator
+    shutdown] only "A worker dies" applies here.
     """
 
     def __init__(self, loader: Any, inner: torch.utils.data.DataLoader) -> None:
@@ -357,6 +380,12 @@ class CpuIterator:
         except StopIteration:
             self._stats.end_epoch()
             raise
+        except RuntimeError as e:
+            # Note [torchdali iterator shutdown], "A worker dies"; torch's iterator shuts its workers down
+            died = worker_died(e, self._it, self._loader.__dict__.get("_records"), self._loader.dataset)
+            if died is None:
+                raise
+            raise died from e
         self._stats.add_batch(len(batch.indices), wait=time.perf_counter() - t0, worker=batch.seconds)
         self._loader._on_batch(batch)
         if batch.has_output:  # batch transforms or collate_fn ran in the worker (_deliver.py)

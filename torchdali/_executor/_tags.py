@@ -190,10 +190,15 @@ class TaggedBatchSampler:
 
 
 class TaggedDataset(torch.utils.data.Dataset):
-    """Map-style wrapper: ``ds[tag] -> TaggedSample(tag, path, dataset[index])``; spares are not read."""
+    """Map-style wrapper: ``ds[tag] -> TaggedSample(tag, path, dataset[index])``; spares are not read.
 
-    def __init__(self, dataset: Any) -> None:
+    With ``records`` (``_records.WorkerRecords``), a worker notes the batch it reads
+    there first, so its death can be blamed on that batch.
+    """
+
+    def __init__(self, dataset: Any, records: Any = None) -> None:
         self.dataset = dataset
+        self.records = records
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -205,6 +210,16 @@ class TaggedDataset(torch.utils.data.Dataset):
 
     def __getitems__(self, tags: TagBatch | list[SampleTag]) -> list[TaggedSample]:
         tags = list(tags)
+        if self.records is None:
+            return self._read(tags)
+        self.records.begin([t.index for t in tags if not t.spare])  # cleared by _records.EndRecord
+        try:
+            return self._read(tags)
+        except BaseException:
+            self.records.end()  # the worker reports this error itself
+            raise
+
+    def _read(self, tags: list[SampleTag]) -> list[TaggedSample]:
         getitems = getattr(self.dataset, "__getitems__", None)
         if getitems is None:
             return [self[t] for t in tags]

@@ -214,8 +214,9 @@ class PrepareBatch:
 
     def __init__(self, plan: Plan, mode: str, delivery: Delivery | None = None,
                  channels_last: bool = False, on_error: Any = "raise", dataset: Any = None,
-                 ring: Any = None) -> None:
+                 ring: Any = None, max_image_pixels: int | None = None) -> None:
         check_on_error(on_error)
+        self.max_image_pixels = max_image_pixels  # larger images are refused from their header
         self.ring = ring  # HostRing the GPU path's workers write batches into, or None
         self.plan = plan
         self.mode = mode
@@ -233,7 +234,8 @@ class PrepareBatch:
         except (TypeError, ValueError) as e:
             raise SampleError.for_sample(idx, path, "unsupported sample", e) from None
         if kind == ENCODED:
-            probe = _gpu_decodable_shape(payload) if self.mode == "gpu" else None
+            header = _checked_header(payload, self.max_image_pixels, idx, path)
+            probe = _gpu_decodable_shape(payload, header.jpeg) if self.mode == "gpu" else None
             if probe is not None:
                 shape, hint, scan_start = probe
                 return LoadedSample(kind, payload, shape, hint, scan_start)
@@ -351,7 +353,20 @@ def _decode_or_raise(decode_cpu: Callable, decode_error: type, payload: torch.Te
         raise SampleError.for_sample(idx, path, "cannot decode image", f"{type(e).__name__}: {e}") from None
 
 
-def _gpu_decodable_shape(payload: torch.Tensor) -> tuple[tuple[int, int, int], int, int] | None:
+def _checked_header(payload: torch.Tensor, max_pixels: int | None, idx: int, path: str | None) -> Any:
+    """The size the sample's header claims (``decode._limits.HeaderSize``); raises SampleError,
+    before anything is decoded, for an image over ``max_pixels`` or a header its data cannot fill."""
+    from ..decode._limits import ImageTooLarge, ImplausibleHeader, check_header, header_size
+
+    header = header_size(payload)
+    try:
+        check_header(header, payload.numel(), max_pixels)
+    except (ImageTooLarge, ImplausibleHeader) as e:
+        raise SampleError.for_sample(idx, path, "refused before decoding", e) from None
+    return header
+
+
+def _gpu_decodable_shape(payload: torch.Tensor, info: Any) -> tuple[tuple[int, int, int], int, int] | None:
     """((H, W, 3), header code, scan start) when nvJPEG should decode this sample, else None
     (decode on the CPU).
 
@@ -359,13 +374,11 @@ def _gpu_decodable_shape(payload: torch.Tensor) -> tuple[tuple[int, int, int], i
     CPU, and so do files that do not end in an EOI marker. Whether the scan data
     holds a marker no scan can hold (nvJPEG may decode such a stream without
     complaint) is checked for the whole batch on the GPU, from the scan start.
+    ``info`` is the parsed JPEG header (None: not a JPEG, or a corrupt header, which
+    the CPU decoder reports precisely).
     """
-    from ..decode._jpeg_header import header_code, jpeg_info, scan_offset
+    from ..decode._jpeg_header import header_code, scan_offset
 
-    try:
-        info = jpeg_info(payload.numpy())
-    except ValueError:
-        return None  # corrupt header: the CPU decoder produces the precise error
     if info is None or info.height <= 0 or info.width <= 0:
         return None
     if (info.num_components not in (1, 3) or info.lossless or info.arithmetic or info.precision != 8

@@ -1,4 +1,4 @@
-"""CPU fallback decoder: torchvision.io for JPEG/PNG/GIF/WebP, Pillow for the rest.
+"""CPU fallback decoder: torchvision.io for JPEG/PNG/WebP, Pillow for the rest.
 
 Used for samples nvJPEG cannot (or should not) decode: CMYK/YCCK and lossless JPEGs,
 non-JPEG formats, files whose header nvJPEG rejects.
@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import io
 import re
-from typing import Union
+from typing import Optional, Union
 
 import numpy as np
 import torch
 
+from ._errors import DecodeError
 from ._jpeg_header import (
-    FORMAT_GIF,
     FORMAT_JPEG,
     FORMAT_NAMES,
     FORMAT_PNG,
@@ -21,22 +21,19 @@ from ._jpeg_header import (
     FORMAT_WEBP,
     _sniff,
 )
+from ._limits import check_header, header_size
 
 __all__ = ["DecodeError", "decode_cpu"]
 
 # Formats torchvision.io.decode_image handles itself; anything else goes to Pillow.
-_TORCHVISION_FORMATS = frozenset((FORMAT_JPEG, FORMAT_PNG, FORMAT_GIF, FORMAT_WEBP))
+# Not GIF: torchvision decodes every frame of an animation at the full canvas size
+# (a small file of many tiny frames claims gigabytes the header check cannot see),
+# Pillow decodes only the first frame, which is all that is kept.
+_TORCHVISION_FORMATS = frozenset((FORMAT_JPEG, FORMAT_PNG, FORMAT_WEBP))
 # torchvision prefixes C++ errors with "function, /path/to/file.cpp:LINE, ".
 _CPP_LOCATION = re.compile(r"^.*?\.(?:cpp|h|cu):\d+,\s*")
 # Pillow names the file object it was given ("cannot identify image file <_io.BytesIO ...>").
 _FILE_OBJECT = re.compile(r"\s*<_io\.BytesIO object at 0x[0-9a-fA-F]+>")
-
-
-class DecodeError(RuntimeError):
-    """An encoded image could not be decoded; the message carries the decoder's reason.
-
-    Callers add the sample index and file path.
-    """
 
 
 def _clean(exc: BaseException) -> str:
@@ -68,8 +65,6 @@ def _torchvision_rgb(data: torch.Tensor) -> torch.Tensor:
     from torchvision.io import ImageReadMode, decode_image
 
     img = decode_image(data, mode=ImageReadMode.RGB)
-    if img.dim() == 4:  # animated GIF: (frames, C, H, W), keep the first frame
-        img = img[0]
     if img.dtype != torch.uint8:  # 16-bit PNG comes back as uint16
         img = (img.to(torch.int32) >> 8).to(torch.uint8)
     # decode_image returns a CHW view of HWC storage, so this is usually free.
@@ -90,18 +85,25 @@ def _pil_rgb(data: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(arr))
 
 
-def decode_cpu(data: Union[torch.Tensor, np.ndarray, bytes, bytearray, memoryview]) -> torch.Tensor:
+def decode_cpu(data: Union[torch.Tensor, np.ndarray, bytes, bytearray, memoryview],
+               max_pixels: Optional[int] = None) -> torch.Tensor:
     """Decode one encoded image to a contiguous ``(H, W, 3)`` uint8 RGB tensor on the CPU.
 
     JPEG (including CMYK/YCCK and progressive), PNG (16-bit reduced to 8-bit, alpha
-    dropped), GIF (first frame) and WebP go through ``torchvision.io.decode_image``;
-    BMP, TIFF and anything else Pillow can open go through Pillow, which is also the
-    second chance for files torchvision rejects.  Raises DecodeError on failure.
+    dropped) and WebP go through ``torchvision.io.decode_image``; GIF (first frame
+    only), BMP, TIFF and anything else Pillow can open go through Pillow, which is
+    also the second chance for files torchvision rejects.  Raises DecodeError on failure.
+
+    With ``max_pixels``, the header is read first and an image claiming more pixels
+    (or a size its data is far too short for) is refused before anything is
+    allocated (``_limits.check_header``).
     """
     t = _to_tensor(data)
     n = t.numel()
     if n == 0:
         raise DecodeError("empty file")
+    if max_pixels is not None:
+        check_header(header_size(t), n, max_pixels)
     fmt = _sniff(memoryview(t.numpy()), 0, n)
     tv_error = None
     if fmt in _TORCHVISION_FORMATS:
