@@ -315,9 +315,9 @@ def test_plan_interpolation_is_the_last_resize():
 def test_per_sample_filters_are_drawn_and_boxes_unchanged():
     sizes = np.array([[90, 120]] * 400)
     keys = _rng.sample_keys(11, 0, np.arange(400))
-    single = T.compile_transforms([T.RandomResizedCrop(16), T.RandomHorizontalFlip()]).params(sizes, keys)
+    single = T.compile_transforms([T.RandomResizedCrop(16), T.RandomHorizontalFlip()]).params(sizes, keys).params
     per = T.compile_transforms([T.RandomResizedCrop(16, interpolation=[IM.BILINEAR, IM.BICUBIC]),
-                                T.RandomHorizontalFlip()]).params(sizes, keys)
+                                T.RandomHorizontalFlip()]).params(sizes, keys).params
     codes = per[:, layout.FILTER]
     assert set(codes.tolist()) == {float(layout.FILTER_BILINEAR), float(layout.FILTER_BICUBIC)}
     assert 0.4 < (codes == layout.FILTER_BICUBIC).double().mean().item() < 0.6
@@ -327,7 +327,7 @@ def test_per_sample_filters_are_drawn_and_boxes_unchanged():
     assert (single[:, layout.FILTER] == layout.FILTER_BILINEAR).all()
     # three modes: each drawn about a third of the time
     three = T.compile_transforms([T.RandomResizedCrop(16, interpolation=["nearest", "bilinear", "bicubic"])])
-    codes = three.params(sizes, keys)[:, layout.FILTER]
+    codes = three.params(sizes, keys).params[:, layout.FILTER]
     for code in (layout.FILTER_NEAREST, layout.FILTER_BILINEAR, layout.FILTER_BICUBIC):
         assert 0.25 < (codes == code).double().mean().item() < 0.42
 
@@ -339,7 +339,7 @@ def test_per_sample_output_is_each_samples_filter():
     bic = apply_to_images(T.Compose([T.RandomResizedCrop(24, interpolation="bicubic")]), images, seed=2)
     plan = T.compile_transforms([T.RandomResizedCrop(24, interpolation="random")])
     keys = _rng.sample_keys(2, 0, np.arange(12))
-    codes = plan.params(np.array([im.shape[1:] for im in images]), keys)[:, layout.FILTER].tolist()
+    codes = plan.params(np.array([im.shape[1:] for im in images]), keys).params[:, layout.FILTER].tolist()
     assert set(codes) == {0.0, 1.0}
     for k in range(12):
         assert torch.equal(per[k], bic[k] if codes[k] == layout.FILTER_BICUBIC else bil[k]), k

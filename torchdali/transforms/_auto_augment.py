@@ -448,7 +448,7 @@ class _AutoAugmentBase(ProgramTransform):
     def __init__(self, interpolation: Any, fill: Any) -> None:
         name = type(self).__name__
         self.interpolation, self.fill = interpolation, fill
-        self._filter = warp_filter(interpolation, name)
+        self._filter = warp_filter(interpolation, name, bicubic_as_bilinear=True)
         self._fill = fill_values(fill, name)
 
     def write_slots(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray], slots: np.ndarray) -> None:

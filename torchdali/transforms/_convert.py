@@ -49,8 +49,10 @@ ALTERNATIVES: dict[str, str] = {
     "GaussianNoise": "none: add the noise to the returned batch (images + sigma * torch.randn_like(images))",
     "JPEG": "none: re-encoding has no fused equivalent",
     "UniformTemporalSubsample": "none: video transforms are not supported",
-    "MixUp": "apply it to the (images, targets) batch the loader returns: it mixes samples of a batch",
-    "CutMix": "apply it to the (images, targets) batch the loader returns: it mixes samples of a batch",
+    "MixUp": "pass it as DataLoader(batch_transforms=...) (or call it in collate_fn): it mixes the samples "
+             "of a finished batch",
+    "CutMix": "pass it as DataLoader(batch_transforms=...) (or call it in collate_fn): it mixes the samples "
+              "of a finished batch",
     "CenterCropOrPad": "CenterCrop (pads with zeros rather than fill)",
     "RandomCropOrPad": "RandomResizedCrop, or RandomCrop on an image made large enough by Resize",
     "RandomPad": "none: pad in the dataset's own transform",

@@ -10,6 +10,7 @@ auto-augment policies use it.
 from __future__ import annotations
 
 import numbers
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -52,14 +53,25 @@ def put_op(slot: np.ndarray, name: str, where: Any = None, *, interp: int | None
             slot[rows, column] = value
 
 
-def warp_filter(interpolation: Any, name: str) -> int:
+def warp_filter(interpolation: Any, name: str, bicubic_as_bilinear: bool = False) -> int:
     """``layout.FILTER_NEAREST``/``FILTER_BILINEAR`` for torchvision's warp interpolations
     (an ``InterpolationMode``, its value, or a PIL constant); ValueError for the others,
-    which torchvision's tensor warps do not support either."""
+    which torchvision's tensor warps do not support either.
+
+    ``bicubic_as_bilinear``: the transform classes accept bicubic, which torchvision
+    only warps on PIL images (its tensor warps raise), and warp bilinearly instead,
+    with a warning: the classification reference's bicubic presets hand bicubic to
+    their auto-augment policy, and PIL's bicubic is no tensor operation to match.
+    """
     mode = getattr(interpolation, "value", interpolation)
     if mode in ("nearest", 0):  # PIL.Image.NEAREST == 0
         return layout.FILTER_NEAREST
     if mode in ("bilinear", 2):  # PIL.Image.BILINEAR == 2
+        return layout.FILTER_BILINEAR
+    if bicubic_as_bilinear and mode in ("bicubic", 3):  # PIL.Image.BICUBIC == 3
+        warnings.warn(f"{name}: bicubic warps run bilinear in torchdali (torchvision warps uint8 tensors with "
+                      "nearest or bilinear only; its bicubic warp is PIL's); the resize keeps bicubic",
+                      UserWarning, stacklevel=3)
         return layout.FILTER_BILINEAR
     raise ValueError(f"{name}: interpolation must be nearest or bilinear (as torchvision's warps of tensors), "
                      f"got {interpolation!r}")

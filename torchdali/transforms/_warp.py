@@ -97,7 +97,7 @@ class _Warp(ProgramTransform):
 
     def _setup_warp(self, interpolation: Any, fill: Any) -> None:
         name = type(self).__name__
-        self._filter = warp_filter(interpolation, name)
+        self._filter = warp_filter(interpolation, name, bicubic_as_bilinear=True)
         self.interpolation = "nearest" if self._filter == layout.FILTER_NEAREST else "bilinear"
         self.fill = fill
         self._fill = fill_values(fill, name)
