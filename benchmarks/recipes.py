@@ -75,7 +75,7 @@ def run_torchvision(root: str, recipe: str, args: argparse.Namespace, device: to
             return mixer(*default_collate(batch))
 
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                                         drop_last=True, pin_memory=True, collate_fn=collate,
+                                         drop_last=True, pin_memory=device.type == "cuda", collate_fn=collate,
                                          persistent_workers=True, prefetch_factor=2)
 
     class _Moved:
@@ -185,9 +185,12 @@ def main() -> int:
     p.add_argument("--size", type=int, default=176)
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--out", default="bench_out")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="cpu runs torchdali's CPU path (for a dry run; DALI needs a GPU)")
     args = p.parse_args()
-    device = torch.device("cuda")
-    env = environment(device, ["benchmarks/recipes.py"] + sys.argv[1:])
+    device = torch.device(args.device)
+    env = environment(device, sys.argv[1:])
+    env["command"] = "python benchmarks/recipes.py " + " ".join(sys.argv[1:])
     try:
         import nvidia.dali
 

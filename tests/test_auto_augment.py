@@ -321,7 +321,10 @@ def test_from_torchvision(mod):
 
 def test_arguments():
     with pytest.raises(ValueError, match="interpolation"):
-        T.RandAugment(interpolation="bicubic")
+        T.RandAugment(interpolation="lanczos")
+    # bicubic (the reference's bicubic presets) warps bilinearly, and says so
+    with pytest.warns(UserWarning, match="bicubic warps run bilinear"):
+        assert T.RandAugment(interpolation="bicubic")._filter == layout.FILTER_BILINEAR
     with pytest.raises(ValueError, match="severity"):
         T.AugMix(severity=11)
     with pytest.raises(ValueError, match="magnitude"):
