@@ -71,8 +71,10 @@ def run_torchvision(root: str, recipe: str, args: argparse.Namespace, device: to
     if mix:
         mixer = _mixup_cutmix(len(ds.classes))
 
-        def collate(batch):
+        def mix_collate(batch):
             return mixer(*default_collate(batch))
+
+        collate = mix_collate
 
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
                                          drop_last=True, pin_memory=device.type == "cuda", collate_fn=collate,

@@ -19,7 +19,7 @@ from contextlib import nullcontext
 import torch
 
 from . import _triton, layout, reference
-from .reference import ERASE_NONE, ERASE_VALUE, erase_args, erase_mode
+from .reference import ERASE_VALUE, erase_args, erase_mode
 from .resized_crop import _OUT_DTYPES, _affine_values
 
 __all__ = ["finish_reference", "fused_finish"]

@@ -13,7 +13,7 @@ from torch.utils.data import BatchSampler, DataLoader as TorchLoader, Sequential
 import torchdali as td
 from torchdali import transforms as T
 
-from ._helpers import assert_close_uint8, jpeg_bytes, make_folder
+from ._helpers import assert_close_uint8, make_folder
 
 RESIZE = T.Compose([T.Resize((16, 20))])
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 from torch.utils.data.distributed import DistributedSampler
 
 HERE = os.path.dirname(os.path.abspath(__file__))
