@@ -547,3 +547,52 @@ def test_a_program_transform_called_on_one_image_keeps_its_size():
     assert torch.equal(T.RandomInvert(p=1.0)(img), TF.invert(img))
     assert torch.equal(T.Grayscale(3)(img), TF.rgb_to_grayscale(img, 3))
     assert T.RandomErasing(p=1.0)(img).shape == (3, H, W)
+
+
+class _DecodedImages(torch.utils.data.Dataset):
+    """An external source of already decoded images: HWC uint8 numpy arrays of several sizes
+    (one smaller than the crop, so the crop pads), with their index as target."""
+
+    SIZES = ((240, 260), (207, 311), (180, 230), (260, 199))
+
+    def __len__(self) -> int:
+        return 8
+
+    def image(self, i: int) -> torch.Tensor:
+        h, w = self.SIZES[i % len(self.SIZES)]
+        return smooth_image(h, w, seed=i)
+
+    def __getitem__(self, i: int):
+        return self.image(i).permute(1, 2, 0).numpy(), i
+
+
+@pytest.mark.parametrize("interpolation", [v2.InterpolationMode.NEAREST, v2.InterpolationMode.BILINEAR])
+def test_decoded_source_center_crop_then_rotate_30(interpolation):
+    ds = _DecodedImages()
+    loader = td.DataLoader(ds, batch_size=4, device="cpu", transforms=v2.Compose(
+        [v2.CenterCrop(200), v2.RandomRotation((30, 30), interpolation=interpolation)]))
+    for images, targets in loader:
+        assert images.shape == (4, 3, 200, 200) and images.dtype == torch.uint8
+        for img, t in zip(images, targets.tolist()):
+            # RandomRotation's fill=0 is a fill (the border blends towards it), unlike rotate's fill=None
+            expected = TF.rotate(TF.center_crop(ds.image(t), [200, 200]), 30.0, interpolation=interpolation, fill=0)
+            diff = (img.int() - expected.int()).abs()
+            if interpolation == v2.InterpolationMode.NEAREST:
+                assert torch.equal(img, expected), t
+            else:  # torchvision's grid is a matrix product: a value on a rounding boundary lands one apart
+                assert diff.max() <= 1 and (diff == 0).double().mean() > 0.999, (t, diff.max())
+
+
+@pytest.mark.cuda
+def test_decoded_source_center_crop_then_rotate_30_on_the_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    ds = _DecodedImages()
+    pipeline = v2.Compose([v2.CenterCrop(200), v2.RandomRotation((30, 30), interpolation=v2.InterpolationMode.BILINEAR)])
+    gpu = td.DataLoader(ds, batch_size=4, device="cuda", transforms=pipeline, seed=3)
+    cpu = td.DataLoader(ds, batch_size=4, device="cpu", transforms=pipeline, seed=3)
+    for (g, tg), (c, tc) in zip(gpu, cpu):
+        assert torch.equal(tg.cpu(), tc)
+        diff = (g.cpu().int() - c.int()).abs()
+        assert diff.max() <= 1 and (diff == 0).double().mean() > 0.999
+    gpu.close()
