@@ -113,14 +113,14 @@ def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torc
 def _dali_erase(images, size: int, p: float):
     """torchvision's RandomErasing box (scale 0.02-0.33, log-ratio 0.3-3.3), drawn once per sample,
     applied with probability ``p`` (a zero-size box otherwise)."""
-    from nvidia.dali import fn
+    from nvidia.dali import fn, types
     from nvidia.dali import math as dmath
 
     area = fn.random.uniform(range=[0.02, 0.33]) * float(size * size)
     ratio = dmath.exp(fn.random.uniform(range=[math.log(0.3), math.log(3.3)]))
     h = dmath.min(dmath.sqrt(area * ratio), float(size - 1))
     w = dmath.min(dmath.sqrt(area / ratio), float(size - 1))
-    keep = fn.cast(fn.random.coin_flip(probability=p), dtype=7)  # FLOAT
+    keep = fn.cast(fn.random.coin_flip(probability=p), dtype=types.FLOAT)
     top = fn.random.uniform(range=[0.0, 1.0]) * (float(size) - h)
     left = fn.random.uniform(range=[0.0, 1.0]) * (float(size) - w)
     anchor = fn.cat(fn.reshape(top, shape=[1]), fn.reshape(left, shape=[1]))
@@ -128,7 +128,7 @@ def _dali_erase(images, size: int, p: float):
     return fn.erase(images, anchor=anchor, shape=shape, axis_names="HW", fill_value=0.0)
 
 
-def run_dali(root: str, recipe: str, args: argparse.Namespace, device: torch.device) -> dict:
+def run_dali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, erase: bool = True) -> dict:
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali.auto_aug import trivial_augment
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
@@ -153,7 +153,8 @@ def run_dali(root: str, recipe: str, args: argparse.Namespace, device: torch.dev
             images = fn.flip(images, horizontal=mirror)
             images = trivial_augment.trivial_augment_wide(images)
             images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mean=mean, std=std)
-            images = _dali_erase(images, args.size, 0.1)
+            if erase:
+                images = _dali_erase(images, args.size, 0.1)
         else:
             images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mean=mean, std=std,
                                               mirror=mirror)
@@ -211,6 +212,9 @@ def main() -> int:
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, True)))
             elif system == "dali":
                 runs.append((recipe, "dali", lambda r=recipe: run_dali(args.data, r, args, device)))
+                if recipe == "reference":  # TrivialAugment alone, and a fallback should fn.erase fail
+                    runs.append((recipe, "dali-no-erase",
+                                 lambda r=recipe: run_dali(args.data, r, args, device, erase=False)))
             elif system == "torchvision":
                 runs.append((recipe, "torchvision", lambda r=recipe: run_torchvision(
                     args.data, r, args, device, r == "reference")))
