@@ -3,7 +3,8 @@
     python benchmarks/recipes.py DATA_DIR [--recipes plain,reference,val] [--systems torchdali,dali,torchvision]
                                  [--batch-size 256] [--workers 16] [--dali-threads 8] [--epochs 4] [--out DIR]
 
-Recipes (the first two at torchvision's classification-reference size 176):
+Recipes (defaults: torchvision's classification-reference sizes; ``--size 224 --val-resize 256``
+gives the ResNet-50 recipe):
 
 * ``plain``: RandomResizedCrop(176) + flip + normalize, float32 NCHW;
 * ``reference``: torchvision's reference recipe (``ClassificationPresetTrain`` with
@@ -12,6 +13,9 @@ Recipes (the first two at torchvision's classification-reference size 176):
   ``fn.erase`` (no MixUp/CutMix: DALI has none); torchdali is timed with and without
   the batch MixUp/CutMix;
 * ``val``: Resize(232) + CenterCrop(224) + normalize.
+
+DALI decodes with the hardware decoder (``hw_decoder_load=0.9``): train through
+``fn.decoders.image_random_crop`` (ROI decode), val through ``fn.decoders.image``.
 
 torchdali and torchvision get the recipe as torchvision v2 objects (torchdali converts
 them); DALI gets the nearest pipeline of its own operators (named in the output).
@@ -66,7 +70,7 @@ def run_torchvision(root: str, recipe: str, args: argparse.Namespace, device: to
     import torchvision
     from torch.utils.data import default_collate
 
-    ds = torchvision.datasets.ImageFolder(root, transform=_tv_preset(recipe, args.size, 224, 232, "pil"))
+    ds = torchvision.datasets.ImageFolder(root, transform=_tv_preset(recipe, args.size, args.val_crop, args.val_resize, "pil"))
     collate = None
     if mix:
         mixer = _mixup_cutmix(len(ds.classes))
@@ -100,7 +104,7 @@ def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torc
     if mix:
         extra["batch_transforms"] = _mixup_cutmix(len(ds.classes))
     loader = td.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True,
-                           transforms=_tv_preset(recipe, args.size, 224, 232, "tensor"), device=device, seed=0,
+                           transforms=_tv_preset(recipe, args.size, args.val_crop, args.val_resize, "tensor"), device=device, seed=0,
                            persistent_workers=True, prefetch_factor=2, **extra)
     r = _epochs(lambda: iter(loader), args.epochs, 1, device, "torchdali", False)
     last = loader.stats().last
@@ -141,8 +145,8 @@ def run_dali(root: str, recipe: str, args: argparse.Namespace, device: torch.dev
         jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="reader")
         if recipe == "val":
             images = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB, hw_decoder_load=0.9)
-            images = fn.resize(images, resize_shorter=232, antialias=True)
-            images = fn.crop_mirror_normalize(images, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW",
+            images = fn.resize(images, resize_shorter=args.val_resize, antialias=True)
+            images = fn.crop_mirror_normalize(images, crop=(args.val_crop, args.val_crop), dtype=types.FLOAT, output_layout="CHW",
                                               mean=mean, std=std)
             return images, labels
         images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB, hw_decoder_load=0.9,
@@ -185,7 +189,10 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--dali-threads", type=int, default=8)
-    p.add_argument("--size", type=int, default=176)
+    p.add_argument("--size", type=int, default=176, help="RandomResizedCrop size of the train recipes "
+                   "(176: torchvision's reference recipe; 224: the ResNet-50 recipe)")
+    p.add_argument("--val-resize", type=int, default=232, help="val: Resize (shorter side), 232 or 256")
+    p.add_argument("--val-crop", type=int, default=224, help="val: CenterCrop")
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--out", default="bench_out")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
