@@ -57,10 +57,17 @@ def _cpu_seconds() -> float:
 
 
 def recipe(module: Any, name: str, size: int = 224) -> list:
-    """The train (RN50) or val recipe built from ``module`` (torchvision v2 or torchdali.transforms)."""
+    """A recipe built from ``module`` (torchvision v2 or torchdali.transforms): ``train`` (the
+    ResNet-50 recipe), ``val``, or ``reference`` (torchvision's classification reference:
+    RandomResizedCrop(176), flip, TrivialAugmentWide, normalize, RandomErasing(0.1))."""
     tail = [module.ToDtype(torch.float32, scale=True), module.Normalize(MEAN, STD)]
     if name == "train":
         return [module.RandomResizedCrop(size), module.RandomHorizontalFlip()] + tail
+    if name == "reference":
+        modes = getattr(module, "InterpolationMode", None)  # torchdali takes torchvision's or its name
+        bilinear = modes.BILINEAR if modes is not None else "bilinear"
+        return [module.RandomResizedCrop(176), module.RandomHorizontalFlip(),
+                module.TrivialAugmentWide(interpolation=bilinear)] + tail + [module.RandomErasing(p=0.1)]
     if name == "val":
         return [module.Resize(256), module.CenterCrop(size)] + tail
     raise ValueError(f"unknown recipe {name!r}")
@@ -108,7 +115,9 @@ def run_torchvision(root: str, args: argparse.Namespace, device: torch.device) -
     from torchvision.transforms import v2
 
     steps = recipe(v2, args.recipe)
-    tf = v2.Compose(steps[:2] + [v2.ToImage()] + steps[2:])  # geometry on the PIL image, as users write it
+    # geometry (and auto-augment) on the PIL image, as users write it
+    k = 3 if args.recipe == "reference" else 2
+    tf = v2.Compose(steps[:k] + [v2.ToImage()] + steps[k:])
     ds = torchvision.datasets.ImageFolder(root, transform=tf)
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
                                          drop_last=True, pin_memory=device.type == "cuda",
@@ -203,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="keep workers across epochs (both systems), as long training runs do")
     p.add_argument("--epochs", type=int, default=3, help="timed epochs (median reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up epochs")
-    p.add_argument("--recipe", choices=["train", "val"], default="train")
+    p.add_argument("--recipe", choices=["train", "val", "reference"], default="train",
+                   help="train: RandomResizedCrop 224 + flip; val: Resize 256 + CenterCrop 224; reference: "
+                        "torchvision's classification reference (RRC 176, flip, TrivialAugmentWide, RandomErasing 0.1)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--only", choices=["torchvision", "torchdali"], default=None)
     p.add_argument("--out", default="bench_out", help="folder for results.json and the chart")
