@@ -37,7 +37,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from torchdali.bench import MEAN, STD, _epochs, environment  # noqa: E402
+from torchdali.bench import MEAN, STD, OnDevice, _epochs, environment  # noqa: E402
 
 
 def _tv_preset(recipe: str, size: int, crop: int, resize: int, backend: str):
@@ -70,7 +70,8 @@ def run_torchvision(root: str, recipe: str, args: argparse.Namespace, device: to
     import torchvision
     from torch.utils.data import default_collate
 
-    ds = torchvision.datasets.ImageFolder(root, transform=_tv_preset(recipe, args.size, args.val_crop, args.val_resize, "pil"))
+    preset = _tv_preset(recipe, args.size, args.val_crop, args.val_resize, "pil")
+    ds = torchvision.datasets.ImageFolder(root, transform=preset)
     collate = None
     if mix:
         mixer = _mixup_cutmix(len(ds.classes))
@@ -83,16 +84,7 @@ def run_torchvision(root: str, recipe: str, args: argparse.Namespace, device: to
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
                                          drop_last=True, pin_memory=device.type == "cuda", collate_fn=collate,
                                          persistent_workers=True, prefetch_factor=2)
-
-    class _Moved:
-        def __len__(self):
-            return len(loader)
-
-        def __iter__(self):
-            for x, y in loader:
-                yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-
-    return _epochs(_Moved, args.epochs, 1, device, "torchvision", False)
+    return _epochs(lambda: OnDevice(loader, device), args.epochs, 1, device, "torchvision", False)
 
 
 def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,

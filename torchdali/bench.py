@@ -73,6 +73,20 @@ def recipe(module: Any, name: str, size: int = 224) -> list:
     raise ValueError(f"unknown recipe {name!r}")
 
 
+class OnDevice:
+    """A torch DataLoader's batches moved to ``device`` (what a training loop does with them)."""
+
+    def __init__(self, loader: Any, device: torch.device) -> None:
+        self.loader, self.device = loader, device
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):
+        for x, y in self.loader:
+            yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+
 def _epochs(make_iter, n_epochs: int, warmup: int, device: torch.device, label: str, progress: bool) -> dict:
     from tqdm import tqdm
 
@@ -125,15 +139,7 @@ def run_torchvision(root: str, args: argparse.Namespace, device: torch.device) -
                                          persistent_workers=args.persistent_workers and args.workers > 0)
 
     def make_iter():
-        class _Moved:
-            def __len__(self):
-                return len(loader)
-
-            def __iter__(self):
-                for x, y in loader:
-                    yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-
-        return _Moved()
+        return OnDevice(loader, device)
 
     return _epochs(make_iter, args.epochs, args.warmup, device, "torchvision", not args.quiet)
 

@@ -54,7 +54,23 @@ class ImageFolder(DatasetFolder):
         return self.samples[index][0]
 
 
-class FileList(torch.utils.data.Dataset):
+class _FileSamples(torch.utils.data.Dataset):
+    """Items ``(file bytes, target_transform(target))`` of ``self.samples`` (``(path, target)`` pairs)."""
+
+    samples: list
+    target_transform: Callable | None
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, Any]:
+        path, target = self.samples[index]
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return read_file(path), target
+
+    def path_of(self, index: int) -> str:
+        return os.fspath(self.samples[index][0])
+
+
+class FileList(_FileSamples):
     """Files with targets, given as a list or a text file of ``path [label]`` lines.
 
     Relative paths are taken from ``root``. Lines starting with ``#`` are skipped.
@@ -95,14 +111,6 @@ class FileList(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, Any]:
-        path, target = self.samples[index]
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return read_file(path), target
-
-    def path_of(self, index: int) -> str:
-        return self.samples[index][0]
 
 
 def _decoding_loaders() -> tuple[Callable, ...]:
@@ -137,7 +145,7 @@ def lift_blocker(dataset: Any) -> str | None:
     return None
 
 
-class FileBytes(torch.utils.data.Dataset):
+class FileBytes(_FileSamples):
     """A torchvision folder dataset whose items are ``(file bytes, target)`` instead of images.
 
     ``samples``, ``targets``, ``classes`` and ``class_to_idx`` are the dataset's;
@@ -156,15 +164,6 @@ class FileBytes(torch.utils.data.Dataset):
 
     def __len__(self) -> int:
         return len(self.dataset)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, Any]:
-        path, target = self.samples[index]
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return read_file(path), target
-
-    def path_of(self, index: int) -> str:
-        return os.fspath(self.samples[index][0])
 
     def __repr__(self) -> str:
         return f"FileBytes({self.dataset!r})"
