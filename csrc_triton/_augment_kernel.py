@@ -11,7 +11,8 @@ import triton
 import triton.language as tl
 
 from . import augment, layout
-from .stages import colour, warp
+from .stages import colour, sample, warp
+from .stages.source import load_tile, tile
 
 
 @triton.jit
@@ -24,33 +25,6 @@ def add_combine(a, b):
 def min_combine(a, b):
     """``tl.reduce`` combiner: minimum."""
     return tl.minimum(a, b)
-
-
-@triton.jit
-def max_combine(a, b):
-    """``tl.reduce`` combiner: maximum."""
-    return tl.maximum(a, b)
-
-
-@triton.jit
-def tile(pid, n_tiles, n_tiles_w, H, W, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
-    """Sample, output rows and columns of program ``pid``, and the in-image mask."""
-    b = pid // n_tiles
-    t = pid % n_tiles
-    rows = (t // n_tiles_w) * BLOCK_H + tl.arange(0, BLOCK_H)
-    cols = (t % n_tiles_w) * BLOCK_W + tl.arange(0, BLOCK_W)
-    mask = (rows < H)[:, None] & (cols < W)[None, :]
-    return b.to(tl.int64), rows, cols, mask
-
-
-@triton.jit
-def load_tile(src, s_c, s_h, s_w, rows, cols, mask):
-    """The three channels of a uint8 tile as float32 (0 outside ``mask``)."""
-    ptr = src + rows.to(tl.int64)[:, None] * s_h + cols.to(tl.int64)[None, :] * s_w
-    x0 = tl.load(ptr, mask=mask, other=0).to(tl.float32)
-    x1 = tl.load(ptr + s_c, mask=mask, other=0).to(tl.float32)
-    x2 = tl.load(ptr + 2 * s_c, mask=mask, other=0).to(tl.float32)
-    return x0, x1, x2
 
 
 @triton.jit
@@ -81,7 +55,7 @@ def image_stats_kernel(
         xi = x.to(tl.int32)
         if MINMAX:
             lo = tl.reduce(tl.reduce(tl.where(mask, xi, 255), 1, min_combine), 0, min_combine)
-            hi = tl.reduce(tl.reduce(tl.where(mask, xi, 0), 1, max_combine), 0, max_combine)
+            hi = tl.reduce(tl.reduce(tl.where(mask, xi, 0), 1, sample.max_combine), 0, sample.max_combine)
             tl.atomic_min(row + augment.STATS_MIN + ch, lo)
             tl.atomic_max(row + augment.STATS_MAX + ch, hi)
         if HISTOGRAM:

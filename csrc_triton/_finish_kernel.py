@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from . import layout
-from .stages import epilogue
+from .stages import epilogue, source
 
 
 @triton.jit
@@ -25,17 +25,8 @@ def finish_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_W: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    b = pid // n_tiles
-    t = pid % n_tiles
-    rows = (t // n_tiles_w) * BLOCK_H + tl.arange(0, BLOCK_H)
-    cols = (t % n_tiles_w) * BLOCK_W + tl.arange(0, BLOCK_W)
-    mask = (rows < H)[:, None] & (cols < W)[None, :]
-    b64 = b.to(tl.int64)
-    src = in_ptr + b64 * si_b + rows.to(tl.int64)[:, None] * si_h + cols.to(tl.int64)[None, :] * si_w
-    v0 = tl.load(src, mask=mask, other=0).to(tl.float32)
-    v1 = tl.load(src + si_c, mask=mask, other=0).to(tl.float32)
-    v2 = tl.load(src + 2 * si_c, mask=mask, other=0).to(tl.float32)
+    b64, rows, cols, mask = source.tile(tl.program_id(0), n_tiles, n_tiles_w, H, W, BLOCK_H, BLOCK_W)
+    v0, v1, v2 = source.load_tile(in_ptr + b64 * si_b, si_c, si_h, si_w, rows, cols, mask)
     p = params_ptr + b64 * layout.NUM_PARAMS
     epilogue.epilogue(out_ptr, b64, rows, cols, mask, so_b, so_c, so_h, so_w, affine_ptr, v0, v1, v2,
                       False, OUT_UINT8, p, erase_ptr, H, W, ERASE)

@@ -4,6 +4,10 @@ Today's source is the packed batch of decoded images, each interleaved HWC
 uint8 with 1 or 3 channels. A planar YCbCr source (luma and subsampled chroma
 planes, converted to RGB per tap) is another loader with the same contract:
 :func:`source` returns three float32 channel values per source pixel.
+
+The kernels that run on an output-size batch (the augment program's slots, the
+finish pass) read a planar ``[B, 3, H, W]`` uint8 batch instead: :func:`tile`
+places a program on it and :func:`load_tile` reads its three channels.
 """
 import triton
 import triton.language as tl
@@ -51,3 +55,27 @@ def source(data_ptr, row, kx, C, ch1, ch2, mask):
     v1 = tl.load(src + ch1, mask=mask, other=0).to(tl.float32)
     v2 = tl.load(src + ch2, mask=mask, other=0).to(tl.float32)
     return v0, v1, v2
+
+
+@triton.jit
+def tile(pid, n_tiles, n_tiles_w, H, W, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Sample, rows and columns of program ``pid`` over a ``[B, 3, H, W]`` batch cut in
+    ``n_tiles`` tiles per sample (``n_tiles_w`` per row), and the in-image mask."""
+    b = pid // n_tiles
+    t = pid % n_tiles
+    rows = (t // n_tiles_w) * BLOCK_H + tl.arange(0, BLOCK_H)
+    cols = (t % n_tiles_w) * BLOCK_W + tl.arange(0, BLOCK_W)
+    mask = (rows < H)[:, None] & (cols < W)[None, :]
+    return b.to(tl.int64), rows, cols, mask
+
+
+@triton.jit
+def load_tile(src, s_c, s_h, s_w, rows, cols, mask):
+    """The three channels of a tile of a planar uint8 image at ``src`` (strides ``s_c``,
+    ``s_h``, ``s_w``) as float32, 0 outside ``mask``: the source of the kernels that
+    run on an output-size batch (the augment program, the finish pass)."""
+    ptr = src + rows.to(tl.int64)[:, None] * s_h + cols.to(tl.int64)[None, :] * s_w
+    x0 = tl.load(ptr, mask=mask, other=0).to(tl.float32)
+    x1 = tl.load(ptr + s_c, mask=mask, other=0).to(tl.float32)
+    x2 = tl.load(ptr + 2 * s_c, mask=mask, other=0).to(tl.float32)
+    return x0, x1, x2
