@@ -3,13 +3,16 @@
 # back-to-back calls carrying .dali/c1, .dali/c2, .dali/c3), each under the 10-minute call limit:
 #   STEP=tests OUT=$OUT bash benchmarks/gpu_recipes.sh   # also starts the photo folder in /tmp
 #   STEP=bench OUT=$OUT bash benchmarks/gpu_recipes.sh
+#   STEP=soak OUT=$OUT bash benchmarks/gpu_recipes.sh    # 50 epochs, 1% bad files, then Ctrl-C
 # tests: `pytest -m cuda` on this tree (the kernels natively: slot ops, finish, interpolation,
 #    warps, policies, batch transforms, hostile inputs) and the per-op parity table against
 #    torchvision (benchmarks/parity_table.py);
 # bench: the recipes through torchdali, DALI and torchvision's DataLoader on photographs at
 #    ImageNet's statistics (benchmarks/recipes.py): plain RRC 176, torchvision's reference
 #    recipe (TrivialAugmentWide, RandomErasing 0.1, MixUp/CutMix), and val.
-# Logs land in $OUT/logs.
+# soak: benchmarks/soak.py on 8192 of the photographs plus 1% bad files.
+# The photo folder is made in its own session (setsid), so it outlives the call that starts it
+# while the machine stays warm. Logs land in $OUT/logs.
 set -uo pipefail
 OUT=${OUT:-gpu_out}; N=${N:-16384}; EPOCHS=${EPOCHS:-4}; L=$OUT/logs; mkdir -p "$L"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
@@ -18,12 +21,18 @@ W=$(nproc); D=/tmp/torchdali_photos-$N
   python3 -c "import torch, torchvision, triton; print('torch', torch.__version__, 'torchvision', torchvision.__version__, 'triton', triton.__version__)"
   python3 -c "import nvidia.dali as d; print('dali', d.__version__)" 2>&1 | tail -1
   echo "tree $(git rev-parse --short HEAD 2>/dev/null)"; } | tee "$L/env.txt"
+if [ ! -f "$D/stats.json" ] && ! pgrep -f photo_folder.py > /dev/null; then
+  setsid nohup python3 benchmarks/photo_folder.py "$D" --num-images $N --quiet > /tmp/photos.log 2>&1 < /dev/null &
+fi
 if [ "${STEP:-tests}" = tests ]; then
-  nohup python3 benchmarks/photo_folder.py "$D" --num-images $N --quiet > /tmp/photos.log 2>&1 &
   timeout 480 python3 -m pytest -m cuda -q -rs --tb=short -p no:cacheprovider -o faulthandler_timeout=240 \
     tests > "$L/pytest_cuda.log" 2>&1; tail -3 "$L/pytest_cuda.log"
   timeout 60 python3 benchmarks/parity_table.py --markdown > "$L/parity.md" 2>&1; tail -3 "$L/parity.md"
 else
   while pgrep -f photo_folder.py > /dev/null; do sleep 2; done; tail -2 /tmp/photos.log
+fi
+if [ "${STEP:-tests}" = soak ]; then
+  timeout 560 python3 benchmarks/soak.py "$D" --images 8192 --epochs 50 --workers $W --out "$L" 2>&1 | tee "$L/soak.log"
+elif [ "${STEP:-tests}" = bench ]; then
   timeout 560 python3 benchmarks/recipes.py "$D" --workers $W --epochs $EPOCHS --out "$L" 2>&1 | tee "$L/recipes.log"
 fi
