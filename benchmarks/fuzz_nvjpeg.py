@@ -1,0 +1,161 @@
+"""Mutated JPEGs through nvJPEG on each backend, each chunk in a child process.
+
+    python benchmarks/fuzz_nvjpeg.py [--count 2048] [--chunk 256] [--out DIR]
+
+The corpus is the fuzz tests' (``tests/_fuzz.py``: bit flips and truncations in the
+entropy-coded data, edited SOF/DHT/DQT/SOS fields, wrong component counts, removed
+tables; fixed seed). Each backend ("hybrid", and "hardware" where the GPU has the
+engines) decodes the corpus twice:
+
+* ``gated``: only the files the loader's workers hand to nvJPEG (the header guard and
+  ``_gpu_decodable_shape``: a parsable header nvJPEG supports, ending in EOI);
+* ``raw``: every file whose header gives a size, as a direct caller of the decoder would.
+
+A chunk runs in a child process, so a file that poisons the CUDA context (an illegal
+memory access inside nvJPEG) or crashes the process costs that child only; the parent
+then halves the chunk until it has the files that do it, and names them with their
+mutation. Per backend and mode: decoded, reported (a status naming the failure), and
+crashing files, and the rate. Everything goes to ``OUT/fuzz_nvjpeg.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def gate(blob: bytes) -> tuple[int, int] | None:
+    """(height, width) when the loader would hand ``blob`` to nvJPEG, else None."""
+    import numpy as np
+    import torch
+
+    from torchdali._executor._worker import _gpu_decodable_shape
+    from torchdali.decode._jpeg_header import jpeg_info
+    from torchdali.decode._limits import check_header, header_size
+
+    try:
+        check_header(header_size(blob), len(blob), 4 << 20)
+        info = jpeg_info(np.frombuffer(blob, np.uint8))
+    except Exception:
+        return None
+    probe = _gpu_decodable_shape(torch.frombuffer(bytearray(blob), dtype=torch.uint8), info)
+    return None if probe is None else probe[0][:2]
+
+
+def header_hw(blob: bytes) -> tuple[int, int] | None:
+    import numpy as np
+
+    from torchdali.decode._jpeg_header import jpeg_info
+
+    try:
+        info = jpeg_info(np.frombuffer(blob, np.uint8))
+    except Exception:
+        return None
+    if info.height <= 0 or info.width <= 0 or info.height * info.width > (4 << 20):
+        return None
+    return info.height, info.width
+
+
+def _child(backend: str, blobs: list[bytes], sizes: list[tuple[int, int]], queue) -> None:
+    import numpy as np
+    import torch
+
+    from torchdali.decode import NvjpegDecoder
+
+    dec = NvjpegDecoder(backend="hybrid" if backend == "hybrid" else "auto")
+    stream = torch.cuda.Stream(dec.device)
+    lengths = np.array([len(b) for b in blobs], dtype=np.int64)
+    offsets = np.zeros(len(blobs), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=offsets[1:])
+    data = torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8).pin_memory()
+    hw = np.array(sizes, dtype=np.int64).reshape(-1, 2)
+    nbytes = hw[:, 0] * hw[:, 1] * 3
+    out_off = np.zeros(len(blobs), dtype=np.int64)
+    np.cumsum(nbytes[:-1], out=out_off[1:])
+    out = torch.empty(max(int(nbytes.sum()), 1), dtype=torch.uint8, device=dec.device)
+    status = dec.decode_batch(data, offsets, lengths, hw, out, out_off, stream)
+    stream.synchronize()
+    # the context still works: a small clean decode and a kernel
+    torch.ones(16, device=dec.device).sum().item()
+    queue.put([int(s) for s in status])
+
+
+def run_chunk(backend: str, blobs: list[bytes], sizes: list[tuple[int, int]]) -> list[int] | None:
+    """Statuses of a chunk decoded in a child, or None when the child died or failed."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    p = ctx.Process(target=_child, args=(backend, blobs, sizes, queue))
+    p.start()
+    p.join(timeout=120)
+    if p.is_alive():
+        p.kill()
+        p.join()
+        return None
+    return queue.get() if p.exitcode == 0 and not queue.empty() else None
+
+
+def crashers(backend: str, items: list[tuple[int, str, bytes, tuple[int, int]]]) -> list[tuple[int, str]]:
+    """The files of ``items`` whose decode kills the child (halving the set)."""
+    if run_chunk(backend, [b for _, _, b, _ in items], [s for *_, s in items]) is not None:
+        return []
+    if len(items) == 1:
+        return [(items[0][0], items[0][1])]
+    half = len(items) // 2
+    return crashers(backend, items[:half]) + crashers(backend, items[half:])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--count", type=int, default=2048)
+    p.add_argument("--chunk", type=int, default=256)
+    p.add_argument("--out", default=".")
+    a = p.parse_args()
+    import torch
+
+    from tests._fuzz import FUZZ_SEED, fuzz_corpus
+    from torchdali.decode import NvjpegDecoder, STATUS_OK
+
+    corpus = fuzz_corpus(a.count, FUZZ_SEED)
+    has_hw = NvjpegDecoder(backend="auto").has_hardware
+    backends = ["hybrid"] + (["hardware"] if has_hw else [])
+    result = {"device": torch.cuda.get_device_name(), "count": len(corpus), "seed": FUZZ_SEED,
+              "command": " ".join(sys.argv), "runs": []}
+    for backend in backends:
+        for mode, size_of in (("gated", gate), ("raw", header_hw)):
+            items = [(i, what, b, size_of(b)) for i, (what, b) in enumerate(corpus)]
+            sent = [it for it in items if it[3] is not None]
+            ok = reported = 0
+            crashed: list[tuple[int, str]] = []
+            t0 = time.perf_counter()
+            for start in range(0, len(sent), a.chunk):
+                chunk = sent[start:start + a.chunk]
+                status = run_chunk(backend, [b for _, _, b, _ in chunk], [s for *_, s in chunk])
+                if status is None:
+                    bad = crashers(backend, chunk)
+                    crashed += bad
+                    bad_ids = {i for i, _ in bad}
+                    rest = [it for it in chunk if it[0] not in bad_ids]
+                    status = run_chunk(backend, [b for _, _, b, _ in rest], [s for *_, s in rest]) or []
+                ok += sum(s == STATUS_OK for s in status)
+                reported += sum(s != STATUS_OK for s in status)
+            seconds = time.perf_counter() - t0
+            row = {"backend": backend, "mode": mode, "sent": len(sent), "not_sent": len(items) - len(sent),
+                   "decoded": ok, "reported": reported, "crashed": len(crashed),
+                   "crashing_files": [{"index": i, "mutation": w} for i, w in crashed],
+                   "seconds": seconds}
+            result["runs"].append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "crashing_files"}),
+                  "crashing:", row["crashing_files"][:20], flush=True)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "fuzz_nvjpeg.json"), "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
