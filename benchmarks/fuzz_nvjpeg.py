@@ -11,9 +11,9 @@ engines) decodes the corpus twice:
   ``_gpu_decodable_shape``: a parsable header nvJPEG supports, ending in EOI);
 * ``raw``: every file whose header gives a size, as a direct caller of the decoder would.
 
-A chunk runs in a child process, so a file that poisons the CUDA context (an illegal
+Chunks run in a child process, so a file that poisons the CUDA context (an illegal
 memory access inside nvJPEG) or crashes the process costs that child only; the parent
-then halves the chunk until it has the files that do it, and names them with their
+starts another and halves the chunk until it has the files that do it, and names them with their
 mutation. Per backend and mode: decoded, reported (a status naming the failure), and
 crashing files, and the rate. Everything goes to ``OUT/fuzz_nvjpeg.json``.
 """
@@ -62,7 +62,9 @@ def header_hw(blob: bytes) -> tuple[int, int] | None:
     return info.height, info.width
 
 
-def _child(backend: str, blobs: list[bytes], sizes: list[tuple[int, int]], queue) -> None:
+def _server(backend: str, requests, replies) -> None:
+    """Decode chunks from ``requests`` until told to stop; a chunk that poisons the
+    context makes the check after it fail and ends the process."""
     import numpy as np
     import torch
 
@@ -70,44 +72,69 @@ def _child(backend: str, blobs: list[bytes], sizes: list[tuple[int, int]], queue
 
     dec = NvjpegDecoder(backend="hybrid" if backend == "hybrid" else "auto")
     stream = torch.cuda.Stream(dec.device)
-    lengths = np.array([len(b) for b in blobs], dtype=np.int64)
-    offsets = np.zeros(len(blobs), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=offsets[1:])
-    data = torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8).pin_memory()
-    hw = np.array(sizes, dtype=np.int64).reshape(-1, 2)
-    nbytes = hw[:, 0] * hw[:, 1] * 3
-    out_off = np.zeros(len(blobs), dtype=np.int64)
-    np.cumsum(nbytes[:-1], out=out_off[1:])
-    out = torch.empty(max(int(nbytes.sum()), 1), dtype=torch.uint8, device=dec.device)
-    status = dec.decode_batch(data, offsets, lengths, hw, out, out_off, stream)
-    stream.synchronize()
-    # the context still works: a small clean decode and a kernel
-    torch.ones(16, device=dec.device).sum().item()
-    queue.put([int(s) for s in status])
+    while True:
+        job = requests.get()
+        if job is None:
+            return
+        blobs, sizes = job
+        lengths = np.array([len(b) for b in blobs], dtype=np.int64)
+        offsets = np.zeros(len(blobs), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=offsets[1:])
+        data = torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8).pin_memory()
+        hw = np.array(sizes, dtype=np.int64).reshape(-1, 2)
+        nbytes = hw[:, 0] * hw[:, 1] * 3
+        out_off = np.zeros(len(blobs), dtype=np.int64)
+        np.cumsum(nbytes[:-1], out=out_off[1:])
+        out = torch.empty(max(int(nbytes.sum()), 1), dtype=torch.uint8, device=dec.device)
+        status = dec.decode_batch(data, offsets, lengths, hw, out, out_off, stream)
+        stream.synchronize()
+        torch.ones(16, device=dec.device).sum().item()  # the context still works
+        replies.put([int(s) for s in status])
 
 
-def run_chunk(backend: str, blobs: list[bytes], sizes: list[tuple[int, int]]) -> list[int] | None:
-    """Statuses of a chunk decoded in a child, or None when the child died or failed."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    p = ctx.Process(target=_child, args=(backend, blobs, sizes, queue))
-    p.start()
-    p.join(timeout=120)
-    if p.is_alive():
-        p.kill()
-        p.join()
-        return None
-    return queue.get() if p.exitcode == 0 and not queue.empty() else None
+class Server:
+    """A child process that decodes chunks with one backend; restarted after it dies."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend, self.proc = backend, None
+        self.ctx = mp.get_context("spawn")
+        self.starts = 0
+
+    def _start(self) -> None:
+        self.requests, self.replies = self.ctx.Queue(), self.ctx.Queue()
+        self.proc = self.ctx.Process(target=_server, args=(self.backend, self.requests, self.replies), daemon=True)
+        self.proc.start()
+        self.starts += 1
+
+    def decode(self, blobs: list[bytes], sizes: list) -> list[int] | None:
+        """Statuses of a chunk, or None when the child died or failed on it."""
+        import queue
+
+        if self.proc is None or not self.proc.is_alive():
+            self._start()
+        self.requests.put((blobs, sizes))
+        while True:
+            try:
+                return self.replies.get(timeout=1.0)
+            except queue.Empty:
+                if not self.proc.is_alive():
+                    self.proc = None
+                    return None
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.requests.put(None)
+            self.proc.join(timeout=10)
 
 
-def crashers(backend: str, items: list[tuple[int, str, bytes, tuple[int, int]]]) -> list[tuple[int, str]]:
+def crashers(server: Server, items: list) -> list[tuple[int, str]]:
     """The files of ``items`` whose decode kills the child (halving the set)."""
-    if run_chunk(backend, [b for _, _, b, _ in items], [s for *_, s in items]) is not None:
+    if server.decode([b for _, _, b, _ in items], [s for *_, s in items]) is not None:
         return []
     if len(items) == 1:
         return [(items[0][0], items[0][1])]
     half = len(items) // 2
-    return crashers(backend, items[:half]) + crashers(backend, items[half:])
+    return crashers(server, items[:half]) + crashers(server, items[half:])
 
 
 def main() -> None:
@@ -127,6 +154,7 @@ def main() -> None:
     result = {"device": torch.cuda.get_device_name(), "count": len(corpus), "seed": FUZZ_SEED,
               "command": " ".join(sys.argv), "runs": []}
     for backend in backends:
+        server = Server(backend)
         for mode, size_of in (("gated", gate), ("raw", header_hw)):
             items = [(i, what, b, size_of(b)) for i, (what, b) in enumerate(corpus)]
             sent = [it for it in items if it[3] is not None]
@@ -135,13 +163,13 @@ def main() -> None:
             t0 = time.perf_counter()
             for start in range(0, len(sent), a.chunk):
                 chunk = sent[start:start + a.chunk]
-                status = run_chunk(backend, [b for _, _, b, _ in chunk], [s for *_, s in chunk])
+                status = server.decode([b for _, _, b, _ in chunk], [s for *_, s in chunk])
                 if status is None:
-                    bad = crashers(backend, chunk)
+                    bad = crashers(server, chunk)
                     crashed += bad
                     bad_ids = {i for i, _ in bad}
                     rest = [it for it in chunk if it[0] not in bad_ids]
-                    status = run_chunk(backend, [b for _, _, b, _ in rest], [s for *_, s in rest]) or []
+                    status = server.decode([b for _, _, b, _ in rest], [s for *_, s in rest]) or []
                 ok += sum(s == STATUS_OK for s in status)
                 reported += sum(s != STATUS_OK for s in status)
             seconds = time.perf_counter() - t0
@@ -152,6 +180,7 @@ def main() -> None:
             result["runs"].append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "crashing_files"}),
                   "crashing:", row["crashing_files"][:20], flush=True)
+        server.close()
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "fuzz_nvjpeg.json"), "w") as f:
         json.dump(result, f, indent=1)

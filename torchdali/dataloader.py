@@ -28,6 +28,7 @@ from ._executor._iterators import CpuIterator, GpuIterator
 from ._executor._records import EndRecord, WorkerRecords
 from ._executor._tags import EpochState, TaggedBatchSampler, TaggedDataset, TaggedIterable
 from ._executor._worker import PrepareBatch, check_on_error
+from ._fork import keep_in_children
 from ._stats import LoaderStats
 from .datasets import FileBytes, lift_blocker, read_file
 from .transforms import compile_transforms
@@ -178,6 +179,7 @@ class DataLoader(tud.DataLoader):
         on_error: str | Callable = "raise",
         max_image_pixels: int | None | object = _PIL_LIMIT,
     ) -> None:
+        keep_in_children(self)
         if distributed and sampler is None and batch_sampler is None:
             from .distributed import distributed_sampler
 

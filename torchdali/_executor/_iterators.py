@@ -86,6 +86,7 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import _rng
+from .._fork import keep_in_children
 from ..errors import SampleError, WorkerDied
 from ._executor import executor_for
 from ._records import worker_died
@@ -127,6 +128,7 @@ class GpuIterator:
     """
 
     def __init__(self, loader: Any, inner: torch.utils.data.DataLoader) -> None:
+        keep_in_children(self)
         device = loader.device
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._fork import keep_in_children
+
 _HEADER = 4096  # released[n_slots] int64, then the abandon watermark
 _ALIGN = 4096
 MAX_SLOTS = 256  # the header holds this many release counters
@@ -55,6 +57,7 @@ class HostRing:
         self.slot_bytes = -(-int(slot_bytes) // _ALIGN) * _ALIGN
         self.size = _HEADER + self.n_slots * self.slot_bytes
         self.owner_pid = os.getpid()
+        keep_in_children(self)
         self._fd = os.memfd_create("torchdali-ring", os.MFD_CLOEXEC)
         os.ftruncate(self._fd, self.size)
         self._attach(self._fd)

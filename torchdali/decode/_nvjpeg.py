@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
+from .._fork import keep_in_children
 from ._nvjpeg_lib import (
     _LOSSY_ENCODINGS,
     NVJPEG_BACKEND_DEFAULT,
@@ -126,6 +127,7 @@ class NvjpegDecoder:
         pipeline_depth: int = 2,
     ):
         self._closed = True  # until every handle exists; close() tolerates partial init
+        keep_in_children(self)
         self._hw = self._hy = self._jstream = None
         self._sets: List[_StateSet] = []
         if int(pipeline_depth) < 1:
