@@ -14,8 +14,8 @@ engines) decodes the corpus twice:
 Chunks run in a child process, so a file that poisons the CUDA context (an illegal
 memory access inside nvJPEG) or crashes the process costs that child only; the parent
 starts another and halves the chunk until it has the files that do it, and names them with their
-mutation. Per backend and mode: decoded, reported (a status naming the failure), and
-crashing files, and the rate. Everything goes to ``OUT/fuzz_nvjpeg.json``.
+mutation and whether it crashed or hung (60 s per chunk). Per backend and mode: decoded,
+reported (a status naming the failure), and crashing files, and the rate. Everything goes to ``OUT/fuzz_nvjpeg.json``.
 """
 from __future__ import annotations
 
@@ -72,6 +72,7 @@ def _server(backend: str, requests, replies) -> None:
 
     dec = NvjpegDecoder(backend="hybrid" if backend == "hybrid" else "auto")
     stream = torch.cuda.Stream(dec.device)
+    replies.put("ready")
     while True:
         job = requests.get()
         if job is None:
@@ -99,26 +100,40 @@ class Server:
         self.backend, self.proc = backend, None
         self.ctx = mp.get_context("spawn")
         self.starts = 0
+        self.failure = ""
 
     def _start(self) -> None:
         self.requests, self.replies = self.ctx.Queue(), self.ctx.Queue()
         self.proc = self.ctx.Process(target=_server, args=(self.backend, self.requests, self.replies), daemon=True)
         self.proc.start()
         self.starts += 1
+        try:
+            ready = self.replies.get(timeout=120)
+        except Exception:
+            ready = None
+        if ready != "ready":
+            raise RuntimeError(f"the {self.backend} decoder did not start (exit code {self.proc.exitcode})")
 
-    def decode(self, blobs: list[bytes], sizes: list) -> list[int] | None:
-        """Statuses of a chunk, or None when the child died or failed on it."""
+    def decode(self, blobs: list[bytes], sizes: list, timeout: float = 60.0) -> list[int] | None:
+        """Statuses of a chunk, or None when the child died on it or hung past ``timeout``
+        seconds (then it is killed); ``failure`` says which."""
         import queue
 
         if self.proc is None or not self.proc.is_alive():
             self._start()
         self.requests.put((blobs, sizes))
+        deadline = time.monotonic() + timeout
         while True:
             try:
                 return self.replies.get(timeout=1.0)
             except queue.Empty:
                 if not self.proc.is_alive():
-                    self.proc = None
+                    self.failure, self.proc = "crash", None
+                    return None
+                if time.monotonic() > deadline:
+                    self.proc.kill()
+                    self.proc.join()
+                    self.failure, self.proc = "hang", None
                     return None
 
     def close(self) -> None:
@@ -127,12 +142,13 @@ class Server:
             self.proc.join(timeout=10)
 
 
-def crashers(server: Server, items: list) -> list[tuple[int, str]]:
-    """The files of ``items`` whose decode kills the child (halving the set)."""
+def crashers(server: Server, items: list) -> list[tuple[int, str, str]]:
+    """(index, mutation, "crash" or "hang") of the files of ``items`` whose decode kills or
+    hangs the child, found by halving the set."""
     if server.decode([b for _, _, b, _ in items], [s for *_, s in items]) is not None:
         return []
     if len(items) == 1:
-        return [(items[0][0], items[0][1])]
+        return [(items[0][0], items[0][1], server.failure)]
     half = len(items) // 2
     return crashers(server, items[:half]) + crashers(server, items[half:])
 
@@ -159,7 +175,7 @@ def main() -> None:
             items = [(i, what, b, size_of(b)) for i, (what, b) in enumerate(corpus)]
             sent = [it for it in items if it[3] is not None]
             ok = reported = 0
-            crashed: list[tuple[int, str]] = []
+            crashed: list[tuple[int, str, str]] = []
             t0 = time.perf_counter()
             for start in range(0, len(sent), a.chunk):
                 chunk = sent[start:start + a.chunk]
@@ -167,7 +183,7 @@ def main() -> None:
                 if status is None:
                     bad = crashers(server, chunk)
                     crashed += bad
-                    bad_ids = {i for i, _ in bad}
+                    bad_ids = {i for i, _, _ in bad}
                     rest = [it for it in chunk if it[0] not in bad_ids]
                     status = server.decode([b for _, _, b, _ in rest], [s for *_, s in rest]) or []
                 ok += sum(s == STATUS_OK for s in status)
@@ -175,7 +191,7 @@ def main() -> None:
             seconds = time.perf_counter() - t0
             row = {"backend": backend, "mode": mode, "sent": len(sent), "not_sent": len(items) - len(sent),
                    "decoded": ok, "reported": reported, "crashed": len(crashed),
-                   "crashing_files": [{"index": i, "mutation": w} for i, w in crashed],
+                   "crashing_files": [{"index": i, "mutation": w, "failure": f} for i, w, f in crashed],
                    "seconds": seconds}
             result["runs"].append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "crashing_files"}),

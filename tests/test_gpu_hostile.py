@@ -102,18 +102,6 @@ class _Listed(torch.utils.data.Dataset):
         return np.frombuffer(self.items[i], np.uint8).copy(), i
 
 
-def _decoders():
-    from torchdali.decode import NvjpegDecoder
-
-    out = [("hybrid", NvjpegDecoder(backend="hybrid"))]
-    auto = NvjpegDecoder(backend="auto")
-    if auto.has_hardware:
-        out.append(("hardware", auto))
-    else:
-        auto.close()
-    return out
-
-
 def _decode_direct(dec, blobs: list[bytes], sizes: list[tuple[int, int]], stream):
     if not blobs:
         return [], torch.empty(0), np.zeros(0, np.int64), np.zeros((0, 2), np.int64)
@@ -145,25 +133,31 @@ def _loader_gate(blob: bytes) -> tuple[int, int] | None:
     return None if probe is None else probe[0][:2]
 
 
-def test_fuzz_through_the_decoder_on_each_backend(watchdog):
-    """Each backend gets what the loader's workers would hand it (the rest goes to the
-    CPU decoder, which the loader fuzz test and test_hostile.py cover); every file is
-    decoded or reported, and the context stays usable.
-    ``benchmarks/fuzz_nvjpeg.py`` also feeds the decoder the files the gate keeps back."""
-    from torchdali.decode import STATUS_OK, decode_cpu
+CHUNK_TIMEOUT_S = 60  # a chunk of 64 small files takes well under a second; the first also starts CUDA
 
-    corpus = fuzz_corpus()
-    good = _good_batch()
-    refs = [decode_cpu(b) for b in good]
-    gated = [(what, b, _loader_gate(b)) for what, b in corpus]
-    sent = [(what, b, hw) for what, b, hw in gated if hw is not None]
-    assert len(sent) > len(corpus) // 2
-    for name, dec in _decoders():
+
+def _fuzz_one_backend(name: str, replies) -> None:
+    """Child process: the gated corpus through one backend, reporting each chunk before
+    decoding it, so the parent can name the chunk of a hang or a crash."""
+    import traceback
+
+    from torchdali.decode import STATUS_OK, NvjpegDecoder, decode_cpu
+
+    try:
+        dec = NvjpegDecoder(backend="hybrid" if name == "hybrid" else "auto")
+        if name == "hardware" and not dec.has_hardware:
+            replies.put(("skip",))
+            return
+        corpus = fuzz_corpus()
+        good = _good_batch()
+        refs = [decode_cpu(b) for b in good]
+        sent = [(what, b, hw) for what, b in corpus if (hw := _loader_gate(b)) is not None]
         stream = torch.cuda.Stream(dec.device)
         ok = failed = 0
         t0 = time.perf_counter()
         for start in range(0, len(sent), 64):
             chunk = sent[start:start + 64]
+            replies.put(("chunk", start, [what for what, _, _ in chunk]))
             status, _, _, _ = _decode_direct(dec, [b for _, b, _ in chunk], [hw for *_, hw in chunk], stream)
             for k, st in enumerate(status):
                 if st == STATUS_OK:
@@ -173,12 +167,53 @@ def test_fuzz_through_the_decoder_on_each_backend(watchdog):
                     assert dec.describe(st, k), chunk[k][0]  # a named reason
             if start % 512 == 0:  # every later batch still decodes correctly
                 _check_good(dec, good, refs, stream)
-        seconds = time.perf_counter() - t0
         _check_good(dec, good, refs, stream)
-        print(f"\n{name}: {len(sent)} of {len(corpus)} mutated JPEGs sent to nvJPEG, {seconds:.1f} s "
-              f"({len(sent) / seconds:.0f}/s): {ok} decoded, {failed} reported")
-        assert ok + failed == len(sent)
+        replies.put(("done", len(sent), len(corpus), ok, failed, time.perf_counter() - t0))
         dec.close()
+    except BaseException:
+        replies.put(("error", traceback.format_exc()))
+
+
+@pytest.mark.parametrize("backend", ["hybrid", "hardware"])
+def test_fuzz_through_the_decoder_on_each_backend(backend):
+    """Each backend gets what the loader's workers would hand it (the rest goes to the
+    CPU decoder, which the loader fuzz test and test_hostile.py cover); every file is
+    decoded or reported, and the context stays usable. The decoding runs in a child
+    process, so a hang or a crash inside nvJPEG fails this test naming the chunk instead
+    of taking the run down. ``benchmarks/fuzz_nvjpeg.py`` also feeds the decoder the
+    files the gate keeps back, and isolates single files."""
+    import multiprocessing as mp
+    import queue
+
+    ctx = mp.get_context("spawn")
+    replies = ctx.Queue()
+    child = ctx.Process(target=_fuzz_one_backend, args=(backend, replies), daemon=True)
+    child.start()
+    chunk = None
+    try:
+        while True:
+            try:
+                msg = replies.get(timeout=CHUNK_TIMEOUT_S)
+            except queue.Empty:
+                where = f"chunk at {chunk[0]} ({sorted(set(chunk[1]))})" if chunk else "start-up"
+                state = "hung" if child.is_alive() else f"died (exit code {child.exitcode})"
+                pytest.fail(f"{backend}: nvJPEG {state} on the {where}")
+            if msg[0] == "chunk":
+                chunk = msg[1:]
+            elif msg[0] == "skip":
+                pytest.skip("no hardware JPEG engines on this GPU")
+            elif msg[0] == "error":
+                pytest.fail(f"{backend}:\n{msg[1]}")
+            else:
+                _, sent, total, ok, failed, seconds = msg
+                print(f"\n{backend}: {sent} of {total} mutated JPEGs sent to nvJPEG, {seconds:.1f} s "
+                      f"({sent / seconds:.0f}/s): {ok} decoded, {failed} reported")
+                assert ok + failed == sent
+                break
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join(timeout=10)
 
 
 def _check_good(dec, good, refs, stream) -> None:
