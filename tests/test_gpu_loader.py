@@ -93,8 +93,14 @@ def test_png_and_cmyk_fall_back_to_cpu_inside_a_gpu_batch(tmp_path):
         files.append((str(path), i))
     ds = td.datasets.FileList(files)
     tf = T.Compose([T.Resize((40, 44))])
-    g = _batches(td.DataLoader(ds, batch_size=12, transforms=tf, device="cuda"))
+    loader = td.DataLoader(ds, batch_size=12, transforms=tf, device="cuda")
+    g = _batches(loader)
     c = _batches(td.DataLoader(ds, batch_size=12, transforms=tf, device="cpu"))
+    e = loader.stats().last
+    # PNG and CMYK go to the CPU in the workers; the JPEGs and grayscale JPEGs to nvJPEG
+    assert e.decoded_cpu == 6
+    assert e.decoded_hardware + e.decoded_hybrid + e.decoded_one_by_one == 6
+    assert "6 CPU" in loader.stats().summary()
     for k in range(12):
         limit = 1.0 if k % 4 in (1, 2) else 2.5  # PNG/CMYK decode on the CPU in both paths
         assert _mean_abs(g[0][0][k], c[0][0][k]) < limit, files[k]

@@ -20,6 +20,13 @@ class EpochStats:
     launch_s: float = 0.0  # GPU path: host time launching the fused kernel and copies
     kernel_s: float = 0.0  # GPU path: GPU time of the fused kernel (CUDA events)
     skipped: int = 0
+    # GPU path: where the batch's JPEGs were decoded. nvJPEG's hardware engines in batches,
+    # its CUDA (hybrid) backend, one at a time after a failed batch (slow), or on the CPU
+    # (in the workers, for formats nvJPEG does not take, or after nvJPEG rejected them).
+    decoded_hardware: int = 0
+    decoded_hybrid: int = 0
+    decoded_one_by_one: int = 0
+    decoded_cpu: int = 0
 
     @property
     def wait_fraction(self) -> float:
@@ -71,6 +78,9 @@ class LoaderStats:
         if e.executor_s:
             line += (f"; fetch {e.fetch_s:.2f}s, staging {e.stage_s:.2f}s; executor {e.executor_s:.2f}s (nvJPEG {e.decode_s:.2f}, "
                      f"launch {e.launch_s:.2f}), kernel {e.kernel_s:.3f}s GPU")
+        if e.executor_s:
+            line += (f"; decoded: {e.decoded_hardware} hardware, {e.decoded_hybrid} hybrid, "
+                     f"{e.decoded_one_by_one} one by one, {e.decoded_cpu} CPU")
         if e.skipped:
             line += f"; {e.skipped} bad samples replaced"
         return line

@@ -33,6 +33,9 @@ from ._worker import ENCODED, RAW, PackedBatch, PrepareBatch, Skipped, draw_para
 # exactly one image of Pillow's MAX_IMAGE_PIXELS (the default max_image_pixels).
 DECODE_GROUP_BYTES = 256 << 20
 
+# Per-batch counters of where samples were decoded (``GpuDecoder.counts``, EpochStats fields).
+ROUTE_COUNTERS = ("decoded_hardware", "decoded_hybrid", "decoded_one_by_one", "decoded_cpu")
+
 
 def decode_groups(shapes: np.ndarray, cap: int | None = None) -> list[tuple[int, int]]:
     """``[start, stop)`` ranges of consecutive samples whose decoded bytes stay within
@@ -117,6 +120,7 @@ class GpuDecoder:
             # the scan check runs beside the decode (see _check_scans)
             self.check_stream = torch.cuda.Stream(device)
         self._flags_host = torch.empty(0, dtype=torch.bool)
+        self.counts = dict.fromkeys(ROUTE_COUNTERS, 0)  # where the last batch's samples were decoded
 
     def close(self) -> None:
         """Release the nvJPEG handles; idempotent."""
@@ -136,6 +140,8 @@ class GpuDecoder:
         updates ``batch`` (indices, positions, paths, params, targets, skipped).
         """
         n = len(batch.indices)
+        self.counts = counts = dict.fromkeys(ROUTE_COUNTERS, 0)
+        counts["decoded_cpu"] = int((batch.kinds == RAW).sum())
         shapes = batch.shapes.copy()
         numel = shapes[:, 0] * shapes[:, 1] * shapes[:, 2]
         out_offsets = np.zeros(n, dtype=np.int64)
@@ -166,6 +172,11 @@ class GpuDecoder:
             hints = None
         status = self.nvjpeg.decode_batch(pinned, batch.offsets[enc], batch.lengths[enc], shapes[enc, :2],
                                           decoded, out_offsets[enc], stream, hints=hints)
+        routed = self.nvjpeg.last_stats
+        retried = routed.get("hardware_retried", 0)
+        self.counts["decoded_hardware"] += routed.get("hardware", 0)
+        self.counts["decoded_hybrid"] += routed.get("hybrid", 0)
+        self.counts["decoded_one_by_one"] += retried
         failed = []
         flagged = set(suspects())
         for k, st in enumerate(status):
@@ -174,6 +185,7 @@ class GpuDecoder:
                 continue
             reason = self.nvjpeg.describe(st, k) if st != 0 else \
                 "decoded, but its compressed data holds a marker no JPEG scan can hold"
+            self.counts["decoded_cpu"] += 1
             try:
                 self._decode_on_cpu(i, batch, pinned, decoded, out_offsets[i], shapes[i], decode_cpu, reason)
             except SampleError as err:

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import _rng
-from ._decode import GpuDecoder, decode_groups, merge_sub_batch, sub_batch
+from ._decode import ROUTE_COUNTERS, GpuDecoder, decode_groups, merge_sub_batch, sub_batch
 from ._deliver import Delivery
 from ._launch import KernelEvents, KernelLauncher
 from ._staging import Slot, Staging
@@ -83,10 +83,11 @@ class BatchExecutor:
                 groups = decode_groups(batch.shapes)
                 if len(groups) == 1:
                     decoded = self.decoder.decode(batch, slot.view, self.stream)
+                    counts = self.decoder.counts
                     t_decoded = time.perf_counter()
                     images, kernel_events = self.launcher.launch(decoded, batch.batch_params, self.stream)
                 else:
-                    images, kernel_events, decode_s = self._process_groups(batch, slot, groups)
+                    images, kernel_events, decode_s, counts = self._process_groups(batch, slot, groups)
                     t_decoded = t0 + decode_s
                 targets = batch.targets
                 if isinstance(targets, torch.Tensor):
@@ -108,14 +109,15 @@ class BatchExecutor:
         t_end = time.perf_counter()
         kernel_s = self.launcher.previous_kernel_s(kernel_events)
         stages = {"executor_s": t_end - t0, "decode_s": t_decoded - t0, "launch_s": t_end - t_decoded,
-                  "kernel_s": kernel_s}
+                  "kernel_s": kernel_s, **counts}
         return ReadyBatch(batch, images, targets, ready, stages)
 
 
     def _process_groups(self, batch: PackedBatch, slot: Slot,
-                        groups: list[tuple[int, int]]) -> tuple[torch.Tensor, KernelEvents, float]:
+                        groups: list[tuple[int, int]]) -> tuple[torch.Tensor, KernelEvents, float, dict]:
         """Decode and transform a batch too large to decode at once, group by group
-        (``_decode.decode_groups``): (images, timing events, seconds spent decoding).
+        (``_decode.decode_groups``): (images, timing events, seconds spent decoding,
+        decode route counters).
 
         Every group is decoded into the same buffer, sized for the largest group: the
         stream orders a group's decode after the previous group's kernel, which read
@@ -124,6 +126,7 @@ class BatchExecutor:
         """
         images = first = last = None
         decode_s = 0.0
+        counts = dict.fromkeys(ROUTE_COUNTERS, 0)
         numel = batch.shapes[:, 0] * batch.shapes[:, 1] * batch.shapes[:, 2]
         buffer = torch.empty(max(int(max(numel[a:b].sum() for a, b in groups)), 1), dtype=torch.uint8,
                              device=self.device)
@@ -132,6 +135,8 @@ class BatchExecutor:
             t = time.perf_counter()
             decoded = self.decoder.decode(sub, slot.view, self.stream, buffer)
             decode_s += time.perf_counter() - t
+            for k, v in self.decoder.counts.items():
+                counts[k] += v
             part, events = self.launcher.launch(decoded, sub.batch_params, self.stream)
             merge_sub_batch(batch, sub, start, stop)
             if images is None:
@@ -142,7 +147,7 @@ class BatchExecutor:
             images[start:stop].copy_(part)
             first = first or events
             last = events
-        return images, KernelEvents(first.start, last.end), decode_s
+        return images, KernelEvents(first.start, last.end), decode_s, counts
 
 
 def executor_for(loader: Any, device: torch.device) -> BatchExecutor:
