@@ -6,7 +6,10 @@ Decodes the same packed batches (files drawn at random from the whole of DATA_DI
 with torchdali's NvjpegDecoder (hardware + hybrid, and hybrid only) and with
 torchvision's batched decode_jpeg on the GPU, in one run. The first row after the
 CPU-side ones is the decoder's ceiling on exactly the loader benchmark's data:
-every file of DATA_DIR once, in batches, nothing else running.
+every file of DATA_DIR once, in batches, nothing else running. Then the hardware
+path on batches of one chroma subsampling against the mixed batches of DATA (as they
+come, and sorted by subsampling and size within each batch), each with nvJPEG's
+default buffers and with buffers preallocated for 256 images of 512 x 512.
 """
 from __future__ import annotations
 
@@ -95,6 +98,38 @@ def main():
     rows.append((f"nvJPEG hw, header codes, all {len(shuffled)} files", f"{ips:.0f} images/s",
                  f"host {host_ms:.2f} ms/batch, mean {mean_kib:.0f} KiB (the loader's ceiling)"))
     del whole
+
+    # Does the mix of chroma subsamplings and sizes in a batch slow the hardware path?
+    # nvJPEG documents that batches of varying sizes and subsamplings make it free and
+    # reallocate device memory; the photographic set mixes 4:2:0, 4:4:4 and grayscale.
+    kinds = {}
+    for f in shuffled:
+        with open(f, "rb") as fh:
+            kinds.setdefault(jpeg_info(np.frombuffer(fh.read(), np.uint8)).subsampling, []).append(f)
+    rows.append(("subsamplings in DATA", "", ", ".join(f"{k}: {len(v)}" for k, v in sorted(kinds.items()))))
+    n_comp = args.batches * args.batch
+    main_kind = max(kinds, key=lambda k: len(kinds[k]))
+    variants = {
+        f"only {main_kind}": kinds[main_kind][:n_comp],
+        "mixed (as in DATA)": shuffled[:n_comp],
+        "mixed, each batch sorted by subsampling and size": None,
+    }
+    for label, chosen in variants.items():
+        if chosen is None:  # the mixed batches, each reordered
+            chosen = []
+            for k in range(0, n_comp, args.batch):
+                part = shuffled[k:k + args.batch]
+                infos = {f: jpeg_info(np.frombuffer(open(f, "rb").read(), np.uint8)) for f in part}
+                chosen += sorted(part, key=lambda f: (infos[f].subsampling, infos[f].height, infos[f].width))
+        packed = []
+        for k in range(0, len(chosen), args.batch):
+            blobs, host, offsets, lengths, sizes, hints = pack(chosen[k:k + args.batch])
+            packed.append((None, host.pin_memory(), offsets, lengths, sizes, hints))
+        for pre_label, pre in (("", (1, 1, 1)), (", preallocated 256 x 512 x 512", (args.batch, 512, 512))):
+            with NvjpegDecoder(0, preallocate=pre) as dec:
+                run_decoder(dec, packed[:2], stream, reps=1, use_hints=True)
+                ips, host_ms, stats = run_decoder(dec, packed, stream, use_hints=True)
+            rows.append((f"nvJPEG hw, {label}{pre_label}", f"{ips:.0f} images/s", f"host {host_ms:.2f} ms/batch {stats}"))
 
     # staging copy: shared-memory tensor -> pinned buffer
     src = batches[0][1].clone()

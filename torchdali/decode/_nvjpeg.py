@@ -107,6 +107,10 @@ class NvjpegDecoder:
             (``self.handle_flags`` says what each handle got).
         gpu_grayscale: decode 1-component JPEGs on the GPU (nvJPEG replicates luma into
             R, G and B).  With False they are reported as needing the CPU.
+        preallocate: ``(batch, height, width)`` passed to nvjpegDecodeBatchedPreAllocate
+            for every hardware state (as 4:4:4, RGB): nvJPEG sizes its device buffers
+            for that much up front instead of freeing and reallocating them when the
+            sizes and subsamplings of the batches change. The default is a hint only.
         pipeline_depth: sets of nvJPEG states used in turn.  A call reuses the states
             of the call ``pipeline_depth`` calls earlier and first waits (on the host)
             until that call's GPU work has finished, so with the default of 2 the host
@@ -125,6 +129,7 @@ class NvjpegDecoder:
         fancy_upsampling: bool = True,
         gpu_grayscale: bool = True,
         pipeline_depth: int = 2,
+        preallocate: Tuple[int, int, int] = (1, 1, 1),
     ):
         self._closed = True  # until every handle exists; close() tolerates partial init
         keep_in_children(self)
@@ -142,6 +147,7 @@ class NvjpegDecoder:
         index = _device_index(device)
         self.device = torch.device("cuda", index)
         self.max_batch = int(max_batch)
+        pre_batch, pre_h, pre_w = (max(int(v), 1) for v in preallocate)
         self.gpu_grayscale = bool(gpu_grayscale)
         self.hardware_engines = 0
         self.hardware_cores_per_engine = 0
@@ -246,9 +252,10 @@ class NvjpegDecoder:
             if self._hw is not None:
                 ss.hw = self._new(lib.nvjpegJpegStateCreate, self._hw, "nvjpegJpegStateCreate")
                 if hasattr(lib, "nvjpegDecodeBatchedPreAllocate"):
-                    # A hint only; it lets the hardware backend keep a memory pool instead
-                    # of reallocating for every batch.  Failure is harmless.
-                    lib.nvjpegDecodeBatchedPreAllocate(self._hw, ss.hw, 1, 1, 1, NVJPEG_CSS_444, NVJPEG_OUTPUT_RGBI)
+                    # It lets the hardware backend keep a memory pool instead of
+                    # reallocating for every batch.  Failure is harmless.
+                    lib.nvjpegDecodeBatchedPreAllocate(self._hw, ss.hw, pre_batch, pre_w, pre_h, NVJPEG_CSS_444,
+                                                       NVJPEG_OUTPUT_RGBI)
             ss.event = torch.cuda.Event()
         # Scratch output cells reused by the per-image header queries.
         self._c_ncomp = ctypes.c_int()
