@@ -44,6 +44,8 @@ from torchdali.decode import (
 )
 from torchdali.decode import _nvjpeg_lib
 
+from ._helpers import jpeg_bytes
+
 # torchvision >= 0.29 flags its image codecs as deprecated on every call.
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
 
@@ -722,3 +724,56 @@ def test_gpu_argument_checks_and_close(decoder):
     dec.close()
     with pytest.raises(RuntimeError, match="closed"):
         dec.decode_batch(buf, offsets, lengths, [(16, 16)], out, [0])
+
+
+# -- planar (Y, Cb, Cr) decode: plane geometry -----------------------------------------
+
+def _pil_native_chroma_shape(data: bytes) -> tuple[int, int]:
+    """libjpeg's own chroma plane size: at scale 1/2 it decodes 4:2:0 chroma with its full
+    IDCT and no upsampling, so the half-scale image is the chroma plane's size."""
+    import io
+
+    from PIL import Image
+
+    im = Image.open(io.BytesIO(data))
+    im.draft("YCbCr", (im.size[0] // 2, im.size[1] // 2))
+    return im.size[1], im.size[0]
+
+
+@pytest.mark.parametrize("h, w", [(37, 53), (64, 40), (203, 317), (5, 7)])
+def test_planar_chroma_matches_libjpeg_plane_sizes(h, w):
+    from torchdali._synthetic import synthetic_image
+    from torchdali.decode._jpeg_header import planar_chroma
+
+    rng = np.random.default_rng(h * w)
+    img = synthetic_image(rng, h, w)
+    b420 = jpeg_bytes(img, subsampling=2)
+    kind, ch, cw = planar_chroma(jpeg_info(np.frombuffer(b420, np.uint8)))
+    assert kind == "420" and (ch, cw) == _pil_native_chroma_shape(b420) == (-(-h // 2), -(-w // 2))
+    assert planar_chroma(jpeg_info(np.frombuffer(jpeg_bytes(img, subsampling=0), np.uint8))) == ("444", h, w)
+    assert planar_chroma(jpeg_info(np.frombuffer(jpeg_bytes(img, subsampling=1), np.uint8))) == \
+        ("422", h, -(-w // 2))
+    assert planar_chroma(jpeg_info(np.frombuffer(jpeg_bytes(img[:, :, 0]), np.uint8))) == ("gray", 0, 0)
+
+
+def test_planar_chroma_leaves_out_what_libjpeg_does_not_interpolate():
+    from torchdali._synthetic import synthetic_image
+    from torchdali.decode._jpeg_header import planar_chroma
+
+    img = synthetic_image(np.random.default_rng(0), 9, 4)  # 4:2:0 chroma 2 wide: libjpeg replicates
+    assert planar_chroma(jpeg_info(np.frombuffer(jpeg_bytes(img, subsampling=2), np.uint8))) is None
+    img = synthetic_image(np.random.default_rng(0), 9, 5)
+    assert planar_chroma(jpeg_info(np.frombuffer(jpeg_bytes(img, subsampling=2), np.uint8)))[0] == "420"
+
+
+def test_planar_image_rows_place_y_cb_cr_back_to_back():
+    from torchdali.decode._nvjpeg import NvjpegDecoder
+
+    heights, widths = np.array([37, 64]), np.array([53, 40])
+    planes = np.array([[19, 27], [64, 40]])
+    dst = np.array([1000, 9000], dtype=np.uint64)
+    rows = NvjpegDecoder._image_rows(None, heights, widths, None, dst, planes, None, [])
+    assert rows[0].tolist() == [1000, 1000 + 37 * 53, 1000 + 37 * 53 + 19 * 27, 0, 53, 27, 27, 0]
+    assert rows[1].tolist() == [9000, 9000 + 64 * 40, 9000 + 2 * 64 * 40, 0, 40, 40, 40, 0]
+    rgb = NvjpegDecoder._image_rows(None, heights, widths, None, dst, None, None, [])
+    assert rgb[:, 0].tolist() == [1000, 9000] and rgb[:, 4].tolist() == [3 * 53, 3 * 40]

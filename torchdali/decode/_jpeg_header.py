@@ -562,6 +562,30 @@ def entropy_data_ok(buf: np.ndarray) -> bool:
     return bool(_SCAN_OK[scan[ff + 1]].all())
 
 
+def planar_chroma(info: JpegInfo) -> Optional[Tuple[str, int, int]]:
+    """(subsampling, chroma height, chroma width) of a JPEG whose planar Y/Cb/Cr decode the
+    fused kernel converts exactly as libjpeg-turbo does; None for the others.
+
+    The planes are ``ceil(size * factor / max factor)`` as libjpeg sizes them ((0, 0) for
+    grayscale). libjpeg-turbo replicates instead of interpolating when a horizontally
+    subsampled chroma plane is at most 2 pixels wide, so those tiny images are left out,
+    as are 4:1:1, 4:1:0 and unequal chroma planes.
+    """
+    kind = info.subsampling
+    if kind == "gray":
+        return kind, 0, 0
+    if info.ncomp != 3 or kind not in ("444", "422", "420", "440"):
+        return None
+    h_max = max(h for h, _ in info.sampling)
+    v_max = max(v for _, v in info.sampling)
+    hc, vc = info.sampling[1]
+    ch = -(-info.height * vc // v_max)
+    cw = -(-info.width * hc // h_max)
+    if kind in ("422", "420") and cw <= 2:
+        return None
+    return kind, ch, cw
+
+
 def header_code(info: JpegInfo) -> int:
     """A code for what decides which nvJPEG backend takes a JPEG: SOF type, precision,
     components and their sampling, restart markers, and a coarse size class."""

@@ -22,6 +22,7 @@ from ._nvjpeg_lib import (
     NVJPEG_FLAGS_DEFAULT,
     NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION,
     NVJPEG_OUTPUT_RGBI,
+    NVJPEG_OUTPUT_YUV,
     STATUS_NEEDS_CPU,
     STATUS_OK,
     STATUS_SIZE_MISMATCH,
@@ -76,8 +77,10 @@ class _StateSet:
         self.params: List[int] = []  # nvjpegDecodeParams_t for ROI decodes on the hardware handle
         self.event: Optional[torch.cuda.Event] = None  # recorded after the call's work
         self.recorded = False
-        self.hw_batch = 0  # batch size ``hw`` is initialised for; 0 forces nvjpegDecodeBatchedInitialize
-        self.hy_batch = 0
+        # (batch size, output format) ``hw`` / ``hy`` are initialised for; () forces
+        # nvjpegDecodeBatchedInitialize
+        self.hw_batch: tuple = ()
+        self.hy_batch: tuple = ()
         self.inflight: tuple = ()  # objects the queued work reads or writes
 
 
@@ -147,7 +150,7 @@ class NvjpegDecoder:
         index = _device_index(device)
         self.device = torch.device("cuda", index)
         self.max_batch = int(max_batch)
-        pre_batch, pre_h, pre_w = (max(int(v), 1) for v in preallocate)
+        self._preallocate = tuple(max(int(v), 1) for v in preallocate)  # (batch, height, width)
         self.gpu_grayscale = bool(gpu_grayscale)
         self.hardware_engines = 0
         self.hardware_cores_per_engine = 0
@@ -254,6 +257,7 @@ class NvjpegDecoder:
                 if hasattr(lib, "nvjpegDecodeBatchedPreAllocate"):
                     # It lets the hardware backend keep a memory pool instead of
                     # reallocating for every batch.  Failure is harmless.
+                    pre_batch, pre_h, pre_w = self._preallocate
                     lib.nvjpegDecodeBatchedPreAllocate(self._hw, ss.hw, pre_batch, pre_w, pre_h, NVJPEG_CSS_444,
                                                        NVJPEG_OUTPUT_RGBI)
             ss.event = torch.cuda.Event()
@@ -355,8 +359,10 @@ class NvjpegDecoder:
         *,
         rois=None,
         hints=None,
+        chroma=None,
     ) -> List[int]:
-        """Decode a batch of encoded images into ``out`` as interleaved RGB.
+        """Decode a batch of encoded images into ``out`` as interleaved RGB, or as planar
+        Y, Cb, Cr at each image's own chroma subsampling (``chroma``).
 
         Args:
             data: the encoded images in host memory: either one packed uint8 tensor
@@ -376,6 +382,12 @@ class NvjpegDecoder:
                 header parse the caller trusts. Images whose code has been checked once
                 skip nvJPEG's per-image header checks and go straight to the backend
                 that took the first one, which saves most of the host time per batch.
+            chroma: optional ``(N, 2)`` ints: decode as planes, with no chroma upsampling
+                and no colour conversion. Row ``i`` is the height and width of image
+                ``i``'s Cb and Cr planes (``ceil(h * h_i / h_max)`` etc. from its sampling
+                factors); image ``i`` then occupies ``h * w + 2 * ch * cw`` bytes at its
+                offset: Y (row pitch ``w``), then Cb, then Cr (row pitch ``cw``). ``(0, 0)``
+                marks a grayscale image: Y only. Not with ``rois``.
             rois: optional ``(N, 4)`` ints ``(x, y, w, h)``: decode only that window.
                 Rows with ``w <= 0`` or ``h <= 0`` decode the whole image.  The hardware
                 engines crop while decoding where nvJPEG supports it; elsewhere the
@@ -404,6 +416,17 @@ class NvjpegDecoder:
             widths = hw_sizes[:, 1]
             out_off = _as_int64(out_offsets, "out_offsets", (n,))
             self._check_out(out)
+            planes = None
+            if chroma is not None:
+                if rois is not None:
+                    raise ValueError("decode_batch: planar output (chroma=) does not take rois")
+                planes = _as_int64(chroma, "chroma", (n, 2))
+                bad = ((planes < 0).any(1) | (planes[:, 0] > heights) | (planes[:, 1] > widths)
+                       | ((planes[:, 0] == 0) != (planes[:, 1] == 0)))
+                if bad.any():
+                    i = int(np.flatnonzero(bad)[0])
+                    raise ValueError(f"chroma planes {tuple(planes[i])} of image {i} do not fit its "
+                                     f"{heights[i]}x{widths[i]} frame")
             roi = None
             if rois is not None:
                 roi = _as_int64(rois, "rois", (n, 4))
@@ -424,7 +447,8 @@ class NvjpegDecoder:
                 roi_on = roi[:, 2] > 0
                 out_h = np.where(roi_on, roi[:, 3], heights)
                 out_w = np.where(roi_on, roi[:, 2], widths)
-            nbytes = out_h * out_w * 3
+            nbytes = out_h * out_w * 3 if planes is None else \
+                heights * widths + 2 * planes[:, 0] * planes[:, 1]
             if n and ((out_off < 0).any() or (out_off + nbytes > out.numel()).any()):
                 i = int(np.flatnonzero((out_off < 0) | (out_off + nbytes > out.numel()))[0])
                 raise ValueError(f"image {i} needs bytes [{out_off[i]}, {out_off[i] + nbytes[i]}) of out, "
@@ -452,14 +476,16 @@ class NvjpegDecoder:
                     ss.inflight = ()
                 scratch: list = []
                 try:
-                    self._decode(ss, ptrs, lens, heights, widths, roi, out, out_off, dst, status, stream, scratch)
+                    self._decode(ss, ptrs, lens, heights, widths, roi, out, out_off, dst, status, stream, scratch,
+                                 planes)
                 finally:
                     ss.event.record(stream)
                     ss.recorded = True
                     ss.inflight = (data, out, scratch)
             return status.tolist()
 
-    def _classify(self, ss: _StateSet, ptrs, lens, heights, widths, roi, status) -> Tuple[List[int], List[int], List[int]]:
+    def _classify(self, ss: _StateSet, ptrs, lens, heights, widths, roi, status,
+                  planes=None) -> Tuple[List[int], List[int], List[int]]:
         """Header checks for every image: (hardware indices, their params, hybrid indices)."""
         lib = self._lib
         errors = self.last_errors
@@ -515,6 +541,12 @@ class NvjpegDecoder:
                 status[i] = STATUS_SIZE_MISMATCH
                 errors[i] = f"nvJPEG reads {c_h[0]}x{c_w[0]}, caller gave {h_l[i]}x{w_l[i]}"
                 continue
+            if planes is not None and (nc == 1) != (planes[i, 0] == 0) or \
+                    planes is not None and nc == 3 and (c_h[1], c_w[1]) != (planes[i, 0], planes[i, 1]):
+                status[i] = STATUS_SIZE_MISMATCH
+                errors[i] = (f"nvJPEG reads {nc} components, chroma {c_h[1]}x{c_w[1]}; caller gave chroma "
+                             f"{planes[i, 0]}x{planes[i, 1]}")
+                continue
             st = parse_header(info_handle, p, length, js)
             if st:
                 status[i] = STATUS_NEEDS_CPU
@@ -566,9 +598,11 @@ class NvjpegDecoder:
             stream.synchronize()
         used.add(state)
 
-    def _batched(self, ss: _StateSet, which: str, idx: List[int], ptrs, lens, dsts, pitches, params,
+    def _batched(self, ss: _StateSet, which: str, idx: List[int], ptrs, lens, images, fmt: int, params,
                  stream, used: set) -> int:
-        """One nvjpegDecodeBatched(Ex) call for images ``idx``; returns its status."""
+        """One nvjpegDecodeBatched(Ex) call for images ``idx`` into ``images`` (their
+        nvjpegImage_t rows, from :meth:`_image_rows`) in output format ``fmt``; returns
+        its status."""
         lib = self._lib
         if which == "hw":
             handle, state, attr = self._hw, ss.hw, "hw_batch"
@@ -580,15 +614,13 @@ class NvjpegDecoder:
         sel = np.asarray(idx, dtype=np.int64)
         data_arr = np.ascontiguousarray(ptrs[sel])
         len_arr = np.ascontiguousarray(lens[sel])
-        images = np.zeros((k, 8), dtype=np.uint64)  # nvjpegImage_t[k]: channel[4], pitch[4]
-        images[:, 0] = dsts
-        images[:, 4] = pitches
-        if getattr(ss, attr) != k:
-            st = lib.nvjpegDecodeBatchedInitialize(handle, state, k, 1, NVJPEG_OUTPUT_RGBI)
+        images = np.ascontiguousarray(images, dtype=np.uint64)
+        if getattr(ss, attr) != (k, fmt):
+            st = lib.nvjpegDecodeBatchedInitialize(handle, state, k, 1, fmt)
             if st:
-                setattr(ss, attr, 0)
+                setattr(ss, attr, ())
                 return st
-            setattr(ss, attr, k)
+            setattr(ss, attr, (k, fmt))
         if params is not None:
             param_arr = np.asarray(params, dtype=np.uint64)
             st = lib.nvjpegDecodeBatchedEx(handle, state, data_arr.ctypes.data, len_arr.ctypes.data,
@@ -598,36 +630,62 @@ class NvjpegDecoder:
                                          images.ctypes.data, stream_handle)
         if st:
             # "If the batch decoding fails, call nvjpegDecodeBatchedInitialize() again."
-            setattr(ss, attr, 0)
+            setattr(ss, attr, ())
         return st
 
-    def _single(self, ss: _StateSet, ptr: int, length: int, dst: int, pitch: int, stream, used: set) -> int:
+    def _single(self, ss: _StateSet, ptr: int, length: int, row, fmt: int, stream, used: set) -> int:
         self._claim(ss.single, used, stream)
         img = NvjpegImage()
-        img.channel[0] = dst
-        img.pitch[0] = pitch
-        return self._lib.nvjpegDecode(self._hy, ss.single, ptr, length, NVJPEG_OUTPUT_RGBI,
-                                      ctypes.byref(img), stream.cuda_stream)
+        for c in range(4):
+            img.channel[c] = int(row[c])
+            img.pitch[c] = int(row[4 + c])
+        return self._lib.nvjpegDecode(self._hy, ss.single, ptr, length, fmt, ctypes.byref(img), stream.cuda_stream)
+
+    def _image_rows(self, heights, widths, roi, dst, planes, stream, scratch) -> np.ndarray:
+        """The nvjpegImage_t of every image, ``(n, 8)`` uint64: channel pointers, then pitches.
+
+        Interleaved RGB: one channel, pitch ``3 * width`` (of the ROI, where one is set).
+        Planar: Y, Cb and Cr back to back. nvJPEG may write chroma planes for a
+        grayscale image too; they go to scratch memory, never into the batch.
+        """
+        rows = np.zeros((len(dst), 8), dtype=np.uint64)
+        rows[:, 0] = dst
+        if planes is None:
+            w = widths if roi is None else np.where(roi[:, 2] > 0, roi[:, 2], widths)
+            rows[:, 4] = 3 * w
+            return rows
+        luma = heights * widths
+        ch, cw = planes[:, 0], planes[:, 1]
+        rows[:, 1] = dst + luma.astype(np.uint64)
+        rows[:, 2] = rows[:, 1] + (ch * cw).astype(np.uint64)
+        rows[:, 4], rows[:, 5], rows[:, 6] = widths, cw, cw
+        gray = np.flatnonzero(ch == 0)
+        if len(gray):
+            with torch.cuda.stream(stream):
+                tmp = self._empty(int(2 * luma[gray].sum()))
+            scratch.append(tmp)
+            pos = tmp.data_ptr() + np.concatenate([[0], np.cumsum(2 * luma[gray])[:-1]]).astype(np.uint64)
+            rows[gray, 1] = pos
+            rows[gray, 2] = pos + luma[gray].astype(np.uint64)
+            rows[gray, 5] = rows[gray, 6] = widths[gray]
+        return rows
 
     def _decode(self, ss: _StateSet, ptrs, lens, heights, widths, roi, out, out_off, dst, status, stream,
-                scratch) -> None:
-        hw_idx, hw_params, hy_idx = self._classify(ss, ptrs, lens, heights, widths, roi, status)
+                scratch, planes=None) -> None:
+        hw_idx, hw_params, hy_idx = self._classify(ss, ptrs, lens, heights, widths, roi, status, planes)
         errors = self.last_errors
         stats = self.last_stats
         stats["needs_cpu"] = int((status == STATUS_NEEDS_CPU).sum())
         used: set = set()
         retry: List[int] = []
         step = self.max_batch
+        fmt = NVJPEG_OUTPUT_RGBI if planes is None else NVJPEG_OUTPUT_YUV
+        rows = self._image_rows(heights, widths, roi, dst, planes, stream, scratch)
         for start in range(0, len(hw_idx), step):
             chunk = hw_idx[start:start + step]
             sel = np.asarray(chunk, dtype=np.int64)
-            if roi is not None:
-                roi_on = roi[sel, 2] > 0
-                pitch = 3 * np.where(roi_on, roi[sel, 2], widths[sel])
-            else:
-                pitch = 3 * widths[sel]
             params = hw_params[start:start + step] if hw_params else None
-            st = self._batched(ss, "hw", chunk, ptrs, lens, dst[sel], pitch.astype(np.uint64), params, stream, used)
+            st = self._batched(ss, "hw", chunk, ptrs, lens, rows[sel], fmt, params, stream, used)
             if st:
                 retry.extend(chunk)
                 errors.update((i, f"hardware batch failed ({status_name(st)}), retried alone") for i in chunk)
@@ -641,9 +699,9 @@ class NvjpegDecoder:
         # into scratch memory and the window is copied out afterwards.
         crops = []
         fb = np.asarray(fallback, dtype=np.int64)
-        fb_dst = dst[fb].copy()
-        fb_pitch = (3 * widths[fb]).astype(np.uint64)
+        fb_rows = rows[fb].copy()
         if roi is not None:
+            fb_rows[:, 4] = 3 * widths[fb]
             need = [j for j, i in enumerate(fallback) if roi[i, 2] > 0]
             if need:
                 frame = [int(heights[fallback[j]] * widths[fallback[j]] * 3) for j in need]
@@ -653,7 +711,7 @@ class NvjpegDecoder:
                 base = tmp.data_ptr()
                 pos = 0
                 for j, size in zip(need, frame):
-                    fb_dst[j] = base + pos
+                    fb_rows[j, 0] = base + pos
                     crops.append((fallback[j], pos))
                     pos += size
         single_only = set(retry)
@@ -665,13 +723,13 @@ class NvjpegDecoder:
         for start in range(0, len(batch), step):
             js = batch[start:start + step]
             chunk = [fallback[j] for j in js]
-            st = self._batched(ss, "hy", chunk, ptrs, lens, fb_dst[js], fb_pitch[js], None, stream, used)
+            st = self._batched(ss, "hy", chunk, ptrs, lens, fb_rows[js], fmt, None, stream, used)
             if st:
                 singles.extend(js)
                 errors.update((i, f"hybrid batch failed ({status_name(st)}), retried alone") for i in chunk)
         for j in singles:
             i = fallback[j]
-            st = self._single(ss, int(ptrs[i]), int(lens[i]), int(fb_dst[j]), int(fb_pitch[j]), stream, used)
+            st = self._single(ss, int(ptrs[i]), int(lens[i]), fb_rows[j], fmt, stream, used)
             if st:
                 status[i] = st
                 errors[i] = f"nvjpegDecode: {status_name(st)}"
