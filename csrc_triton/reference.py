@@ -16,9 +16,9 @@ import torch
 
 from . import layout
 
-__all__ = ["axis_taps", "chroma_fancy", "chroma_rounding", "chroma_taps", "clamp_region", "colour", "cubic", "epilogue", "erase",
-           "filter_width", "nearest_index", "philox_normal", "sample", "source", "source_ycbcr", "triangle",
-           "upsample_chroma", "ycbcr_planes_to_rgb", "ycc_to_rgb"]
+__all__ = ["axis_taps", "chroma_fancy", "chroma_rounding", "chroma_taps", "clamp_region", "colour", "cubic",
+           "epilogue", "erase", "filter_width", "nearest_index", "philox_normal", "sample", "source", "source_ycbcr",
+           "triangle", "upsample_chroma", "ycbcr_planes_to_rgb", "ycc_to_rgb"]
 
 
 # --------------------------------------------------------------------------- #

@@ -65,7 +65,7 @@ def test_reference_matches_pillow(S: int, size: tuple[int, int]) -> None:
     H, W = size
     b = _jpeg(H, W, S, seed=H * W)
     assert subsampling_code(b) == S
-    y, cb, cr, s = jpeg_planes(b)
+    y, cb, cr, _ = jpeg_planes(b)
     buf = planes_bytes(y, cb, cr)
     np.testing.assert_array_equal(_to_rgb(buf, H, W, S), jpeg_rgb(b))
     if S == layout.S_420:
@@ -241,10 +241,10 @@ def test_kernel_ragged_batch(interpolation: str, seed: int, device: str) -> None
 def test_kernel_jpeg_planes(device: str) -> None:
     """Planes of real JPEGs (smooth chroma, unlike random planes), batch of one per code."""
     for S, (H, W) in ((layout.S_420, (23, 31)), (layout.S_444, (14, 19)), (layout.S_GRAY, (9, 12))):
-        y, cb, cr, _ = jpeg_planes(_jpeg(H, W, S, seed=S))
+        b = _jpeg(H, W, S, seed=S)
+        y, cb, cr, _ = jpeg_planes(b)
         data, offsets, shapes = pack_planar([(planes_bytes(y, cb, cr), H, W, S)])
-        np.testing.assert_array_equal(_interleaved(data, offsets, shapes)[0].view(H, W, 3).numpy(),
-                                      jpeg_rgb(_jpeg(H, W, S, seed=S)))
+        np.testing.assert_array_equal(_interleaved(data, offsets, shapes)[0].view(H, W, 3).numpy(), jpeg_rgb(b))
         _check_planar(data, offsets, shapes, [_geom(H, W, (7, 9), (2, 1, H - 3, W - 2), flip=(False, True))],
                       (7, 9), device, out_dtype=torch.uint8)
 
@@ -309,8 +309,9 @@ def test_kernel_bad_metadata_reads_nothing(device: str, monkeypatch: pytest.Monk
 @pytest.mark.parametrize("fn", [fused_resized_crop, resized_crop_reference], ids=["kernel", "reference"])
 def test_batch_of_zero(fn, device: str) -> None:
     data = torch.zeros(10, dtype=torch.uint8, device=device)
-    res = fn(data, torch.zeros(0, dtype=torch.int64, device=device), torch.zeros(0, 3, dtype=torch.int64, device=device),
-             _params([]).to(device), (3, 4), *IDENTITY, source="ycbcr")
+    offsets = torch.zeros(0, dtype=torch.int64, device=device)
+    shapes = torch.zeros(0, 3, dtype=torch.int64, device=device)
+    res = fn(data, offsets, shapes, _params([]).to(device), (3, 4), *IDENTITY, source="ycbcr")
     assert res.shape == (0, 3, 3, 4)
 
 
