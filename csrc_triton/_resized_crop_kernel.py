@@ -12,9 +12,9 @@ from .stages import colour, epilogue, sample, source
 
 @triton.jit
 def resized_crop_kernel(
-    data_ptr,  # uint8, all images packed back to back (HWC each)
+    data_ptr,  # uint8, all images packed back to back (HWC each, or Y, Cb, Cr planes: SOURCE)
     offsets_ptr,  # int64 [B]
-    shapes_ptr,  # int32/int64 [B, 3] contiguous: H, W, C
+    shapes_ptr,  # int32/int64 [B, 3] contiguous: H, W, C (or H, W, subsampling code)
     params_ptr,  # float32 [B, layout.NUM_PARAMS] contiguous
     affine_ptr,  # float32 [6]: scale[0..2], bias[0..2]
     erase_ptr,  # float32 [3]: the erase value (read when ERASE == 1)
@@ -33,6 +33,7 @@ def resized_crop_kernel(
     QUANTIZE: tl.constexpr,
     OUT_UINT8: tl.constexpr,
     ERASE: tl.constexpr,  # 0: no erasing, 1: erase with erase_ptr's value, 2: with noise
+    SOURCE: tl.constexpr,  # layout.SOURCE_INTERLEAVED or layout.SOURCE_YCBCR
     BLOCK_H: tl.constexpr,
     BLOCK_W: tl.constexpr,
 ):
@@ -48,7 +49,10 @@ def resized_crop_kernel(
     b64 = b.to(tl.int64)
 
     # source: where image b is; an image that does not fit in `data` reads nothing
-    off, H, W, C, img_ok = source.image(offsets_ptr, shapes_ptr, b64, n_data)
+    if SOURCE == layout.SOURCE_YCBCR:
+        off, H, W, C, img_ok = source.planar_image(offsets_ptr, shapes_ptr, b64, n_data)
+    else:
+        off, H, W, C, img_ok = source.image(offsets_ptr, shapes_ptr, b64, n_data)
 
     # sample: the resampled tile, with the filter compiled in or, per sample, the
     # filter of the sample's `filter` column (one program = one sample: no divergence)
@@ -57,19 +61,19 @@ def resized_crop_kernel(
         code = tl.load(p + layout.FILTER)
         if code == layout.FILTER_BICUBIC:
             v0, v1, v2 = sample.resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                         layout.FILTER_BICUBIC, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W)
+                                         layout.FILTER_BICUBIC, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
         elif code == layout.FILTER_NEAREST:
             v0, v1, v2 = sample.resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                         layout.FILTER_NEAREST, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W)
+                                         layout.FILTER_NEAREST, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
         elif code == layout.FILTER_NEAREST_EXACT:
             v0, v1, v2 = sample.resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                         layout.FILTER_NEAREST_EXACT, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W)
+                                         layout.FILTER_NEAREST_EXACT, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
         else:
             v0, v1, v2 = sample.resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                         layout.FILTER_BILINEAR, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W)
+                                         layout.FILTER_BILINEAR, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
     else:
         v0, v1, v2 = sample.resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                     FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W)
+                                     FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
 
     # colour: the per-sample colour program at the output size
     v0, v1, v2 = colour.colour(v0, v1, v2)

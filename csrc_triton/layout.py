@@ -16,9 +16,8 @@ Blocks:
   the valid window ``[valid0, valid1)`` of the output (outside it, padding),
   and ``filter``, the sample's interpolation code (``FILTER_*`` below), read
   only by a kernel compiled with ``FILTER_PER_SAMPLE``.
-* ``source``: where a sample's pixels are and how they are stored, beyond the
-  packed HWC image the kernel reads today (plane offsets and pitches of a
-  planar YCbCr decode go here).
+* ``source``: per-sample values of the source stage. None so far: both
+  sources (below) find a sample's pixels from ``offsets`` and ``shapes`` alone.
 * ``colour``: the per-sample colour program (jitter factors, grayscale, ...).
 * ``epilogue``: per-sample values applied at the output size: the RandomErasing
   box ``[erase_y0, erase_y1) x [erase_x0, erase_x1)`` of the output (empty when
@@ -41,6 +40,24 @@ torchvision's ``fill=[f0, f1, f2]`` gives; ``fill0 = NaN`` stands for
 ``fill=None`` (no mask channel: bilinear taps outside the image read 0 and are
 not re-filled), which is what the auto-augment policies use by default.
 
+**Sources** (``SOURCE_*``, a compile-time switch of the fused resized-crop kernel)
+say how the decoded batch ``data`` (1-D uint8) holds sample ``b``, which starts at
+``offsets[b]``:
+
+* ``SOURCE_INTERLEAVED``: an HWC image, ``shapes[b] = (H, W, C)`` with ``C`` 1
+  (grayscale, read as R = G = B) or 3 (RGB); ``H * W * C`` bytes.
+* ``SOURCE_YCBCR``: a JPEG's planes as decoded before upsampling and colour
+  conversion. ``shapes[b] = (H, W, S)`` with ``S`` a chroma subsampling code
+  (``S_*`` below, numbered as nvJPEG's ``nvjpegChromaSubsampling_t``). The Y plane
+  (``H x W``, rows ``W`` bytes apart) comes first, then Cb, then Cr, each ``ch x cw``
+  with ``ch = ceil(H / vf)``, ``cw = ceil(W / hf)`` (rows ``cw`` bytes apart), all
+  contiguous: :func:`planar_size` bytes. ``(hf, vf)`` is ``SUBSAMPLING[S]``:
+  ``S_444`` (1, 1), ``S_422`` (2, 1), ``S_420`` (2, 2), ``S_440`` (1, 2);
+  ``S_GRAY`` has the Y plane only (R = G = B = Y). The source stage turns this into
+  RGB exactly as libjpeg(-turbo) does by default: "fancy" (triangle) chroma
+  upsampling, then the JFIF YCbCr -> RGB conversion in 16-bit fixed point (the
+  formulas are above ``reference.ycbcr_planes_to_rgb``).
+
 Interpolation codes (``FILTER_*``) are compile-time switches of the samplers;
 ``FILTER_PER_SAMPLE`` compiles all of them and picks one per sample from the
 ``filter`` column (one program works on one sample, so the branch never diverges).
@@ -57,6 +74,8 @@ __all__ = [
     "ERASE_Y0", "ERASE_Y1", "ERASE_X0", "ERASE_X1", "ERASE_SEED",
     "FILTER_BILINEAR", "FILTER_BICUBIC", "FILTER_NEAREST", "FILTER_NEAREST_EXACT", "FILTER_PER_SAMPLE",
     "FILTERS", "filter_code", "filter_name",
+    "SOURCE_INTERLEAVED", "SOURCE_YCBCR", "SOURCES", "source_code",
+    "S_444", "S_422", "S_420", "S_440", "S_GRAY", "SUBSAMPLING", "SUBSAMPLINGS", "chroma_shape", "planar_size",
     "SLOT_COLUMNS", "SLOT_WIDTH", "SLOT_OP", "SLOT_M0", "SLOT_M1", "SLOT_M2", "SLOT_M3", "SLOT_M4",
     "SLOT_M5", "SLOT_M6", "SLOT_M7", "SLOT_INTERP", "SLOT_FILL0", "SLOT_FILL1", "SLOT_FILL2",
     "OPS", "OP_ARGS", "op_code", "slot_column",
@@ -184,6 +203,58 @@ def filter_name(code: int) -> str:
     if code == FILTER_PER_SAMPLE:
         return "per-sample"
     raise ValueError(f"no interpolation code {code!r}")
+
+
+# --------------------------------------------------------------------------- #
+# Sources: how kernel 1 reads a sample's decoded pixels (see the module docstring)
+# --------------------------------------------------------------------------- #
+
+SOURCE_INTERLEAVED = 0  # HWC uint8, shapes (H, W, C)
+SOURCE_YCBCR = 1  # planar Y, Cb, Cr at native chroma resolution, shapes (H, W, S)
+
+#: name (the launcher's ``source=`` argument) -> code
+SOURCES: dict[str, int] = {"interleaved": SOURCE_INTERLEAVED, "ycbcr": SOURCE_YCBCR}
+
+
+def source_code(source: int | str) -> int:
+    """The code of ``source``: a ``SOURCE_*`` code or a name of ``SOURCES``."""
+    if isinstance(source, str) and source in SOURCES:
+        return SOURCES[source]
+    if isinstance(source, numbers.Integral) and not isinstance(source, bool) and source in SOURCES.values():
+        return int(source)
+    raise ValueError(f"source must be one of {list(SOURCES)} or its code {list(SOURCES.values())}, got {source!r}")
+
+
+# Chroma subsampling codes of the planar YCbCr source: the values of nvJPEG's
+# nvjpegChromaSubsampling_t, so that a decoder can pass its own code through.
+S_444 = 0
+S_422 = 1  # h2v1: chroma at half width
+S_420 = 2  # h2v2: half width, half height
+S_440 = 3  # h1v2: half height
+S_GRAY = 6  # luma only
+
+#: code -> (hf, vf), the horizontal and vertical chroma subsampling factors
+#: (``(1, 1)`` for ``S_GRAY``, which has no chroma planes)
+SUBSAMPLING: dict[int, tuple[int, int]] = {S_444: (1, 1), S_422: (2, 1), S_420: (2, 2), S_440: (1, 2),
+                                           S_GRAY: (1, 1)}
+
+#: name (as ``decode._jpeg_header.JpegHeader.subsampling`` spells it) -> code
+SUBSAMPLINGS: dict[str, int] = {"444": S_444, "422": S_422, "420": S_420, "440": S_440, "gray": S_GRAY}
+
+
+def chroma_shape(H: int, W: int, S: int) -> tuple[int, int]:
+    """``(ch, cw)`` of each chroma plane of an ``H x W`` image with subsampling ``S``;
+    ``(0, 0)`` for ``S_GRAY``."""
+    if S == S_GRAY:
+        return 0, 0
+    hf, vf = SUBSAMPLING[S]
+    return -(-H // vf), -(-W // hf)
+
+
+def planar_size(H: int, W: int, S: int) -> int:
+    """Bytes of an ``H x W`` sample of the planar YCbCr source with subsampling ``S``."""
+    ch, cw = chroma_shape(H, W, S)
+    return H * W + 2 * ch * cw
 
 
 # --------------------------------------------------------------------------- #

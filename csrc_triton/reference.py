@@ -16,8 +16,9 @@ import torch
 
 from . import layout
 
-__all__ = ["axis_taps", "clamp_region", "colour", "cubic", "epilogue", "erase", "filter_width", "nearest_index",
-           "philox_normal", "sample", "source", "triangle"]
+__all__ = ["axis_taps", "chroma_fancy", "chroma_rounding", "chroma_taps", "clamp_region", "colour", "cubic",
+           "epilogue", "erase", "filter_width", "nearest_index", "philox_normal", "sample", "source", "source_ycbcr",
+           "triangle", "upsample_chroma", "ycbcr_planes_to_rgb", "ycc_to_rgb"]
 
 
 # --------------------------------------------------------------------------- #
@@ -36,6 +37,110 @@ def source(data: torch.Tensor, offset: int, shape: tuple[int, int, int],
     lo_y, hi_y, lo_x, hi_x = region
     pixels = data[offset: offset + H * W * C].view(H, W, C)[lo_y:hi_y, lo_x:hi_x]
     return pixels.expand(-1, -1, 3) if C == 1 else pixels
+
+
+# The planar YCbCr source (``layout.SOURCE_YCBCR``): libjpeg(-turbo)'s default
+# decode after the IDCT, i.e. jdsample.c's upsampling and jdcolor.c's
+# ycc_rgb_convert, in integers. For full-resolution pixel (y, x) and a chroma
+# plane c (ch x cw, indices clamped to the plane: libjpeg replicates edge samples):
+#
+# * 4:2:0 (h2v2_fancy_upsample): r = y >> 1, nr = r - 1 for even y, r + 1 for odd;
+#   colsum(j) = 3 c[r][j] + c[nr][j]; k = x >> 1, nk likewise from x;
+#   value = (3 colsum(k) + colsum(nk) + (8 if x even else 7)) >> 4.
+# * 4:2:2 (h2v1_fancy_upsample): value = (3 c[y][k] + c[y][nk] + (1 if x even else 2)) >> 2.
+# * 4:4:0 (h1v2_fancy_upsample): value = (3 c[r][x] + c[nr][x] + (1 if y even else 2)) >> 2.
+# * 4:4:4: value = c[y][x].
+# * libjpeg installs the fancy h2v1/h2v2 upsamplers only for planes more than 2
+#   samples wide (jinit_upsampler); narrower ones are replicated, value = c[y >> vs][x >> hs],
+#   along both axes for 4:2:0. h1v2 has no such exception.
+#
+# Then, with cb = Cb - 128 and cr = Cr - 128, each clamped to 0..255:
+# R = Y + ((91881 cr + 32768) >> 16), G = Y + ((-22554 cb - 46802 cr + 32768) >> 16),
+# B = Y + ((116130 cb + 32768) >> 16). Grayscale: R = G = B = Y.
+# ``stages/source.py`` computes the same per tap, with the same helper names.
+
+
+def chroma_fancy(hs: int, vs: int, cw: int) -> tuple[bool, bool]:
+    """Whether libjpeg fancy-upsamples chroma planes ``cw`` samples wide, halved
+    horizontally (``hs == 1``) and/or vertically (``vs == 1``), along each axis."""
+    fancy_h = hs == 1 and cw > 2
+    fancy_v = vs == 1 and (hs == 0 or cw > 2)
+    return fancy_h, fancy_v
+
+
+def chroma_taps(i: torch.Tensor, shift: int, fancy: bool, n: int) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """One axis of the chroma upsampling at full-resolution indices ``i``: the covering
+    chroma sample ``i >> shift``, its neighbour on the side of ``i`` (both clamped to
+    ``[0, n)``), and their weights (3, 1) where fancy, else (1, 0)."""
+    j = (i >> shift).clamp(0, n - 1)
+    nj = torch.where(i % 2 == 0, j - 1, j + 1).clamp(0, n - 1)
+    return (j, nj, 3, 1) if fancy else (j, nj, 1, 0)
+
+
+def chroma_rounding(ky: torch.Tensor, kx: torch.Tensor, fancy_h: bool, fancy_v: bool) -> tuple[torch.Tensor, int]:
+    """Rounding bias ``[len(ky), len(kx)]`` and right shift of the upsampling sums at rows
+    ``ky`` and columns ``kx``."""
+    xo = (kx % 2)[None, :]
+    yo = (ky % 2)[:, None]
+    zero = torch.zeros(len(ky), len(kx), dtype=torch.int32, device=ky.device)
+    if fancy_h and fancy_v:
+        return zero + 8 - xo, 4
+    if fancy_h:
+        return zero + 1 + xo, 2
+    if fancy_v:
+        return zero + 1 + yo, 2
+    return zero, 0
+
+
+def upsample_chroma(plane: torch.Tensor, S: int, ky: torch.Tensor, kx: torch.Tensor) -> torch.Tensor:
+    """libjpeg's upsampled chroma (int32 ``[len(ky), len(kx)]``) of the ``[ch, cw]`` uint8
+    ``plane`` of subsampling ``S`` at full-resolution rows ``ky`` and columns ``kx``."""
+    ch, cw = plane.shape
+    hf, vf = layout.SUBSAMPLING[S]
+    hs, vs = hf - 1, vf - 1  # shifts: the factors are 1 or 2
+    fancy_h, fancy_v = chroma_fancy(hs, vs, cw)
+    r, nr, wr0, wr1 = chroma_taps(ky, vs, fancy_v, ch)
+    k, nk, wk0, wk1 = chroma_taps(kx, hs, fancy_h, cw)
+    c = plane.to(torch.int32)
+    colsum = wr0 * c[r] + wr1 * c[nr]  # [len(ky), cw]
+    bias, shift = chroma_rounding(ky, kx, fancy_h, fancy_v)
+    return (wk0 * colsum[:, k] + wk1 * colsum[:, nk] + bias) >> shift
+
+
+def ycc_to_rgb(y: torch.Tensor, cb: torch.Tensor, cr: torch.Tensor) -> torch.Tensor:
+    """libjpeg's ``ycc_rgb_convert`` of integer Y, Cb, Cr planes: ``[..., 3]`` uint8 RGB."""
+    y, cb, cr = y.to(torch.int32), cb.to(torch.int32) - 128, cr.to(torch.int32) - 128
+    r = y + ((91881 * cr + 32768) >> 16)
+    g = y + ((-22554 * cb - 46802 * cr + 32768) >> 16)
+    b = y + ((116130 * cb + 32768) >> 16)
+    return torch.stack([r, g, b], dim=-1).clamp_(0, 255).to(torch.uint8)
+
+
+def ycbcr_planes_to_rgb(data: torch.Tensor, offset: int, H: int, W: int, S: int,
+                        region: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+    """The RGB image libjpeg decodes from the planar YCbCr sample at ``offset`` in ``data``
+    (``layout.SOURCE_YCBCR``: ``H x W``, subsampling code ``S``), as ``[h, w, 3]`` uint8;
+    only the rows ``[lo_y, hi_y)`` and columns ``[lo_x, hi_x)`` of ``region`` (default:
+    all)."""
+    lo_y, hi_y, lo_x, hi_x = region if region is not None else (0, H, 0, W)
+    luma = data[offset: offset + H * W].view(H, W)[lo_y:hi_y, lo_x:hi_x]
+    if S == layout.S_GRAY:
+        return luma[..., None].expand(-1, -1, 3).clone()
+    ch, cw = layout.chroma_shape(H, W, S)
+    cb_off = offset + H * W
+    cb = data[cb_off: cb_off + ch * cw].view(ch, cw)
+    cr = data[cb_off + ch * cw: cb_off + 2 * ch * cw].view(ch, cw)
+    ky = torch.arange(lo_y, hi_y, device=data.device)
+    kx = torch.arange(lo_x, hi_x, device=data.device)
+    return ycc_to_rgb(luma, upsample_chroma(cb, S, ky, kx), upsample_chroma(cr, S, ky, kx))
+
+
+def source_ycbcr(data: torch.Tensor, offset: int, shape: tuple[int, int, int],
+                 region: tuple[int, int, int, int]) -> torch.Tensor:
+    """:func:`source` of the planar YCbCr source: the clamp region ``(lo_y, hi_y, lo_x,
+    hi_x)`` of the sample at ``offset`` (``shape = (H, W, S)``) as ``[h, w, 3]`` uint8 RGB."""
+    H, W, S = shape
+    return ycbcr_planes_to_rgb(data, offset, H, W, S, region)
 
 
 # --------------------------------------------------------------------------- #

@@ -6,7 +6,10 @@ its own geometry in a row of ``params`` (named columns, see ``layout.py``), so
 RandomResizedCrop, Resize, CenterCrop (with zero padding) and the flips all come
 down to this one kernel with different parameters. The interpolation (bilinear,
 bicubic, nearest, nearest-exact: torchvision's ``resize`` modes) is compiled in,
-or chosen per sample from the ``filter`` column of ``params``.
+or chosen per sample from the ``filter`` column of ``params``. With
+``source="ycbcr"`` the batch holds JPEG planes instead of RGB images (Y, Cb, Cr at
+native chroma resolution, see ``layout.py``): each source pixel the resize reads
+is upsampled and converted to RGB as libjpeg does, in the same pass.
 
 The kernel (``_resized_crop_kernel.py``) is a composition of four stages,
 ``stages/{source,sample,colour,epilogue}.py``, whose math each stage module's
@@ -52,6 +55,7 @@ class _Args:
     out_h: int
     out_w: int
     out: torch.Tensor  # allocated or the caller's
+    source: int  # layout.SOURCE_*
 
 
 def _require_tensor(name: str, x: object) -> torch.Tensor:
@@ -78,7 +82,7 @@ def _affine_values(name: str, v: Sequence[float] | torch.Tensor, device: torch.d
 
 
 def _check_values(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor, params: torch.Tensor,
-                  interpolation: int) -> None:
+                  interpolation: int, source: int = layout.SOURCE_INTERLEAVED) -> None:
     """Check per-sample metadata; reads the tensors, so only run where that is cheap."""
     shp = shapes.to(device="cpu", dtype=torch.int64)
     offs = offsets.to(device="cpu", dtype=torch.int64)
@@ -88,21 +92,34 @@ def _check_values(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tenso
     def first(bad: torch.Tensor) -> int:
         return int(bad.nonzero()[0, 0])
 
-    bad = (C != 1) & (C != 3)
-    if bad.any():
-        i = first(bad)
-        raise ValueError(f"sample {i}: channel count must be 1 or 3, got C={int(C[i])} (shape {shp[i].tolist()})")
+    if source == layout.SOURCE_YCBCR:
+        bad = ~torch.isin(C, torch.tensor(list(layout.SUBSAMPLINGS.values())))
+        if bad.any():
+            i = first(bad)
+            raise ValueError(f"sample {i}: a planar YCbCr sample's shapes[:, 2] must be a subsampling code of "
+                             f"{layout.SUBSAMPLINGS}, got {int(C[i])} (shape {shp[i].tolist()})")
+    else:
+        bad = (C != 1) & (C != 3)
+        if bad.any():
+            i = first(bad)
+            raise ValueError(f"sample {i}: channel count must be 1 or 3, got C={int(C[i])} (shape {shp[i].tolist()})")
     bad = (H < 1) | (W < 1)
     if bad.any():
         i = first(bad)
         raise ValueError(f"sample {i}: image height and width must be >= 1, got shape {shp[i].tolist()}")
     # float64: an int64 product of absurd shapes could wrap around and pass.
-    end = offs.double() + H.double() * W.double() * C.double()
+    if source == layout.SOURCE_YCBCR:
+        # Python ints are exact; the codes were checked above
+        sizes = [float(layout.planar_size(h, w, s)) for h, w, s in shp.tolist()]
+        end = offs.double() + torch.tensor(sizes, dtype=torch.float64)
+    else:
+        end = offs.double() + H.double() * W.double() * C.double()
     bad = (offs < 0) | (end > data.numel())
     if bad.any():
         i = first(bad)
+        what = "planar YCbCr sample (Y, Cb, Cr planes)" if source == layout.SOURCE_YCBCR else "image"
         raise ValueError(
-            f"sample {i}: image at offset {int(offs[i])} with shape {shp[i].tolist()} does not fit in "
+            f"sample {i}: {what} at offset {int(offs[i])} with shape {shp[i].tolist()} does not fit in "
             f"data ({data.numel()} elements)"
         )
     if not torch.isfinite(prm).all():
@@ -139,6 +156,7 @@ def _prepare(
     out: torch.Tensor | None,
     check_values: bool,
     interpolation: int = layout.FILTER_BILINEAR,
+    source: int = layout.SOURCE_INTERLEAVED,
 ) -> _Args:
     data = _require_tensor("data", data)
     offsets = _require_tensor("offsets", offsets)
@@ -161,7 +179,8 @@ def _prepare(
     if shapes.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"shapes must be int32 or int64, got {shapes.dtype}")
     if shapes.shape != (B, 3):
-        raise ValueError(f"shapes must have shape [B, 3]=[{B}, 3] (H, W, C per image), got {tuple(shapes.shape)}")
+        per = "H, W, S" if source == layout.SOURCE_YCBCR else "H, W, C"
+        raise ValueError(f"shapes must have shape [B, 3]=[{B}, 3] ({per} per image), got {tuple(shapes.shape)}")
     device = data.device
     for name, t in (("offsets", offsets), ("shapes", shapes), ("params", params)):
         if t.device != device:
@@ -197,8 +216,8 @@ def _prepare(
     shapes = shapes.contiguous()
     params = params.contiguous()
     if check_values and B > 0:
-        _check_values(data, offsets, shapes, params, interpolation)
-    return _Args(data, offsets, shapes, params, affine, out_h, out_w, out)
+        _check_values(data, offsets, shapes, params, interpolation, source)
+    return _Args(data, offsets, shapes, params, affine, out_h, out_w, out, source)
 
 
 # --------------------------------------------------------------------------- #
@@ -222,6 +241,7 @@ def fused_resized_crop(
     interpolation: int | str = layout.FILTER_BILINEAR,
     erase_value: Sequence[float] | torch.Tensor | None = None,
     erase_random: bool = False,
+    source: int | str = "interleaved",
     out: torch.Tensor | None = None,
     launch: _triton.LaunchSettings | None = None,
 ) -> torch.Tensor:
@@ -229,10 +249,12 @@ def fused_resized_crop(
 
     Args:
         data: 1-D ``uint8`` tensor holding the decoded images back to back, each
-            HWC contiguous.
+            HWC contiguous (or, with ``source="ycbcr"``, each its Y, Cb, Cr planes).
         offsets: ``int64 [B]``, element offset of image ``b`` in ``data``.
         shapes: ``int32``/``int64 [B, 3]``, ``(H, W, C)`` of image ``b``; ``C`` is
-            1 (replicated to 3 channels) or 3.
+            1 (replicated to 3 channels) or 3. With ``source="ycbcr"``,
+            ``(H, W, S)``: ``S`` is the chroma subsampling code (``layout.S_444``,
+            ``S_422``, ``S_420``, ``S_440`` or ``S_GRAY``).
         params: ``float32 [B, layout.NUM_PARAMS]`` per-sample parameters, the
             columns named in ``csrc_triton/layout.py`` (geometry: origin, step,
             clamp region ``[lo, hi)`` and valid window per axis; see
@@ -264,6 +286,14 @@ def fused_resized_crop(
         erase_random: erase with standard normal noise instead (Philox keyed by the
             sample's ``erase_seed``, counter ``(c * out_h + y) * out_w + x``; see
             ``reference.philox_normal``). Without either, nothing is erased.
+        source: how ``data`` holds a sample (``layout.SOURCES``): ``"interleaved"``
+            (HWC pixels) or ``"ycbcr"``, a JPEG's planes before chroma upsampling
+            and colour conversion: the Y plane (``H x W``), then Cb and Cr (each
+            ``ceil(H / vf) x ceil(W / hf)``), contiguous (``layout.py`` has the
+            layout). The kernel reconstructs the RGB pixels libjpeg(-turbo) decodes
+            by default (fancy upsampling, ``ycc_rgb_convert``), bit for bit, and
+            resizes them: the result equals that of the interleaved source on
+            :func:`csrc_triton.reference.ycbcr_planes_to_rgb`'s images.
         out: optional preallocated ``[B, 3, out_h, out_w]`` output of dtype
             ``out_dtype`` on the data's device; any strides.
         launch: tile shape and warps to use instead of
@@ -287,6 +317,7 @@ def fused_resized_crop(
     a = _prepare(
         data, offsets, shapes, params, out_size, scale, bias, out_dtype, channels_last, out,
         check_values=device is not None and device.type == "cpu", interpolation=code,
+        source=layout.source_code(source),
     )
     B = a.params.shape[0]
     mode = reference.erase_mode(erase_value, erase_random)
@@ -313,6 +344,7 @@ def fused_resized_crop(
             QUANTIZE=bool(quantize),
             OUT_UINT8=out_dtype == torch.uint8,
             ERASE=mode,
+            SOURCE=a.source,
             BLOCK_H=s.block_h,
             BLOCK_W=s.block_w,
             num_warps=s.num_warps,
@@ -342,6 +374,7 @@ def resized_crop_reference(
     interpolation: int | str = layout.FILTER_BILINEAR,
     erase_value: Sequence[float] | torch.Tensor | None = None,
     erase_random: bool = False,
+    source: int | str = "interleaved",
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Plain-torch twin of :func:`fused_resized_crop` (same arguments and result).
@@ -353,7 +386,7 @@ def resized_crop_reference(
     code = layout.filter_code(interpolation)
     a = _prepare(
         data, offsets, shapes, params, out_size, scale, bias, out_dtype, channels_last, out,
-        check_values=True, interpolation=code,
+        check_values=True, interpolation=code, source=layout.source_code(source),
     )
     B = a.params.shape[0]
     mode = reference.erase_mode(erase_value, erase_random)
@@ -381,7 +414,10 @@ def resized_crop_reference(
                        quantize and f == layout.FILTER_BICUBIC)
     scale_t, bias_t = a.affine[:3], a.affine[3:]
     for b in range(B):
-        pixels = reference.source(a.data, offsets_l[b], shapes_l[b], regions[b])
+        if a.source == layout.SOURCE_YCBCR:
+            pixels = reference.source_ycbcr(a.data, offsets_l[b], shapes_l[b], regions[b])
+        else:
+            pixels = reference.source(a.data, offsets_l[b], shapes_l[b], regions[b])
         v = reference.sample(pixels, *taps[b])
         v = reference.colour(v)
         reference.epilogue(v, scale_t, bias_t, quantize, a.out[b].permute(1, 2, 0),

@@ -35,6 +35,10 @@ vertical weight. :func:`resample` is the whole stage for one filter; with
 ``FILTER_PER_SAMPLE`` the kernel calls it once per filter under a runtime branch
 on the sample's ``filter`` column.
 
+Each tap reads its source pixel through the source stage's loader for the
+compile-time ``SOURCE`` (``layout.SOURCE_*``): the RGB of an interleaved image,
+or that of a planar YCbCr sample computed at the tap (``source.source_ycbcr``).
+
 The homography path of rotations and perspective warps is a second sampler
 beside :func:`sample`, reading the same source stage.
 """
@@ -209,14 +213,15 @@ def tap_weight(k, c, inv, rnorm, fb, FILTER: tl.constexpr, ANTIALIAS: tl.constex
 
 
 @triton.jit
-def sample(data_ptr, off, W, C,
+def sample(data_ptr, off, H, W, C,
            cy, ky0, n_y, rnorm_y, fb_y, inv_y, lo_y, hi_y,
            cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x,
            FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
-           BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
+           BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr):
     """The resampled tile, three float32 ``[BLOCK_H, BLOCK_W]`` channels, from the
     per-axis taps of :func:`axis_taps`; pixels with no taps are 0. ``lo_*``/``hi_*``
-    are the clamp region as int32."""
+    are the clamp region as int32. ``off, H, W, C`` locate the sample in the source
+    ``SOURCE`` (``source.image`` or ``source.planar_image``)."""
     ch1, ch2 = src_stage.channels(C)
     pitch = W * C
     acc0 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
@@ -231,15 +236,20 @@ def sample(data_ptr, off, W, C,
         ky = ky0 + t
         wy = tap_weight(ky, cy, inv_y, rnorm_y, fb_y, FILTER, ANTIALIAS)[:, None]
         m_y = (t < n_y)[:, None]
-        row = src_stage.row_start(off, tap_index(ky, lo_y, hi_y, FILTER, ANTIALIAS), pitch)
+        ky_src = tap_index(ky, lo_y, hi_y, FILTER, ANTIALIAS)
+        row = src_stage.row_start(off, ky_src, pitch)
         r0 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
         r1 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
         r2 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
         for u in range(0, tx_max):
             kx = kx0 + u
             wx = tap_weight(kx, cx, inv_x, rnorm_x, fb_x, FILTER, ANTIALIAS)[None, :]
-            v0, v1, v2 = src_stage.source(data_ptr, row, tap_index(kx, lo_x, hi_x, FILTER, ANTIALIAS),
-                                          C, ch1, ch2, m_y & (u < n_x)[None, :])
+            kx_src = tap_index(kx, lo_x, hi_x, FILTER, ANTIALIAS)
+            m = m_y & (u < n_x)[None, :]
+            if SOURCE == layout.SOURCE_YCBCR:
+                v0, v1, v2 = src_stage.source_ycbcr(data_ptr, off, H, W, C, ky_src, kx_src, m)
+            else:
+                v0, v1, v2 = src_stage.source(data_ptr, row, kx_src, C, ch1, ch2, m)
             r0 += wx * v0
             r1 += wx * v1
             r2 += wx * v2
@@ -265,9 +275,9 @@ def quantize(v):
 @triton.jit
 def resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
              FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
-             BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr):
+             BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr):
     """The whole stage for one filter: the tile ``rows x cols`` of the sample whose
-    parameter row starts at ``p``, three float32 channels.
+    parameter row starts at ``p``, read from the source ``SOURCE``, three float32 channels.
 
     Per output row, then per output column, the first tap, tap count, weight
     normaliser and single-pixel flag; then the weighted sums.
@@ -286,7 +296,7 @@ def resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
         cols, col_in, tl.load(p + layout.ORIGIN_X), step_x, lo_x, hi_x,
         tl.load(p + layout.VALID_X0), tl.load(p + layout.VALID_X1), support_x, inv_x,
         FILTER, ANTIALIAS, BLOCK_W)
-    return sample(data_ptr, off, W, C,
+    return sample(data_ptr, off, H, W, C,
                   cy, ky0, n_y, rnorm_y, fb_y, inv_y, lo_y.to(tl.int32), hi_y.to(tl.int32),
                   cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x.to(tl.int32), hi_x.to(tl.int32),
-                  FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W)
+                  FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)

@@ -1,9 +1,16 @@
 """Source stage: where a sample's decoded pixels are, and how one pixel is read.
 
-Today's source is the packed batch of decoded images, each interleaved HWC
-uint8 with 1 or 3 channels. A planar YCbCr source (luma and subsampled chroma
-planes, converted to RGB per tap) is another loader with the same contract:
-:func:`source` returns three float32 channel values per source pixel.
+Kernel 1 reads one of two sources (``layout.SOURCE_*``, the batch formats are in
+``layout.py``), each a locator and a loader with the same contract: the locator
+gives ``off, H, W, C, ok`` (``C`` the channel count, or the subsampling code of a
+planar sample), the loader three float32 channel values per source pixel.
+
+* interleaved HWC uint8 with 1 or 3 channels: :func:`image`, then :func:`source`
+  at rows from :func:`row_start`;
+* planar YCbCr at native chroma resolution: :func:`planar_image`, then
+  :func:`source_ycbcr`, which upsamples the chroma and converts to RGB at each
+  source pixel a tap reads, with libjpeg's integer arithmetic (the result is
+  the RGB image libjpeg would have decoded, exactly).
 
 The kernels that run on an output-size batch (the augment program's slots, the
 finish pass) read a planar ``[B, 3, H, W]`` uint8 batch instead: :func:`tile`
@@ -11,6 +18,8 @@ places a program on it and :func:`load_tile` reads its three channels.
 """
 import triton
 import triton.language as tl
+
+from .. import layout
 
 
 @triton.jit
@@ -55,6 +64,154 @@ def source(data_ptr, row, kx, C, ch1, ch2, mask):
     v1 = tl.load(src + ch1, mask=mask, other=0).to(tl.float32)
     v2 = tl.load(src + ch2, mask=mask, other=0).to(tl.float32)
     return v0, v1, v2
+
+
+@triton.jit
+def chroma_factors(S):
+    """Horizontal and vertical chroma shifts (``log2`` of ``hf``, ``vf``) of subsampling code ``S``."""
+    hs = ((S == layout.S_422) | (S == layout.S_420)).to(tl.int32)
+    vs = ((S == layout.S_420) | (S == layout.S_440)).to(tl.int32)
+    return hs, vs
+
+
+@triton.jit
+def chroma_fancy(hs, vs, cw):
+    """Whether libjpeg fancy-upsamples the chroma horizontally and vertically
+    (jinit_upsampler): a plane halved horizontally only when it is more than 2
+    samples wide, else it is replicated, along both axes for 4:2:0; a plane halved
+    only vertically always."""
+    fancy_h = (hs == 1) & (cw > 2)
+    fancy_v = (vs == 1) & ((hs == 0) | (cw > 2))
+    return fancy_h, fancy_v
+
+
+@triton.jit
+def chroma_planes(off, H, W, S):
+    """Offsets of the Cb and Cr planes of the planar sample at ``off``, and their height and width."""
+    hs, vs = chroma_factors(S)
+    ch = (H + vs) >> vs
+    cw = (W + hs) >> hs
+    cb = off + H * W
+    return cb, cb + ch * cw, ch, cw
+
+
+@triton.jit
+def planar_image(offsets_ptr, shapes_ptr, b64, n_data):
+    """Offset, height, width, subsampling code of planar YCbCr sample ``b64``, and
+    whether it lies inside ``data``: :func:`image` for ``layout.SOURCE_YCBCR``.
+
+    A sample with an unknown code, or whose planes do not all fit in ``data``,
+    is flagged and reads nothing.
+    """
+    off = tl.load(offsets_ptr + b64).to(tl.int64)
+    H = tl.load(shapes_ptr + b64 * 3).to(tl.int64)
+    W = tl.load(shapes_ptr + b64 * 3 + 1).to(tl.int64)
+    S = tl.load(shapes_ptr + b64 * 3 + 2).to(tl.int64)
+    known = (S == layout.S_444) | (S == layout.S_422) | (S == layout.S_420) | (S == layout.S_440)
+    Hs = tl.maximum(H, 1)
+    ok = (H > 0) & (W > 0) & (off >= 0) & (known | (S == layout.S_GRAY))
+    # H * W <= n_data first: a chroma plane is never larger than the luma one, so
+    # the planar size (at most 3 H W) cannot overflow either.
+    ok = ok & (H <= n_data) & (W <= n_data // Hs)
+    _, _, ch, cw = chroma_planes(off, H, W, S)
+    size = H * W + tl.where(known, 2 * ch * cw, 0)
+    ok = ok & (off <= n_data - size)
+    return off, H, W, S, ok
+
+
+@triton.jit
+def chroma_taps(i, shift, fancy, n):
+    """One axis of the chroma upsampling at full-resolution indices ``i``: the chroma
+    sample ``i >> shift`` that covers ``i``, the neighbour on the side of ``i``
+    within it (both clamped to ``[0, n)``: libjpeg replicates the edge samples),
+    and their weights, 3 and 1 where libjpeg's fancy upsampling applies on this
+    axis (``fancy``), else 1 and 0 (the covering sample, replicated)."""
+    j = tl.minimum(tl.maximum(i >> shift, 0), n - 1)
+    nj = tl.where((i & 1) == 0, j - 1, j + 1)
+    nj = tl.minimum(tl.maximum(nj, 0), n - 1)
+    w0 = tl.where(fancy, 3, 1)
+    w1 = tl.where(fancy, 1, 0)
+    return j, nj, w0, w1
+
+
+@triton.jit
+def chroma_rounding(ky, kx, fancy_h, fancy_v):
+    """Rounding bias ``[BLOCK_H, BLOCK_W]`` and right shift of libjpeg's upsampling
+    sums at full-resolution rows ``ky`` and columns ``kx``: ``h2v2_fancy_upsample``
+    adds 8 on even columns and 7 on odd ones before ``>> 4``; ``h2v1`` (resp.
+    ``h1v2``) adds 1 on even columns (rows) and 2 on odd ones before ``>> 2``;
+    replication needs neither."""
+    xo = (kx & 1)[None, :]
+    yo = (ky & 1)[:, None]
+    bias = tl.where(fancy_h & fancy_v, 8 - xo, tl.where(fancy_h, 1 + xo, tl.where(fancy_v, 1 + yo, 0)))
+    shift = tl.where(fancy_h, 2, 0) + tl.where(fancy_v, 2, 0)
+    return bias, shift
+
+
+@triton.jit
+def upsample_chroma(plane_ptr, o00, o01, o10, o11, wr0, wr1, wk0, wk1, bias, shift, mask, m_r, m_k):
+    """Upsampled chroma (int32) of the plane at ``plane_ptr``: libjpeg's column sums
+    ``wr0 * c[r] + wr1 * c[nr]`` at columns ``k`` and ``nk``, weighted ``wk0``,
+    ``wk1``, ``+ bias >> shift``. ``o00, o01, o10, o11`` are the offsets of
+    ``c[r][k], c[r][nk], c[nr][k], c[nr][nk]`` (:func:`chroma_taps` of both axes),
+    ``m_r``/``m_k`` the masks of the neighbours, not read when of weight 0."""
+    c00 = tl.load(plane_ptr + o00, mask=mask, other=0).to(tl.int32)
+    c01 = tl.load(plane_ptr + o01, mask=m_k, other=0).to(tl.int32)
+    c10 = tl.load(plane_ptr + o10, mask=m_r, other=0).to(tl.int32)
+    c11 = tl.load(plane_ptr + o11, mask=m_r & m_k, other=0).to(tl.int32)
+    sum0 = wr0 * c00 + wr1 * c10
+    sum1 = wr0 * c01 + wr1 * c11
+    return (wk0 * sum0 + wk1 * sum1 + bias) >> shift
+
+
+@triton.jit
+def ycc_to_rgb(y, cb, cr):
+    """libjpeg's ``ycc_rgb_convert`` (jdcolor.c, 16 fractional bits) of int32 Y, Cb,
+    Cr: R, G, B clamped to ``0..255``, as float32."""
+    cb = cb - 128
+    cr = cr - 128
+    r = y + ((91881 * cr + 32768) >> 16)
+    g = y + ((-22554 * cb - 46802 * cr + 32768) >> 16)
+    b = y + ((116130 * cb + 32768) >> 16)
+    r = tl.minimum(tl.maximum(r, 0), 255)
+    g = tl.minimum(tl.maximum(g, 0), 255)
+    b = tl.minimum(tl.maximum(b, 0), 255)
+    return r.to(tl.float32), g.to(tl.float32), b.to(tl.float32)
+
+
+@triton.jit
+def source_ycbcr(data_ptr, off, H, W, S, ky, kx, mask):
+    """R, G, B of the planar YCbCr sample at ``off`` (from :func:`planar_image`) at
+    source rows ``ky`` ``[BLOCK_H]`` and columns ``kx`` ``[BLOCK_W]``, as float32;
+    masked pixels read 0 (Y = 0 with neutral chroma): :func:`source` for
+    ``layout.SOURCE_YCBCR``.
+
+    Per pixel: one luma load, and per chroma plane up to four (the covering
+    sample and its neighbours of non-zero weight).
+    """
+    y = tl.load(data_ptr + (row_start(off, ky, W)[:, None] + kx.to(tl.int64)[None, :]),
+                mask=mask, other=0).to(tl.int32)
+    cb_off, cr_off, ch, cw = chroma_planes(off, H, W, S)
+    hs, vs = chroma_factors(S)
+    fancy_h, fancy_v = chroma_fancy(hs, vs, cw)
+    r, nr, wr0, wr1 = chroma_taps(ky, vs, fancy_v, ch)
+    k, nk, wk0, wk1 = chroma_taps(kx, hs, fancy_h, cw)
+    bias, shift = chroma_rounding(ky, kx, fancy_h, fancy_v)
+    m_c = mask & (S != layout.S_GRAY)
+    m_r = m_c & (wr1 != 0)
+    m_k = m_c & (wk1 != 0)
+    # both planes read at the same offsets
+    row0 = r.to(tl.int64)[:, None] * cw
+    row1 = nr.to(tl.int64)[:, None] * cw
+    col0 = k.to(tl.int64)[None, :]
+    col1 = nk.to(tl.int64)[None, :]
+    o00, o01, o10, o11 = row0 + col0, row0 + col1, row1 + col0, row1 + col1
+    cb = upsample_chroma(data_ptr + cb_off, o00, o01, o10, o11, wr0, wr1, wk0, wk1, bias, shift, m_c, m_r, m_k)
+    cr = upsample_chroma(data_ptr + cr_off, o00, o01, o10, o11, wr0, wr1, wk0, wk1, bias, shift, m_c, m_r, m_k)
+    # grayscale: neutral chroma, which the conversion maps to R = G = B = Y
+    cb = tl.where(m_c, cb, 128)
+    cr = tl.where(m_c, cr, 128)
+    return ycc_to_rgb(y, cb, cr)
 
 
 @triton.jit
