@@ -33,7 +33,7 @@ def resized_crop_kernel(
     QUANTIZE: tl.constexpr,
     OUT_UINT8: tl.constexpr,
     ERASE: tl.constexpr,  # 0: no erasing, 1: erase with erase_ptr's value, 2: with noise
-    SOURCE: tl.constexpr,  # layout.SOURCE_INTERLEAVED or layout.SOURCE_YCBCR
+    SOURCE: tl.constexpr,  # layout.SOURCE_INTERLEAVED, SOURCE_YCBCR or SOURCE_MIXED
     BLOCK_H: tl.constexpr,
     BLOCK_W: tl.constexpr,
 ):
@@ -48,32 +48,30 @@ def resized_crop_kernel(
     col_in = cols < out_w
     b64 = b.to(tl.int64)
 
-    # source: where image b is; an image that does not fit in `data` reads nothing
-    if SOURCE == layout.SOURCE_YCBCR:
+    # source and sample: where sample b is and how its pixels are read (compiled in, or
+    # per sample in a mixed batch); the resampled tile, with the filter compiled in or,
+    # per sample, the filter of the sample's `filter` column. An image that does not
+    # fit in `data` reads nothing. One program = one sample: the branches never diverge.
+    p = params_ptr + b64 * layout.NUM_PARAMS
+    if SOURCE == layout.SOURCE_MIXED:
+        if tl.load(shapes_ptr + b64 * 3 + 2) >= layout.PLANAR:
+            off, H, W, C, img_ok = source.planar_image(offsets_ptr, shapes_ptr, b64, n_data)
+            v0, v1, v2 = sample.resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                                                  FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W,
+                                                  layout.SOURCE_YCBCR)
+        else:
+            off, H, W, C, img_ok = source.image(offsets_ptr, shapes_ptr, b64, n_data)
+            v0, v1, v2 = sample.resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                                                  FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W,
+                                                  layout.SOURCE_INTERLEAVED)
+    elif SOURCE == layout.SOURCE_YCBCR:
         off, H, W, C, img_ok = source.planar_image(offsets_ptr, shapes_ptr, b64, n_data)
+        v0, v1, v2 = sample.resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                                              FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
     else:
         off, H, W, C, img_ok = source.image(offsets_ptr, shapes_ptr, b64, n_data)
-
-    # sample: the resampled tile, with the filter compiled in or, per sample, the
-    # filter of the sample's `filter` column (one program = one sample: no divergence)
-    p = params_ptr + b64 * layout.NUM_PARAMS
-    if FILTER == layout.FILTER_PER_SAMPLE:
-        code = tl.load(p + layout.FILTER)
-        if code == layout.FILTER_BICUBIC:
-            v0, v1, v2 = sample.resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                         layout.FILTER_BICUBIC, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
-        elif code == layout.FILTER_NEAREST:
-            v0, v1, v2 = sample.resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                         layout.FILTER_NEAREST, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
-        elif code == layout.FILTER_NEAREST_EXACT:
-            v0, v1, v2 = sample.resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                         layout.FILTER_NEAREST_EXACT, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
-        else:
-            v0, v1, v2 = sample.resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                         layout.FILTER_BILINEAR, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
-    else:
-        v0, v1, v2 = sample.resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                     FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
+        v0, v1, v2 = sample.resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                                              FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
 
     # colour: the per-sample colour program at the output size
     v0, v1, v2 = colour.colour(v0, v1, v2)

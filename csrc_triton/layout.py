@@ -57,6 +57,9 @@ say how the decoded batch ``data`` (1-D uint8) holds sample ``b``, which starts 
   RGB exactly as libjpeg(-turbo) does by default: "fancy" (triangle) chroma
   upsampling, then the JFIF YCbCr -> RGB conversion in 16-bit fixed point (the
   formulas are above ``reference.ycbcr_planes_to_rgb``).
+* ``SOURCE_MIXED``: each sample either way: ``shapes[b] = (H, W, C)`` with ``C`` 1 or
+  3 for an interleaved sample, ``(H, W, PLANAR + S)`` for a planar one. The kernel
+  picks the reader per sample (one program reads one sample, so nothing diverges).
 
 Interpolation codes (``FILTER_*``) are compile-time switches of the samplers;
 ``FILTER_PER_SAMPLE`` compiles all of them and picks one per sample from the
@@ -74,7 +77,7 @@ __all__ = [
     "ERASE_Y0", "ERASE_Y1", "ERASE_X0", "ERASE_X1", "ERASE_SEED",
     "FILTER_BILINEAR", "FILTER_BICUBIC", "FILTER_NEAREST", "FILTER_NEAREST_EXACT", "FILTER_PER_SAMPLE",
     "FILTERS", "filter_code", "filter_name",
-    "SOURCE_INTERLEAVED", "SOURCE_YCBCR", "SOURCES", "source_code",
+    "SOURCE_INTERLEAVED", "SOURCE_YCBCR", "SOURCE_MIXED", "PLANAR", "SOURCES", "source_code",
     "S_444", "S_422", "S_420", "S_440", "S_GRAY", "SUBSAMPLING", "SUBSAMPLINGS", "chroma_shape", "planar_size",
     "SLOT_COLUMNS", "SLOT_WIDTH", "SLOT_OP", "SLOT_M0", "SLOT_M1", "SLOT_M2", "SLOT_M3", "SLOT_M4",
     "SLOT_M5", "SLOT_M6", "SLOT_M7", "SLOT_INTERP", "SLOT_FILL0", "SLOT_FILL1", "SLOT_FILL2",
@@ -211,9 +214,14 @@ def filter_name(code: int) -> str:
 
 SOURCE_INTERLEAVED = 0  # HWC uint8, shapes (H, W, C)
 SOURCE_YCBCR = 1  # planar Y, Cb, Cr at native chroma resolution, shapes (H, W, S)
+# Either, per sample: shapes (H, W, C) with C 1 or 3 for an interleaved sample, (H, W,
+# PLANAR + S) for a planar one. A decoded batch mixes them when some of its samples were
+# decoded on the CPU (formats nvJPEG does not take, files it rejected).
+SOURCE_MIXED = 2
+PLANAR = 16  # added to a planar sample's subsampling code in a SOURCE_MIXED batch
 
 #: name (the launcher's ``source=`` argument) -> code
-SOURCES: dict[str, int] = {"interleaved": SOURCE_INTERLEAVED, "ycbcr": SOURCE_YCBCR}
+SOURCES: dict[str, int] = {"interleaved": SOURCE_INTERLEAVED, "ycbcr": SOURCE_YCBCR, "mixed": SOURCE_MIXED}
 
 
 def source_code(source: int | str) -> int:

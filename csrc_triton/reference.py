@@ -140,7 +140,7 @@ def source_ycbcr(data: torch.Tensor, offset: int, shape: tuple[int, int, int],
     """:func:`source` of the planar YCbCr source: the clamp region ``(lo_y, hi_y, lo_x,
     hi_x)`` of the sample at ``offset`` (``shape = (H, W, S)``) as ``[h, w, 3]`` uint8 RGB."""
     H, W, S = shape
-    return ycbcr_planes_to_rgb(data, offset, H, W, S, region)
+    return ycbcr_planes_to_rgb(data, offset, H, W, S % layout.PLANAR, region)
 
 
 # --------------------------------------------------------------------------- #

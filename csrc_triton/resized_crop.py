@@ -92,12 +92,23 @@ def _check_values(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tenso
     def first(bad: torch.Tensor) -> int:
         return int(bad.nonzero()[0, 0])
 
+    planar = torch.zeros_like(C, dtype=torch.bool)  # which samples are planar
     if source == layout.SOURCE_YCBCR:
         bad = ~torch.isin(C, torch.tensor(list(layout.SUBSAMPLINGS.values())))
         if bad.any():
             i = first(bad)
             raise ValueError(f"sample {i}: a planar YCbCr sample's shapes[:, 2] must be a subsampling code of "
                              f"{layout.SUBSAMPLINGS}, got {int(C[i])} (shape {shp[i].tolist()})")
+        planar[:] = True
+    elif source == layout.SOURCE_MIXED:
+        planar = C >= layout.PLANAR
+        codes = torch.tensor([1, 3] + [layout.PLANAR + s for s in layout.SUBSAMPLINGS.values()])
+        bad = ~torch.isin(C, codes)
+        if bad.any():
+            i = first(bad)
+            raise ValueError(f"sample {i}: in a mixed batch shapes[:, 2] must be 1 or 3 (interleaved) or "
+                             f"{layout.PLANAR} + a subsampling code of {layout.SUBSAMPLINGS} (planar), got "
+                             f"{int(C[i])} (shape {shp[i].tolist()})")
     else:
         bad = (C != 1) & (C != 3)
         if bad.any():
@@ -108,16 +119,14 @@ def _check_values(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tenso
         i = first(bad)
         raise ValueError(f"sample {i}: image height and width must be >= 1, got shape {shp[i].tolist()}")
     # float64: an int64 product of absurd shapes could wrap around and pass.
-    if source == layout.SOURCE_YCBCR:
-        # Python ints are exact; the codes were checked above
-        sizes = [float(layout.planar_size(h, w, s)) for h, w, s in shp.tolist()]
-        end = offs.double() + torch.tensor(sizes, dtype=torch.float64)
-    else:
-        end = offs.double() + H.double() * W.double() * C.double()
+    # Python ints are exact; the codes were checked above
+    sizes = [float(layout.planar_size(h, w, c % layout.PLANAR)) if is_planar else float(h) * w * c
+             for (h, w, c), is_planar in zip(shp.tolist(), planar.tolist())]
+    end = offs.double() + torch.tensor(sizes, dtype=torch.float64).reshape(-1)
     bad = (offs < 0) | (end > data.numel())
     if bad.any():
         i = first(bad)
-        what = "planar YCbCr sample (Y, Cb, Cr planes)" if source == layout.SOURCE_YCBCR else "image"
+        what = "planar YCbCr sample (Y, Cb, Cr planes)" if planar[i] else "image"
         raise ValueError(
             f"sample {i}: {what} at offset {int(offs[i])} with shape {shp[i].tolist()} does not fit in "
             f"data ({data.numel()} elements)"
@@ -179,7 +188,7 @@ def _prepare(
     if shapes.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"shapes must be int32 or int64, got {shapes.dtype}")
     if shapes.shape != (B, 3):
-        per = "H, W, S" if source == layout.SOURCE_YCBCR else "H, W, C"
+        per = {layout.SOURCE_YCBCR: "H, W, S", layout.SOURCE_MIXED: "H, W, C or PLANAR + S"}.get(source, "H, W, C")
         raise ValueError(f"shapes must have shape [B, 3]=[{B}, 3] ({per} per image), got {tuple(shapes.shape)}")
     device = data.device
     for name, t in (("offsets", offsets), ("shapes", shapes), ("params", params)):
@@ -294,6 +303,8 @@ def fused_resized_crop(
             by default (fancy upsampling, ``ycc_rgb_convert``), bit for bit, and
             resizes them: the result equals that of the interleaved source on
             :func:`csrc_triton.reference.ycbcr_planes_to_rgb`'s images.
+            ``"mixed"``: either, per sample (``shapes[:, 2]`` 1 or 3: interleaved;
+            ``layout.PLANAR`` + a subsampling code: planar).
         out: optional preallocated ``[B, 3, out_h, out_w]`` output of dtype
             ``out_dtype`` on the data's device; any strides.
         launch: tile shape and warps to use instead of
@@ -414,7 +425,7 @@ def resized_crop_reference(
                        quantize and f == layout.FILTER_BICUBIC)
     scale_t, bias_t = a.affine[:3], a.affine[3:]
     for b in range(B):
-        if a.source == layout.SOURCE_YCBCR:
+        if a.source == layout.SOURCE_YCBCR or a.source == layout.SOURCE_MIXED and shapes_l[b][2] >= layout.PLANAR:
             pixels = reference.source_ycbcr(a.data, offsets_l[b], shapes_l[b], regions[b])
         else:
             pixels = reference.source(a.data, offsets_l[b], shapes_l[b], regions[b])

@@ -354,3 +354,62 @@ def test_rejects_unknown_source(fn) -> None:
     # the interleaved source reads the third column as a channel count
     with pytest.raises(ValueError, match="channel count"):
         fn(data, offsets, shapes, params, (3, 3), *IDENTITY)
+
+
+# --------------------------------------------------------------------------- #
+# Mixed batches: planar and interleaved samples side by side
+# --------------------------------------------------------------------------- #
+
+
+def _mixed(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor, interleaved: set[int]
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The planar batch with the samples in ``interleaved`` replaced by their RGB images
+    (grayscale ones by their 1-channel luma), as the GPU decoder's CPU fallback leaves
+    them; the others keep their planes, marked ``PLANAR + S``."""
+    parts, shp = [], []
+    for b, (o, (H, W, S)) in enumerate(zip(offsets.tolist(), shapes.tolist())):
+        if b in interleaved:
+            rgb = reference.ycbcr_planes_to_rgb(data, o, H, W, S)
+            img = rgb[:, :, :1] if S == layout.S_GRAY else rgb
+            parts.append(img.flatten())
+            shp.append([H, W, img.shape[2]])
+        else:
+            parts.append(data[o: o + layout.planar_size(H, W, S)])
+            shp.append([H, W, layout.PLANAR + S])
+    sizes = [p.numel() for p in parts]
+    offs = torch.tensor([0] + sizes[:-1], dtype=torch.int64).cumsum(0)
+    return torch.cat(parts), offs, torch.tensor(shp, dtype=torch.int64)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("interpolation", ["bilinear", "per-sample"])
+def test_kernel_mixed_batch_equals_interleaved(interpolation: str, device: str) -> None:
+    """A batch mixing planar samples with interleaved RGB and grayscale ones reads each
+    sample its own way: the same output as the all-interleaved batch, bit for bit."""
+    out = (6, 7)
+    data, offsets, shapes = _random_batch(RAGGED, 3)
+    params = _params(_random_rows(RAGGED, out, 3))
+    if interpolation == "per-sample":
+        params[:, layout.FILTER] = torch.tensor([(layout.FILTER_BILINEAR, layout.FILTER_BICUBIC)[k % 2]
+                                                 for k in range(len(RAGGED))], dtype=torch.float32)
+    mixed = _mixed(data, offsets, shapes, interleaved={1, 3, 4})
+    rgb = _interleaved(data, offsets, shapes)
+    got = fused_resized_crop(*(t.to(device) for t in mixed), params.to(device), out, *IDENTITY, source="mixed",
+                             out_dtype=torch.uint8, interpolation=interpolation).cpu()
+    exp = fused_resized_crop(*(t.to(device) for t in rgb), params.to(device), out, *IDENTITY,
+                             out_dtype=torch.uint8, interpolation=interpolation).cpu()
+    assert torch.equal(got, exp), f"max |diff| {(got.double() - exp.double()).abs().max()}"
+    ref = resized_crop_reference(*mixed, params, out, *IDENTITY, source="mixed", out_dtype=torch.uint8,
+                                 interpolation=interpolation)
+    assert torch.equal(ref, resized_crop_reference(*rgb, params, out, *IDENTITY, out_dtype=torch.uint8,
+                                                   interpolation=interpolation))
+
+
+@pytest.mark.parametrize("fn", [fused_resized_crop, resized_crop_reference])
+@pytest.mark.parametrize("code", [2, 4, layout.PLANAR + 5, layout.PLANAR - 1])
+def test_mixed_rejects_unknown_codes(fn, code: int) -> None:
+    data = torch.zeros(64, dtype=torch.uint8)
+    shapes = torch.tensor([[4, 4, code]])
+    params = _params([_geom(4, 4, (2, 2), (0, 0, 4, 4))])
+    with pytest.raises(ValueError, match="mixed batch"):
+        fn(data, torch.zeros(1, dtype=torch.int64), shapes, params, (2, 2), *IDENTITY, source="mixed")

@@ -300,3 +300,30 @@ def resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
                   cy, ky0, n_y, rnorm_y, fb_y, inv_y, lo_y.to(tl.int32), hi_y.to(tl.int32),
                   cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x.to(tl.int32), hi_x.to(tl.int32),
                   FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
+
+
+@triton.jit
+def resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                      FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
+                      BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr):
+    """:func:`resample` with the filter ``FILTER`` compiled in or, for
+    ``FILTER_PER_SAMPLE``, the filter of the sample's ``filter`` column (a runtime
+    branch; one program is one sample, so it never diverges)."""
+    if FILTER == layout.FILTER_PER_SAMPLE:
+        code = tl.load(p + layout.FILTER)
+        if code == layout.FILTER_BICUBIC:
+            v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                                  layout.FILTER_BICUBIC, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
+        elif code == layout.FILTER_NEAREST:
+            v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                                  layout.FILTER_NEAREST, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
+        elif code == layout.FILTER_NEAREST_EXACT:
+            v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                                  layout.FILTER_NEAREST_EXACT, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
+        else:
+            v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                                  layout.FILTER_BILINEAR, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
+    else:
+        v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                              FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
+    return v0, v1, v2

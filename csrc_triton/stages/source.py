@@ -107,6 +107,7 @@ def planar_image(offsets_ptr, shapes_ptr, b64, n_data):
     H = tl.load(shapes_ptr + b64 * 3).to(tl.int64)
     W = tl.load(shapes_ptr + b64 * 3 + 1).to(tl.int64)
     S = tl.load(shapes_ptr + b64 * 3 + 2).to(tl.int64)
+    S = tl.where(S >= layout.PLANAR, S - layout.PLANAR, S)  # a planar sample of a SOURCE_MIXED batch
     known = (S == layout.S_444) | (S == layout.S_422) | (S == layout.S_420) | (S == layout.S_440)
     Hs = tl.maximum(H, 1)
     ok = (H > 0) & (W > 0) & (off >= 0) & (known | (S == layout.S_GRAY))
