@@ -756,14 +756,13 @@ def test_planar_chroma_matches_libjpeg_plane_sizes(h, w):
     assert planar_chroma(jpeg_info(np.frombuffer(jpeg_bytes(img[:, :, 0]), np.uint8))) == ("gray", 0, 0)
 
 
-def test_planar_chroma_leaves_out_what_libjpeg_does_not_interpolate():
-    from torchdali._synthetic import synthetic_image
+def test_planar_chroma_leaves_out_other_subsamplings():
     from torchdali.decode._jpeg_header import planar_chroma
 
-    img = synthetic_image(np.random.default_rng(0), 9, 4)  # 4:2:0 chroma 2 wide: libjpeg replicates
-    assert planar_chroma(jpeg_info(np.frombuffer(jpeg_bytes(img, subsampling=2), np.uint8))) is None
-    img = synthetic_image(np.random.default_rng(0), 9, 5)
-    assert planar_chroma(jpeg_info(np.frombuffer(jpeg_bytes(img, subsampling=2), np.uint8)))[0] == "420"
+    info = jpeg_info(np.frombuffer(jpeg_bytes(np.zeros((16, 32, 3), np.uint8), subsampling=2), np.uint8))
+    assert planar_chroma(info) == ("420", 8, 16)
+    assert planar_chroma(info._replace(sampling=((4, 1), (1, 1), (1, 1)))) is None  # 4:1:1
+    assert planar_chroma(info._replace(sampling=((2, 2), (1, 1), (2, 1)))) is None  # unequal chroma planes
 
 
 def test_planar_image_rows_place_y_cb_cr_back_to_back():

@@ -21,6 +21,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
+from csrc_triton import layout
 from csrc_triton.scan_check import bad_scan_markers
 
 from ..errors import SampleError
@@ -37,11 +38,31 @@ DECODE_GROUP_BYTES = 256 << 20
 ROUTE_COUNTERS = ("decoded_hardware", "decoded_hybrid", "decoded_one_by_one", "decoded_cpu")
 
 
+def decoded_sizes(shapes: np.ndarray) -> np.ndarray:
+    """Bytes each sample takes decoded: ``H * W * C`` for interleaved pixels
+    (``shapes[:, 2]`` 1 or 3), the planes' size for a planar one (``layout.PLANAR + S``)."""
+    shapes = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
+    H, W, C = shapes[:, 0], shapes[:, 1], shapes[:, 2]
+    planar = C >= layout.PLANAR
+    if not planar.any():
+        return H * W * C
+    sizes = H * W * np.where(planar, 1, C)
+    for k in np.flatnonzero(planar):
+        sizes[k] = layout.planar_size(int(H[k]), int(W[k]), int(C[k]) - layout.PLANAR)
+    return sizes
+
+
+def kernel_source(shapes: np.ndarray) -> int:
+    """The kernel's ``layout.SOURCE_*`` for a decoded batch: mixed when any sample is planar."""
+    shapes = np.asarray(shapes).reshape(-1, 3)
+    return layout.SOURCE_MIXED if (shapes[:, 2] >= layout.PLANAR).any() else layout.SOURCE_INTERLEAVED
+
+
 def decode_groups(shapes: np.ndarray, cap: int | None = None) -> list[tuple[int, int]]:
     """``[start, stop)`` ranges of consecutive samples whose decoded bytes stay within
     ``cap`` (default ``DECODE_GROUP_BYTES``); one range for a batch that fits."""
     cap = DECODE_GROUP_BYTES if cap is None else cap
-    sizes = (shapes[:, 0] * shapes[:, 1] * shapes[:, 2]).tolist() if len(shapes) else []
+    sizes = decoded_sizes(shapes).tolist() if len(shapes) else []
     if sum(sizes) <= cap:
         return [(0, len(sizes))]
     groups, start, held = [], 0, 0
@@ -52,6 +73,15 @@ def decode_groups(shapes: np.ndarray, cap: int | None = None) -> list[tuple[int,
         held += size
     groups.append((start, len(sizes)))
     return groups
+
+
+def _grown(decoded: torch.Tensor, extra: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """``decoded`` with the host images ``extra`` appended (a new buffer; the copies are
+    ordered on the current stream)."""
+    grown = torch.empty(decoded.numel() + sum(e.numel() for e in extra), dtype=torch.uint8, device=device)
+    grown[: decoded.numel()].copy_(decoded)
+    grown[decoded.numel():].copy_(torch.cat(extra).pin_memory(), non_blocking=True)
+    return grown
 
 
 def sub_batch(batch: PackedBatch, start: int, stop: int) -> PackedBatch:
@@ -95,9 +125,14 @@ def merge_sub_batch(batch: PackedBatch, sub: PackedBatch, start: int, stop: int)
 class DecodedBatch(NamedTuple):
     """A batch's pixels on the GPU, as the kernel reads them."""
 
-    buffer: torch.Tensor  # uint8, every image HWC back to back
-    shapes: np.ndarray  # int64 [B, 3]: (H, W, C) of each image
+    buffer: torch.Tensor  # uint8, every image back to back: HWC, or Y, Cb, Cr planes
+    shapes: np.ndarray  # int64 [B, 3]: (H, W, C), or (H, W, layout.PLANAR + S) for planes
     offsets: np.ndarray  # int64 [B]: where each image starts in ``buffer``
+
+    @property
+    def source(self) -> int:
+        """The kernel's ``layout.SOURCE_*`` for this batch."""
+        return kernel_source(self.shapes)
 
 
 class GpuDecoder:
@@ -143,7 +178,7 @@ class GpuDecoder:
         self.counts = counts = dict.fromkeys(ROUTE_COUNTERS, 0)
         counts["decoded_cpu"] = int((batch.kinds == RAW).sum())
         shapes = batch.shapes.copy()
-        numel = shapes[:, 0] * shapes[:, 1] * shapes[:, 2]
+        numel = decoded_sizes(shapes)
         out_offsets = np.zeros(n, dtype=np.int64)
         if n > 1:
             np.cumsum(numel[:-1], out=out_offsets[1:])
@@ -167,31 +202,50 @@ class GpuDecoder:
         from ..decode import decode_cpu
 
         suspects = self._check_scans(batch, pinned, enc)
-        hints = batch.hints[enc] if batch.hints is not None else None
-        if hints is not None and (hints < 0).any():
-            hints = None
-        status = self.nvjpeg.decode_batch(pinned, batch.offsets[enc], batch.lengths[enc], shapes[enc, :2],
-                                          decoded, out_offsets[enc], stream, hints=hints)
-        routed = self.nvjpeg.last_stats
-        retried = routed.get("hardware_retried", 0)
-        self.counts["decoded_hardware"] += routed.get("hardware", 0)
-        self.counts["decoded_hybrid"] += routed.get("hybrid", 0)
-        self.counts["decoded_one_by_one"] += retried
-        failed = []
-        flagged = set(suspects())
-        for k, st in enumerate(status):
-            i = int(enc[k])
-            if st == 0 and i not in flagged:
+        reasons: dict[int, str] = {}
+        # One nvJPEG call per output format: planar Y/Cb/Cr (layout.PLANAR + S) or RGB.
+        planar = shapes[enc, 2] >= layout.PLANAR
+        for part in (enc[~planar], enc[planar]):
+            if not len(part):
                 continue
-            reason = self.nvjpeg.describe(st, k) if st != 0 else \
-                "decoded, but its compressed data holds a marker no JPEG scan can hold"
+            hints = batch.hints[part] if batch.hints is not None else None
+            if hints is not None and (hints < 0).any():
+                hints = None
+            chroma = None
+            if shapes[part[0], 2] >= layout.PLANAR:
+                chroma = np.array([layout.chroma_shape(int(h), int(w), int(c) - layout.PLANAR)
+                                   for h, w, c in shapes[part]], dtype=np.int64).reshape(-1, 2)
+            status = self.nvjpeg.decode_batch(pinned, batch.offsets[part], batch.lengths[part], shapes[part, :2],
+                                              decoded, out_offsets[part], stream, hints=hints, chroma=chroma)
+            routed = self.nvjpeg.last_stats
+            self.counts["decoded_hardware"] += routed.get("hardware", 0)
+            self.counts["decoded_hybrid"] += routed.get("hybrid", 0)
+            self.counts["decoded_one_by_one"] += routed.get("hardware_retried", 0)
+            reasons.update((int(part[k]), self.nvjpeg.describe(st, k)) for k, st in enumerate(status) if st != 0)
+        for i in suspects():
+            reasons.setdefault(int(i), "decoded, but its compressed data holds a marker no JPEG scan can hold")
+        failed, relocated = [], []
+        end = decoded.numel()
+        for i in sorted(reasons):
             self.counts["decoded_cpu"] += 1
             try:
-                self._decode_on_cpu(i, batch, pinned, decoded, out_offsets[i], shapes[i], decode_cpu, reason)
+                img = self._decode_on_cpu(i, batch, pinned, shapes[i], decode_cpu, reasons[i])
             except SampleError as err:
                 if self.fallback.on_error == "raise":
                     raise
                 failed.append((i, err))
+                continue
+            if shapes[i, 2] >= layout.PLANAR:
+                # its slot holds planes, smaller than the RGB image: the image goes after the batch
+                shapes[i, 2] = 3
+                out_offsets[i] = end
+                end += img.numel()
+                relocated.append(img.reshape(-1))
+            else:
+                decoded[out_offsets[i]: out_offsets[i] + img.numel()].copy_(img.reshape(-1).pin_memory(),
+                                                                             non_blocking=True)
+        if relocated:
+            decoded = _grown(decoded, relocated, self.device)
         if failed:
             decoded = self._replace(batch, failed, decoded, shapes, out_offsets)
         return decoded
@@ -251,14 +305,11 @@ class GpuDecoder:
                     else sub.target
         batch.params, batch.slots = params, slots
         batch.spares = [t for t in batch.spares if t not in used]  # a later group must not reuse them
-        grown = torch.empty(end, dtype=torch.uint8, device=self.device)
-        grown[: decoded.numel()].copy_(decoded)
-        grown[decoded.numel():].copy_(torch.cat(extra).pin_memory(), non_blocking=True)
-        return grown
+        return _grown(decoded, extra, self.device)
 
-    def _decode_on_cpu(self, i: int, batch: PackedBatch, pinned: torch.Tensor, decoded: torch.Tensor,
-                       offset: int, shape: np.ndarray, decode_cpu: Any, gpu_reason: str) -> None:
-        """A sample nvJPEG rejected: decode it on the CPU, or name it in the error."""
+    def _decode_on_cpu(self, i: int, batch: PackedBatch, pinned: torch.Tensor, shape: np.ndarray,
+                       decode_cpu: Any, gpu_reason: str) -> torch.Tensor:
+        """A sample nvJPEG rejected, decoded on the CPU (HWC RGB), or named in the error."""
         idx, path = int(batch.indices[i]), batch.paths[i]
         data = pinned[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]].clone()
         try:
@@ -270,5 +321,4 @@ class GpuDecoder:
             raise SampleError.for_sample(idx, path, "cannot decode image",
                                          f"header says {int(shape[0])}x{int(shape[1])} but the data decodes to "
                                          f"{img.shape[0]}x{img.shape[1]} (GPU decoder: {gpu_reason})")
-        n = img.numel()
-        decoded[offset: offset + n].copy_(img.reshape(-1).pin_memory(), non_blocking=True)
+        return img

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import _rng
-from ._decode import ROUTE_COUNTERS, GpuDecoder, decode_groups, merge_sub_batch, sub_batch
+from ._decode import ROUTE_COUNTERS, GpuDecoder, decode_groups, decoded_sizes, merge_sub_batch, sub_batch
 from ._deliver import Delivery
 from ._launch import KernelEvents, KernelLauncher
 from ._staging import Slot, Staging
@@ -127,7 +127,7 @@ class BatchExecutor:
         images = first = last = None
         decode_s = 0.0
         counts = dict.fromkeys(ROUTE_COUNTERS, 0)
-        numel = batch.shapes[:, 0] * batch.shapes[:, 1] * batch.shapes[:, 2]
+        numel = decoded_sizes(batch.shapes)
         buffer = torch.empty(max(int(max(numel[a:b].sum() for a, b in groups)), 1), dtype=torch.uint8,
                              device=self.device)
         for start, stop in groups:

@@ -49,7 +49,8 @@ class KernelLauncher:
         k_start, k_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         k_start.record(stream)
         images = execute(self.plan, decoded.buffer, offsets_d, shapes_d, params, KERNEL,
-                         channels_last=self.channels_last, scale=self.scale, bias=self.bias)
+                         channels_last=self.channels_last, scale=self.scale, bias=self.bias,
+                         source=decoded.source)
         k_end.record(stream)
         return images, KernelEvents(k_start, k_end)
 

@@ -14,6 +14,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
+from csrc_triton import layout
 
 from .. import _rng
 from ..errors import SampleError
@@ -214,8 +215,9 @@ class PrepareBatch:
 
     def __init__(self, plan: Plan, mode: str, delivery: Delivery | None = None,
                  channels_last: bool = False, on_error: Any = "raise", dataset: Any = None,
-                 ring: Any = None, max_image_pixels: int | None = None) -> None:
+                 ring: Any = None, max_image_pixels: int | None = None, planar: bool = False) -> None:
         check_on_error(on_error)
+        self.planar = planar  # GPU path: nvJPEG decodes to Y/Cb/Cr planes, the kernel converts
         self.max_image_pixels = max_image_pixels  # larger images are refused from their header
         self.ring = ring  # HostRing the GPU path's workers write batches into, or None
         self.plan = plan
@@ -235,7 +237,7 @@ class PrepareBatch:
             raise SampleError.for_sample(idx, path, "unsupported sample", e) from None
         if kind == ENCODED:
             header = _checked_header(payload, self.max_image_pixels, idx, path)
-            probe = _gpu_decodable_shape(payload, header.jpeg) if self.mode == "gpu" else None
+            probe = _gpu_decodable_shape(payload, header.jpeg, self.planar) if self.mode == "gpu" else None
             if probe is not None:
                 shape, hint, scan_start = probe
                 return LoadedSample(kind, payload, shape, hint, scan_start)
@@ -366,9 +368,12 @@ def _checked_header(payload: torch.Tensor, max_pixels: int | None, idx: int, pat
     return header
 
 
-def _gpu_decodable_shape(payload: torch.Tensor, info: Any) -> tuple[tuple[int, int, int], int, int] | None:
+def _gpu_decodable_shape(payload: torch.Tensor, info: Any,
+                         planar: bool = False) -> tuple[tuple[int, int, int], int, int] | None:
     """((H, W, 3), header code, scan start) when nvJPEG should decode this sample, else None
-    (decode on the CPU).
+    (decode on the CPU). With ``planar``, samples whose Y/Cb/Cr planes the fused kernel
+    converts (``planar_chroma``) get ``(H, W, layout.PLANAR + S)`` instead: nvJPEG
+    decodes them to planes at their own subsampling.
 
     CMYK/YCCK, RGB-coded, lossless, arithmetic-coded and 12-bit JPEGs go to the
     CPU, and so do files that do not end in an EOI marker. Whether the scan data
@@ -377,7 +382,7 @@ def _gpu_decodable_shape(payload: torch.Tensor, info: Any) -> tuple[tuple[int, i
     ``info`` is the parsed JPEG header (None: not a JPEG, or a corrupt header, which
     the CPU decoder reports precisely).
     """
-    from ..decode._jpeg_header import header_code, scan_offset
+    from ..decode._jpeg_header import header_code, planar_chroma, scan_offset
 
     if info is None or info.height <= 0 or info.width <= 0:
         return None
@@ -390,4 +395,9 @@ def _gpu_decodable_shape(payload: torch.Tensor, info: Any) -> tuple[tuple[int, i
     start = scan_offset(payload.numpy())
     if start < 0:
         return None
-    return (info.height, info.width, 3), header_code(info), start
+    channels = 3
+    if planar:
+        chroma = planar_chroma(info)
+        if chroma is not None:
+            channels = layout.PLANAR + layout.SUBSAMPLINGS[chroma[0]]
+    return (info.height, info.width, channels), header_code(info), start

@@ -567,9 +567,7 @@ def planar_chroma(info: JpegInfo) -> Optional[Tuple[str, int, int]]:
     fused kernel converts exactly as libjpeg-turbo does; None for the others.
 
     The planes are ``ceil(size * factor / max factor)`` as libjpeg sizes them ((0, 0) for
-    grayscale). libjpeg-turbo replicates instead of interpolating when a horizontally
-    subsampled chroma plane is at most 2 pixels wide, so those tiny images are left out,
-    as are 4:1:1, 4:1:0 and unequal chroma planes.
+    grayscale). 4:1:1, 4:1:0 and unequal chroma planes are left out.
     """
     kind = info.subsampling
     if kind == "gray":
@@ -581,8 +579,6 @@ def planar_chroma(info: JpegInfo) -> Optional[Tuple[str, int, int]]:
     hc, vc = info.sampling[1]
     ch = -(-info.height * vc // v_max)
     cw = -(-info.width * hc // h_max)
-    if kind in ("422", "420") and cw <= 2:
-        return None
     return kind, ch, cw
 
 

@@ -62,7 +62,8 @@ def _erase_kwargs(plan: Any) -> dict[str, Any]:
 
 def execute(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor,
             batch_params: Any, backend: Backend, *, channels_last: bool = False,
-            scale: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
+            scale: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+            source: int = layout.SOURCE_INTERLEAVED) -> torch.Tensor:
     """The output batch of ``plan`` (a ``_plan.Plan``; this module sits below it) for the
     packed decoded images ``data`` (``offsets [B]``, ``shapes [B, 3]``, on ``data``'s
     device) with the batch's drawn ``batch_params`` (a ``_plan.BatchParams``).
@@ -70,6 +71,8 @@ def execute(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: torch.
     ``batch_params`` may be on the host (its slots are always read there; what a
     step needs is copied to ``data``'s device). ``scale``/``bias`` may hold the
     plan's affine already on the device (default: ``plan.scale``/``plan.bias``).
+    ``source`` says how ``data`` holds the samples (``layout.SOURCE_*``: interleaved
+    pixels, planar Y/Cb/Cr, or either per sample).
     """
     device = data.device
     params = batch_params.params.to(device, non_blocking=True)
@@ -79,10 +82,10 @@ def execute(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: torch.
     if not plan.program:
         return resized_crop(data, offsets, shapes, params, plan.out_size, scale, bias, out_dtype=plan.out_dtype,
                             channels_last=channels_last, antialias=plan.antialias, quantize=plan.quantize,
-                            interpolation=plan.interpolation, **_erase_kwargs(plan))
+                            interpolation=plan.interpolation, source=source, **_erase_kwargs(plan))
     images = resized_crop(data, offsets, shapes, params, plan.out_size, _IDENTITY, _ZERO, out_dtype=torch.uint8,
                           channels_last=False, antialias=plan.antialias, quantize=plan.quantize,
-                          interpolation=plan.interpolation)
+                          interpolation=plan.interpolation, source=source)
     slots = batch_params.slots.cpu()
     augment_slot = backend.fn("augment_slot")
 
