@@ -9,7 +9,8 @@ CPU-side ones is the decoder's ceiling on exactly the loader benchmark's data:
 every file of DATA_DIR once, in batches, nothing else running. Then the hardware
 path on batches of one chroma subsampling against the mixed batches of DATA (as they
 come, and sorted by subsampling and size within each batch), each with nvJPEG's
-default buffers and with buffers preallocated for 256 images of 512 x 512.
+default buffers and with buffers preallocated for 256 images of 512 x 512; and the
+planar output (Y, Cb, Cr, no upsampling or colour conversion) the fused kernel reads.
 """
 from __future__ import annotations
 
@@ -59,6 +60,41 @@ def run_decoder(dec, batches, stream, reps=3, use_hints=False, alongside=None):
             h0 = time.perf_counter()
             status = dec.decode_batch(pinned, offsets, lengths, sizes, out, out_off, stream,
                                       hints=hints if use_hints else None)
+            host_ms.append(1e3 * (time.perf_counter() - h0))
+            assert all(s == 0 for s in status), dec.last_errors
+            n += len(sizes)
+        stream.synchronize()
+        walls.append(n / (time.perf_counter() - t0))
+    return statistics.median(walls), statistics.median(host_ms), dict(dec.last_stats)
+
+
+def run_planar(dec, batches, stream, reps=3):
+    """images/s and median host ms per batch of planar decodes (Y, Cb, Cr at each image's
+    own subsampling, no upsampling or colour conversion in nvJPEG), with header codes."""
+    from torchdali.decode._jpeg_header import planar_chroma
+
+    chroma = []
+    for bt in batches:
+        rows = []
+        for b in bt[0]:
+            pc = planar_chroma(jpeg_info(np.frombuffer(b, np.uint8)))
+            if pc is None:
+                raise SystemExit("planar rows need 4:2:0/4:2:2/4:4:0/4:4:4/grayscale JPEGs only")
+            rows.append(pc[1:])
+        chroma.append(np.array(rows, dtype=np.int64))
+    host_ms, walls = [], []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        n = 0
+        for (blobs, pinned, offsets, lengths, sizes, hints), ch in zip(batches, chroma):
+            numel = sizes[:, 0] * sizes[:, 1] + 2 * ch[:, 0] * ch[:, 1]
+            out_off = np.zeros(len(numel), dtype=np.int64)
+            out_off[1:] = np.cumsum(numel)[:-1]
+            with torch.cuda.stream(stream):
+                out = torch.empty(int(numel.sum()), dtype=torch.uint8, device="cuda")
+            h0 = time.perf_counter()
+            status = dec.decode_batch(pinned, offsets, lengths, sizes, out, out_off, stream, hints=hints, chroma=ch)
             host_ms.append(1e3 * (time.perf_counter() - h0))
             assert all(s == 0 for s in status), dec.last_errors
             n += len(sizes)
@@ -158,6 +194,14 @@ def main():
         with NvjpegDecoder(0, **kw) as dec:
             run_decoder(dec, batches[:2], stream, reps=1, use_hints=use_hints)  # warm-up
             ips, host_ms, stats = run_decoder(dec, batches, stream, use_hints=use_hints)
+        rows.append((name, f"{ips:.0f} images/s", f"host {host_ms:.2f} ms/batch {stats}"))
+
+    # Planar output: what the fused kernel's YCbCr source reads (TORCHDALI_PLANAR_DECODE=1).
+    for name, kw in (("nvJPEG hw, planar Y/Cb/Cr, header codes", {}),
+                     ("nvJPEG hybrid only, planar Y/Cb/Cr", {"backend": "hybrid"})):
+        with NvjpegDecoder(0, **kw) as dec:
+            run_planar(dec, batches[:2], stream, reps=1)
+            ips, host_ms, stats = run_planar(dec, batches, stream)
         rows.append((name, f"{ips:.0f} images/s", f"host {host_ms:.2f} ms/batch {stats}"))
 
     # Does the decoder's speed depend on where the bytes live, on busy CPUs, or on the

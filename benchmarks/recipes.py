@@ -17,6 +17,10 @@ gives the ResNet-50 recipe):
 DALI decodes with the hardware decoder (``hw_decoder_load=0.9``): train through
 ``fn.decoders.image_random_crop`` (ROI decode), val through ``fn.decoders.image``.
 
+torchdali runs each recipe twice: decoding to RGB (nvJPEG's own chroma upsampling and
+colour conversion, the default) and as ``torchdali-planar`` (``TORCHDALI_PLANAR_DECODE=1``:
+nvJPEG decodes Y/Cb/Cr planes, the fused kernel upsamples and converts them).
+
 torchdali and torchvision get the recipe as torchvision v2 objects (torchdali converts
 them); DALI gets the nearest pipeline of its own operators (named in the output).
 Every system reads the same files; each figure is the median of ``--epochs`` epochs
@@ -88,7 +92,16 @@ def run_torchvision(root: str, recipe: str, args: argparse.Namespace, device: to
 
 
 def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
-                  mix: bool) -> dict:
+                  mix: bool, planar: bool = False) -> dict:
+    if planar:  # nvJPEG decodes to Y/Cb/Cr planes, the kernel upsamples and converts them
+        os.environ["TORCHDALI_PLANAR_DECODE"] = "1"
+    try:
+        return _run_torchdali(root, recipe, args, device, mix)
+    finally:
+        os.environ.pop("TORCHDALI_PLANAR_DECODE", None)
+
+
+def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool) -> dict:
     import torchdali as td
 
     ds = td.datasets.ImageFolder(root)
@@ -206,6 +219,8 @@ def main() -> int:
         for system in args.systems.split(","):
             if system == "torchdali":
                 runs.append((recipe, "torchdali", lambda r=recipe: run_torchdali(args.data, r, args, device, False)))
+                runs.append((recipe, "torchdali-planar",
+                             lambda r=recipe: run_torchdali(args.data, r, args, device, False, planar=True)))
                 if recipe == "reference":
                     runs.append((recipe, "torchdali+mixup",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, True)))
