@@ -4,7 +4,8 @@
 #   STEP=tests OUT=$OUT bash benchmarks/gpu_recipes.sh   # also starts the photo folder in /tmp
 #   STEP=bench OUT=$OUT bash benchmarks/gpu_recipes.sh
 #   STEP=soak OUT=$OUT bash benchmarks/gpu_recipes.sh    # 50 epochs, 1% bad files, then Ctrl-C
-#   STEP=decode OUT=$OUT bash benchmarks/gpu_recipes.sh  # the decoder alone, and the fuzz corpus per backend
+#   STEP=decode OUT=$OUT bash benchmarks/gpu_recipes.sh  # the decoder and the kernel alone (RGB and planar),
+#                                                        # and the fuzz corpus per backend
 # tests: `pytest -m cuda` on this tree (the kernels natively: slot ops, finish, interpolation,
 #    warps, policies, batch transforms, hostile inputs) and the per-op parity table against
 #    torchvision (benchmarks/parity_table.py);
@@ -34,6 +35,7 @@ else
 fi
 if [ "${STEP:-tests}" = decode ]; then
   timeout 300 python3 benchmarks/profile_decode.py "$D" 2>&1 | grep -v "^\[" | tee "$L/profile_decode.log"
+  timeout 120 python3 benchmarks/kernel_bandwidth.py --json "$L/kernel_bandwidth.json" 2>&1 | tee "$L/kernel_bandwidth.log"
   timeout 240 python3 benchmarks/fuzz_nvjpeg.py --out "$L" 2>&1 | grep -v "^\[" | tee "$L/fuzz_nvjpeg.log"
 elif [ "${STEP:-tests}" = soak ]; then
   timeout 560 python3 benchmarks/soak.py "$D" --images 8192 --epochs 50 --workers $W --out "$L" 2>&1 | tee "$L/soak.log"

@@ -6,7 +6,9 @@ Bytes counted: each sample's source pixels inside its crop box (read once) plus
 the output batch (written once). The ratio to a large device-to-device copy
 (bytes read + written) says how close the kernel is to memory speed.
 
-``--sweep`` also times other tile shapes and warp counts.
+``--sweep`` also times other tile shapes and warp counts. Each recipe also runs on the
+same images as planar 4:2:0 Y/Cb/Cr (the ``ycbcr`` source: chroma upsampling and colour
+conversion in the kernel), rows marked "planar"; the bytes read are then the planes'.
 """
 from __future__ import annotations
 
@@ -76,6 +78,15 @@ def main() -> None:
     offsets[1:] = numel.cumsum(0)[:-1]
     # several input sets so repeated runs are not served from L2
     sets = [torch.randint(0, 256, (int(numel.sum()),), dtype=torch.uint8, device="cuda") for _ in range(4)]
+    # the same images as planar 4:2:0: Y, then Cb and Cr at half size each way
+    from csrc_triton import layout
+
+    p_shapes = shapes.clone()
+    p_shapes[:, 2] = layout.S_420
+    p_numel = torch.tensor([layout.planar_size(int(h), int(w), layout.S_420) for h, w in sizes])
+    p_offsets = torch.zeros(n, dtype=torch.int64)
+    p_offsets[1:] = p_numel.cumsum(0)[:-1]
+    p_sets = [torch.randint(0, 256, (int(p_numel.sum()),), dtype=torch.uint8, device="cuda") for _ in range(4)]
     results = {"device": torch.cuda.get_device_name(), "batch": n, "copy_GBps": copy_bandwidth(), "recipes": {},
                "versions": {"torch": torch.__version__, "triton": _triton_version()}, "cpus": os.cpu_count()}
     recipes = {
@@ -89,23 +100,27 @@ def main() -> None:
         "train RRC224 uint8": T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()]),
     }
     runs = {}
-    for name, tf in recipes.items():
+    variants = [(name, tf, False) for name, tf in recipes.items()]
+    variants += [(f"{name} planar", tf, True) for name, tf in recipes.items() if "fp16" not in name]
+    for name, tf, planar in variants:
         plan = T.compile_transforms(tf)
         g = plan.geometry(sizes, _rng.sample_keys(0, 0, np.arange(n)))
         params = g.to_params().cuda()
-        read = float(((g.hi_y - g.lo_y) * (g.hi_x - g.lo_x) * 3).sum())
+        read = float(((g.hi_y - g.lo_y) * (g.hi_x - g.lo_x) * (1.5 if planar else 3)).sum())
         cl = "channels_last" in name
         out = torch.empty(n, 3, *plan.out_size, dtype=plan.out_dtype, device="cuda")
         if cl:
             out = out.contiguous(memory_format=torch.channels_last)
         written = out.numel() * out.element_size()
-        off_d, shp_d = offsets.cuda(), shapes.cuda()
+        off_d, shp_d = (p_offsets.cuda(), p_shapes.cuda()) if planar else (offsets.cuda(), shapes.cuda())
+        data_sets = p_sets if planar else sets
 
-        def run(launch=None, k=[0], plan=plan, params=params, cl=cl, out=out, off_d=off_d, shp_d=shp_d):
-            k[0] = (k[0] + 1) % len(sets)
-            fused_resized_crop(sets[k[0]], off_d, shp_d, params, plan.out_size, plan.scale, plan.bias,
+        def run(launch=None, k=[0], plan=plan, params=params, cl=cl, out=out, off_d=off_d, shp_d=shp_d,
+                data_sets=data_sets, source="ycbcr" if planar else "interleaved"):
+            k[0] = (k[0] + 1) % len(data_sets)
+            fused_resized_crop(data_sets[k[0]], off_d, shp_d, params, plan.out_size, plan.scale, plan.bias,
                                out_dtype=plan.out_dtype, channels_last=cl, antialias=plan.antialias,
-                               quantize=plan.quantize, out=out, launch=launch)
+                               quantize=plan.quantize, out=out, launch=launch, source=source)
 
         runs[name] = run
         ms = time_ms(run)
