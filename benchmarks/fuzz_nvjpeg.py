@@ -30,24 +30,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def gate(blob: bytes) -> tuple[int, int] | None:
-    """(height, width) when the loader would hand ``blob`` to nvJPEG, else None."""
-    import numpy as np
-    import torch
-
-    from torchdali._executor._worker import _gpu_decodable_shape
-    from torchdali.decode._jpeg_header import jpeg_info
-    from torchdali.decode._limits import check_header, header_size
-
-    try:
-        check_header(header_size(blob), len(blob), 4 << 20)
-        info = jpeg_info(np.frombuffer(blob, np.uint8))
-    except Exception:
-        return None
-    probe = _gpu_decodable_shape(torch.frombuffer(bytearray(blob), dtype=torch.uint8), info)
-    return None if probe is None else probe[0][:2]
-
-
 def header_hw(blob: bytes) -> tuple[int, int] | None:
     import numpy as np
 
@@ -161,7 +143,7 @@ def main() -> None:
     a = p.parse_args()
     import torch
 
-    from tests._fuzz import FUZZ_SEED, fuzz_corpus
+    from tests._fuzz import FUZZ_SEED, fuzz_corpus, loader_gate
     from torchdali.decode import NvjpegDecoder, STATUS_OK
 
     corpus = fuzz_corpus(a.count, FUZZ_SEED)
@@ -171,7 +153,7 @@ def main() -> None:
               "command": " ".join(sys.argv), "runs": []}
     for backend in backends:
         server = Server(backend)
-        for mode, size_of in (("gated", gate), ("raw", header_hw)):
+        for mode, size_of in (("gated", loader_gate), ("raw", header_hw)):
             items = [(i, what, b, size_of(b)) for i, (what, b) in enumerate(corpus)]
             sent = [it for it in items if it[3] is not None]
             ok = reported = 0

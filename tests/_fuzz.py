@@ -115,6 +115,24 @@ def _mutate(data: bytes, rng: np.random.Generator) -> tuple[str, bytes]:
     return "header bytes", bytes(d)
 
 
+def loader_gate(blob: bytes, max_pixels: int = 4 << 20) -> tuple[int, int] | None:
+    """(height, width) when the loader's workers hand ``blob`` to nvJPEG; None when they
+    decode it on the CPU or refuse it (the header guard, then ``_gpu_decodable_shape``)."""
+    import torch
+
+    from torchdali._executor._worker import _gpu_decodable_shape
+    from torchdali.decode._jpeg_header import jpeg_info
+    from torchdali.decode._limits import ImageTooLarge, ImplausibleHeader, check_header, header_size
+
+    try:
+        check_header(header_size(blob), len(blob), max_pixels)
+        info = jpeg_info(np.frombuffer(blob, np.uint8))
+    except (ImageTooLarge, ImplausibleHeader, ValueError):
+        return None
+    probe = _gpu_decodable_shape(torch.frombuffer(bytearray(blob), dtype=torch.uint8), info)
+    return None if probe is None else probe[0][:2]
+
+
 def fuzz_corpus(n: int = FUZZ_COUNT, seed: int = FUZZ_SEED) -> list[tuple[str, bytes]]:
     rng = np.random.default_rng(seed)
     base = _base_jpegs()

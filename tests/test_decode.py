@@ -45,6 +45,7 @@ from torchdali.decode import (
 from torchdali.decode import _nvjpeg_lib
 
 from ._helpers import jpeg_bytes
+from ._ycbcr import jpeg_planes
 
 # torchvision >= 0.29 flags its image codecs as deprecated on every call.
 pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
@@ -728,18 +729,6 @@ def test_gpu_argument_checks_and_close(decoder):
 
 # -- planar (Y, Cb, Cr) decode: plane geometry -----------------------------------------
 
-def _pil_native_chroma_shape(data: bytes) -> tuple[int, int]:
-    """libjpeg's own chroma plane size: at scale 1/2 it decodes 4:2:0 chroma with its full
-    IDCT and no upsampling, so the half-scale image is the chroma plane's size."""
-    import io
-
-    from PIL import Image
-
-    im = Image.open(io.BytesIO(data))
-    im.draft("YCbCr", (im.size[0] // 2, im.size[1] // 2))
-    return im.size[1], im.size[0]
-
-
 @pytest.mark.parametrize("h, w", [(37, 53), (64, 40), (203, 317), (5, 7)])
 def test_planar_chroma_matches_libjpeg_plane_sizes(h, w):
     from torchdali._synthetic import synthetic_image
@@ -749,7 +738,8 @@ def test_planar_chroma_matches_libjpeg_plane_sizes(h, w):
     img = synthetic_image(rng, h, w)
     b420 = jpeg_bytes(img, subsampling=2)
     kind, ch, cw = planar_chroma(jpeg_info(np.frombuffer(b420, np.uint8)))
-    assert kind == "420" and (ch, cw) == _pil_native_chroma_shape(b420) == (-(-h // 2), -(-w // 2))
+    native_cb = jpeg_planes(b420)[1]  # libjpeg's own chroma plane (Pillow, half-scale decode)
+    assert kind == "420" and (ch, cw) == native_cb.shape == (-(-h // 2), -(-w // 2))
     assert planar_chroma(jpeg_info(np.frombuffer(jpeg_bytes(img, subsampling=0), np.uint8))) == ("444", h, w)
     assert planar_chroma(jpeg_info(np.frombuffer(jpeg_bytes(img, subsampling=1), np.uint8))) == \
         ("422", h, -(-w // 2))

@@ -21,9 +21,8 @@ from torchdali import transforms as T
 from torchdali._executor import _decode
 from torchdali._synthetic import synthetic_image
 from torchdali.decode._jpeg_header import jpeg_info
-from torchdali.decode._limits import ImageTooLarge, ImplausibleHeader, check_header, header_size
 
-from ._fuzz import fuzz_corpus
+from ._fuzz import fuzz_corpus, loader_gate
 from ._helpers import jpeg_bytes, make_folder
 
 pytestmark = pytest.mark.cuda
@@ -119,20 +118,6 @@ def _decode_direct(dec, blobs: list[bytes], sizes: list[tuple[int, int]], stream
     return status, out, out_off, sizes
 
 
-def _loader_gate(blob: bytes) -> tuple[int, int] | None:
-    """(height, width) when the loader's workers hand ``blob`` to nvJPEG; None when they
-    decode it on the CPU or refuse it (the header guard, ``_gpu_decodable_shape``)."""
-    from torchdali._executor._worker import _gpu_decodable_shape
-
-    try:
-        check_header(header_size(blob), len(blob), 4 << 20)
-        info = jpeg_info(np.frombuffer(blob, np.uint8))
-    except (ImageTooLarge, ImplausibleHeader, ValueError):
-        return None
-    probe = _gpu_decodable_shape(torch.frombuffer(bytearray(blob), dtype=torch.uint8), info)
-    return None if probe is None else probe[0][:2]
-
-
 CHUNK_TIMEOUT_S = 60  # a chunk of 64 small files takes well under a second; the first also starts CUDA
 
 
@@ -151,7 +136,7 @@ def _fuzz_one_backend(name: str, replies) -> None:
         corpus = fuzz_corpus()
         good = _good_batch()
         refs = [decode_cpu(b) for b in good]
-        sent = [(what, b, hw) for what, b in corpus if (hw := _loader_gate(b)) is not None]
+        sent = [(what, b, hw) for what, b in corpus if (hw := loader_gate(b)) is not None]
         stream = torch.cuda.Stream(dec.device)
         ok = failed = 0
         t0 = time.perf_counter()

@@ -53,6 +53,16 @@ def test_decoded_sizes_count_planes_and_pixels():
     assert decoded_sizes(shapes[[0, 2]]).tolist() == [37 * 53 * 3, 600]
 
 
+def test_chroma_shapes_match_the_layout():
+    from torchdali._executor._decode import chroma_shapes
+
+    shapes = [(h, w, layout.PLANAR + s) for h in (1, 2, 7, 37) for w in (1, 3, 8, 53) for s in layout.SUBSAMPLING]
+    expected = [layout.chroma_shape(h, w, c - layout.PLANAR) for h, w, c in shapes]
+    assert [tuple(r) for r in chroma_shapes(np.array(shapes)).tolist()] == expected
+    assert decoded_sizes(np.array(shapes)).tolist() == [layout.planar_size(h, w, c - layout.PLANAR)
+                                                        for h, w, c in shapes]
+
+
 def test_kernel_source_and_groups_follow_the_planes():
     rgb = np.array([[10, 10, 3], [10, 10, 1]])
     mixed = np.array([[10, 10, 3], [10, 10, layout.PLANAR + layout.S_420]])

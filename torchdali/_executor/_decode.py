@@ -38,6 +38,23 @@ DECODE_GROUP_BYTES = 256 << 20
 ROUTE_COUNTERS = ("decoded_hardware", "decoded_hybrid", "decoded_one_by_one", "decoded_cpu")
 
 
+# (hf, vf) of each planar subsampling code, and whether it has chroma planes (layout.SUBSAMPLING)
+_FACTORS = np.ones((layout.PLANAR, 2), dtype=np.int64)
+_HAS_CHROMA = np.zeros(layout.PLANAR, dtype=np.int64)
+for _s, _f in layout.SUBSAMPLING.items():
+    _FACTORS[_s] = _f
+    _HAS_CHROMA[_s] = _s != layout.S_GRAY
+
+
+def chroma_shapes(shapes: np.ndarray) -> np.ndarray:
+    """``(ch, cw)`` of each planar sample's Cb and Cr planes (``shapes[:, 2]`` is
+    ``layout.PLANAR + S``; ``(0, 0)`` for grayscale), as ``layout.chroma_shape``."""
+    shapes = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
+    s = shapes[:, 2] - layout.PLANAR
+    hf, vf = _FACTORS[s, 0], _FACTORS[s, 1]
+    return np.stack([-(-shapes[:, 0] // vf), -(-shapes[:, 1] // hf)], 1) * _HAS_CHROMA[s][:, None]
+
+
 def decoded_sizes(shapes: np.ndarray) -> np.ndarray:
     """Bytes each sample takes decoded: ``H * W * C`` for interleaved pixels
     (``shapes[:, 2]`` 1 or 3), the planes' size for a planar one (``layout.PLANAR + S``)."""
@@ -47,8 +64,8 @@ def decoded_sizes(shapes: np.ndarray) -> np.ndarray:
     if not planar.any():
         return H * W * C
     sizes = H * W * np.where(planar, 1, C)
-    for k in np.flatnonzero(planar):
-        sizes[k] = layout.planar_size(int(H[k]), int(W[k]), int(C[k]) - layout.PLANAR)
+    chroma = chroma_shapes(shapes[planar])
+    sizes[planar] += 2 * chroma[:, 0] * chroma[:, 1]
     return sizes
 
 
@@ -211,10 +228,7 @@ class GpuDecoder:
             hints = batch.hints[part] if batch.hints is not None else None
             if hints is not None and (hints < 0).any():
                 hints = None
-            chroma = None
-            if shapes[part[0], 2] >= layout.PLANAR:
-                chroma = np.array([layout.chroma_shape(int(h), int(w), int(c) - layout.PLANAR)
-                                   for h, w, c in shapes[part]], dtype=np.int64).reshape(-1, 2)
+            chroma = chroma_shapes(shapes[part]) if shapes[part[0], 2] >= layout.PLANAR else None
             status = self.nvjpeg.decode_batch(pinned, batch.offsets[part], batch.lengths[part], shapes[part, :2],
                                               decoded, out_offsets[part], stream, hints=hints, chroma=chroma)
             routed = self.nvjpeg.last_stats
