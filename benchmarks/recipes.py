@@ -17,9 +17,11 @@ gives the ResNet-50 recipe):
 DALI decodes with the hardware decoder (``hw_decoder_load=0.9``): train through
 ``fn.decoders.image_random_crop`` (ROI decode), val through ``fn.decoders.image``.
 
-torchdali runs each recipe twice: decoding to RGB (nvJPEG's own chroma upsampling and
-colour conversion, the default) and as ``torchdali-planar`` (``TORCHDALI_PLANAR_DECODE=1``:
-nvJPEG decodes Y/Cb/Cr planes, the fused kernel upsamples and converts them).
+torchdali runs each recipe decoding to RGB (nvJPEG's own chroma upsampling and colour
+conversion, the default), as ``torchdali-planar`` (``TORCHDALI_PLANAR_DECODE=1``: nvJPEG
+decodes Y/Cb/Cr planes, the fused kernel upsamples and converts them), and as
+``torchdali-cpuS`` for each ``--cpu-shares`` value S (``cpu_decode_share=S``: the workers
+decode that fraction of the JPEGs).
 
 torchdali and torchvision get the recipe as torchvision v2 objects (torchdali converts
 them); DALI gets the nearest pipeline of its own operators (named in the output).
@@ -92,16 +94,17 @@ def run_torchvision(root: str, recipe: str, args: argparse.Namespace, device: to
 
 
 def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
-                  mix: bool, planar: bool = False) -> dict:
+                  mix: bool, planar: bool = False, cpu_share: float = 0.0) -> dict:
     if planar:  # nvJPEG decodes to Y/Cb/Cr planes, the kernel upsamples and converts them
         os.environ["TORCHDALI_PLANAR_DECODE"] = "1"
     try:
-        return _run_torchdali(root, recipe, args, device, mix)
+        return _run_torchdali(root, recipe, args, device, mix, cpu_share)
     finally:
         os.environ.pop("TORCHDALI_PLANAR_DECODE", None)
 
 
-def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool) -> dict:
+def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool,
+                   cpu_share: float) -> dict:
     import torchdali as td
 
     ds = td.datasets.ImageFolder(root)
@@ -110,7 +113,7 @@ def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: tor
         extra["batch_transforms"] = _mixup_cutmix(len(ds.classes))
     loader = td.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True,
                            transforms=_tv_preset(recipe, args.size, args.val_crop, args.val_resize, "tensor"), device=device, seed=0,
-                           persistent_workers=True, prefetch_factor=2, **extra)
+                           persistent_workers=True, prefetch_factor=2, cpu_decode_share=cpu_share, **extra)
     r = _epochs(lambda: iter(loader), args.epochs, 1, device, "torchdali", False)
     last = loader.stats().last
     if last is not None:
@@ -191,6 +194,8 @@ def main() -> int:
     p.add_argument("data")
     p.add_argument("--recipes", default="plain,reference,val")
     p.add_argument("--systems", default="torchdali,dali,torchvision")
+    p.add_argument("--cpu-shares", default="0.1,0.25",
+                   help="torchdali also with these cpu_decode_share values (comma-separated; empty: none)")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--dali-threads", type=int, default=8)
@@ -221,6 +226,10 @@ def main() -> int:
                 runs.append((recipe, "torchdali", lambda r=recipe: run_torchdali(args.data, r, args, device, False)))
                 runs.append((recipe, "torchdali-planar",
                              lambda r=recipe: run_torchdali(args.data, r, args, device, False, planar=True)))
+                for share in (float(v) for v in args.cpu_shares.split(",") if v):
+                    runs.append((recipe, f"torchdali-cpu{share:g}",
+                                 lambda r=recipe, s=share: run_torchdali(args.data, r, args, device, False,
+                                                                         cpu_share=s)))
                 if recipe == "reference":
                     runs.append((recipe, "torchdali+mixup",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, True)))

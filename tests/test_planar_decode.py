@@ -207,3 +207,4 @@ def test_planar_loader_decodes_what_nvjpeg_rejects_on_the_cpu(tmp_path, monkeypa
     first = 0  # the first JPEG of the batch: sorted file names, 00_420.jpg
     assert (planar[first] - cpu[first]).abs().max() == 0  # both decoded by libjpeg
     assert ((planar - cpu).abs() <= 1).float().mean() >= 0.999
+

@@ -147,6 +147,11 @@ class DataLoader(tud.DataLoader):
             any memory is allocated for it, on both paths. Default: Pillow's
             ``Image.MAX_IMAGE_PIXELS`` (89,478,485) when the loader is built;
             None turns the limit off.
+        cpu_decode_share: GPU path: the fraction of JPEGs the workers decode on the
+            CPU (libjpeg-turbo) instead of nvJPEG, so that idle worker cores take part
+            of the decoding; the kernel transforms them with the rest. Which samples is
+            fixed by their position in the epoch, so batches still replay exactly.
+            Default 0: nvJPEG decodes every JPEG it can.
     """
 
     def __init__(
@@ -178,6 +183,7 @@ class DataLoader(tud.DataLoader):
         distributed: bool = False,
         on_error: str | Callable = "raise",
         max_image_pixels: int | None | object = _PIL_LIMIT,
+        cpu_decode_share: float = 0.0,
     ) -> None:
         keep_in_children(self)
         if distributed and sampler is None and batch_sampler is None:
@@ -215,6 +221,8 @@ class DataLoader(tud.DataLoader):
             max_image_pixels = default_max_image_pixels()
         if max_image_pixels is not None and (isinstance(max_image_pixels, bool) or int(max_image_pixels) < 1):
             raise ValueError(f"max_image_pixels must be a positive int or None, got {max_image_pixels!r}")
+        if isinstance(cpu_decode_share, bool) or not 0.0 <= float(cpu_decode_share) <= 1.0:
+            raise ValueError(f"cpu_decode_share must be a fraction in [0, 1], got {cpu_decode_share!r}")
         if prefetch_depth < 1:
             raise ValueError(f"prefetch_depth must be >= 1, got {prefetch_depth}")
         # The fields below are torchdali's; names match the __init__ arguments so
@@ -235,6 +243,7 @@ class DataLoader(tud.DataLoader):
         self.__dict__["in_order"] = in_order
         self.__dict__["on_error"] = on_error
         self.__dict__["max_image_pixels"] = None if max_image_pixels is None else int(max_image_pixels)
+        self.__dict__["cpu_decode_share"] = float(cpu_decode_share)
         self.__dict__["_epoch_state"] = EpochState(spares=on_error != "raise")
         self.__dict__["_resume"] = None
         self.__dict__["_logged_bad"] = set()
@@ -367,7 +376,7 @@ class DataLoader(tud.DataLoader):
 
             batch_size = self.batch_size or getattr(self.batch_sampler, "batch_size", None) or 256
             layout = plan_ring(self.dataset, batch_size, self.num_workers, self.prefetch_factor,
-                               self.prefetch_depth)
+                               self.prefetch_depth, decoded_share=self.cpu_decode_share)
             if layout is not None:
                 ring = HostRing(*layout)
         self.__dict__["_ring"] = ring
@@ -375,7 +384,8 @@ class DataLoader(tud.DataLoader):
                                channels_last=self.memory_format == torch.channels_last,
                                on_error=self.on_error, dataset=self.dataset, ring=ring,
                                max_image_pixels=self.max_image_pixels,
-                               planar=os.environ.get("TORCHDALI_PLANAR_DECODE", "0") == "1")
+                               planar=os.environ.get("TORCHDALI_PLANAR_DECODE", "0") == "1",
+                               cpu_decode_share=self.cpu_decode_share)
         records = None
         if self.num_workers > 0:
             # what each worker is building, to name it if the worker dies (_executor/_records.py)

@@ -215,8 +215,10 @@ class PrepareBatch:
 
     def __init__(self, plan: Plan, mode: str, delivery: Delivery | None = None,
                  channels_last: bool = False, on_error: Any = "raise", dataset: Any = None,
-                 ring: Any = None, max_image_pixels: int | None = None, planar: bool = False) -> None:
+                 ring: Any = None, max_image_pixels: int | None = None, planar: bool = False,
+                 cpu_decode_share: float = 0.0) -> None:
         check_on_error(on_error)
+        self.cpu_decode_share = cpu_decode_share  # GPU path: JPEGs decoded here instead (on_cpu)
         self.planar = planar  # GPU path: nvJPEG decodes to Y/Cb/Cr planes, the kernel converts
         self.max_image_pixels = max_image_pixels  # larger images are refused from their header
         self.ring = ring  # HostRing the GPU path's workers write batches into, or None
@@ -227,8 +229,9 @@ class PrepareBatch:
         self.on_error = on_error
         self.dataset = dataset
 
-    def load(self, data: Any, idx: int, path: str | None) -> LoadedSample:
-        """One sample's data, classified (and decoded here when the GPU cannot); raises SampleError naming it."""
+    def load(self, data: Any, idx: int, path: str | None, on_cpu: bool = False) -> LoadedSample:
+        """One sample's data, classified (and decoded here when the GPU cannot, or when
+        ``on_cpu``: the CPU's share of the decoding); raises SampleError naming it."""
         from ..decode import DecodeError, decode_cpu
 
         try:
@@ -237,7 +240,8 @@ class PrepareBatch:
             raise SampleError.for_sample(idx, path, "unsupported sample", e) from None
         if kind == ENCODED:
             header = _checked_header(payload, self.max_image_pixels, idx, path)
-            probe = _gpu_decodable_shape(payload, header.jpeg, self.planar) if self.mode == "gpu" else None
+            probe = _gpu_decodable_shape(payload, header.jpeg, self.planar) \
+                if self.mode == "gpu" and not on_cpu else None
             if probe is not None:
                 shape, hint, scan_start = probe
                 return LoadedSample(kind, payload, shape, hint, scan_start)
@@ -290,7 +294,8 @@ class PrepareBatch:
         for i, sample in enumerate(samples):
             data, target, has = _split_item(sample.item)
             try:
-                kind, payload, shape, hints[i], scan_starts[i] = self.load(data, int(indices[i]), sample.path)
+                on_cpu = cpu_share_member(int(positions[i]), self.cpu_decode_share)
+                kind, payload, shape, hints[i], scan_starts[i] = self.load(data, int(indices[i]), sample.path, on_cpu)
             except SampleError as err:
                 if self.on_error == "raise":
                     raise
@@ -366,6 +371,20 @@ def _checked_header(payload: torch.Tensor, max_pixels: int | None, idx: int, pat
     except (ImageTooLarge, ImplausibleHeader) as e:
         raise SampleError.for_sample(idx, path, "refused before decoding", e) from None
     return header
+
+
+_GOLDEN = (5 ** 0.5 - 1) / 2
+
+
+def cpu_share_member(position: int, share: float) -> bool:
+    """Whether the sample at ``position`` in its epoch is in the CPU's share of the decoding.
+
+    Positions times the golden ratio, modulo 1, spread evenly over [0, 1) (a
+    low-discrepancy sequence): any run of consecutive positions, so every batch,
+    holds ``share`` of its samples to within one, and the choice depends on the
+    position alone, so it replays on resume and with any number of workers.
+    """
+    return share > 0.0 and (position * _GOLDEN) % 1.0 < share
 
 
 def _gpu_decodable_shape(payload: torch.Tensor, info: Any,
