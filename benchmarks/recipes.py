@@ -94,7 +94,7 @@ def run_torchvision(root: str, recipe: str, args: argparse.Namespace, device: to
 
 
 def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
-                  mix: bool, planar: bool = False, cpu_share: float = 0.0) -> dict:
+                  mix: bool, planar: bool = False, cpu_share: float | str = 0.0) -> dict:
     if planar:  # nvJPEG decodes to Y/Cb/Cr planes, the kernel upsamples and converts them
         os.environ["TORCHDALI_PLANAR_DECODE"] = "1"
     try:
@@ -104,7 +104,7 @@ def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torc
 
 
 def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool,
-                   cpu_share: float) -> dict:
+                   cpu_share: float | str) -> dict:
     import torchdali as td
 
     ds = td.datasets.ImageFolder(root)
@@ -194,7 +194,7 @@ def main() -> int:
     p.add_argument("data")
     p.add_argument("--recipes", default="plain,reference,val")
     p.add_argument("--systems", default="torchdali,dali,torchvision")
-    p.add_argument("--cpu-shares", default="0.1,0.25",
+    p.add_argument("--cpu-shares", default="0.1,auto",
                    help="torchdali also with these cpu_decode_share values (comma-separated; empty: none)")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -226,8 +226,8 @@ def main() -> int:
                 runs.append((recipe, "torchdali", lambda r=recipe: run_torchdali(args.data, r, args, device, False)))
                 runs.append((recipe, "torchdali-planar",
                              lambda r=recipe: run_torchdali(args.data, r, args, device, False, planar=True)))
-                for share in (float(v) for v in args.cpu_shares.split(",") if v):
-                    runs.append((recipe, f"torchdali-cpu{share:g}",
+                for share in (v if v == "auto" else float(v) for v in args.cpu_shares.split(",") if v):
+                    runs.append((recipe, f"torchdali-cpu{share if share == 'auto' else f'{share:g}'}",
                                  lambda r=recipe, s=share: run_torchdali(args.data, r, args, device, False,
                                                                          cpu_share=s)))
                 if recipe == "reference":

@@ -2,14 +2,18 @@
 samples the workers decode, and what they send."""
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
 
 import torchdali as td
 from torchdali import transforms as T
-from torchdali._executor._tags import SampleTag, TaggedSample
+from torchdali._executor._share import next_cpu_share
+from torchdali._executor._tags import TagBatch, TaggedSample
 from torchdali._executor._worker import ENCODED, RAW, PrepareBatch, cpu_share_member
+from torchdali._stats import EpochStats
 from torchdali.decode import decode_cpu
 from torchdali.transforms import compile_transforms
 
@@ -27,29 +31,64 @@ def test_cpu_share_is_even_in_every_batch(share):
 
 
 def test_workers_decode_the_cpu_share_and_pack_the_rest(tmp_path):
-    """The share's JPEGs arrive decoded (RAW RGB, as the CPU path decodes them), the others
-    encoded; which ones depends on the position only."""
+    """The share travels with the batch's tags; its JPEGs arrive decoded (RAW RGB, as the
+    CPU path decodes them), the others encoded; which ones depends on the position only."""
     ds = td.datasets.ImageFolder(make_folder(tmp_path / "f", n=40, classes=2, lo=30, hi=50))
     plan = compile_transforms(T.Compose([T.Resize((16, 16))]))
-    samples = [TaggedSample(SampleTag(0, 0, 100 + i, i, False, 0), ds.samples[i][0], ds[i]) for i in range(40)]
-    batch = PrepareBatch(plan, "gpu", cpu_decode_share=0.25)(samples)
+
+    def tagged(share):
+        tags = TagBatch(0, 0, 0, 100, list(range(40)), cpu_share=share)
+        tags = pickle.loads(pickle.dumps(tags))  # as the sampler sends it to a worker
+        return [TaggedSample(tag, ds.samples[tag.index][0], ds[tag.index]) for tag in tags]
+
+    batch = PrepareBatch(plan, "gpu")(tagged(0.25))
     on_cpu = [cpu_share_member(100 + i, 0.25) for i in range(40)]
-    assert 8 <= sum(on_cpu) <= 12
+    assert 8 <= sum(on_cpu) <= 12 and batch.share_decoded == sum(on_cpu) and batch.share_decode_s > 0
     assert [k == RAW for k in batch.kinds] == on_cpu
-    blob = batch.blob
     for i in np.flatnonzero(on_cpu):
-        got = blob[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]]
+        got = batch.blob[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]]
         assert torch.equal(got, decode_cpu(ds[i][0]).reshape(-1))
-    plain = PrepareBatch(plan, "gpu")(samples)
-    assert (plain.kinds == ENCODED).all()
+    plain = PrepareBatch(plan, "gpu")(tagged(0.0))
+    assert (plain.kinds == ENCODED).all() and plain.share_decoded == 0
+    cpu_path = PrepareBatch(plan, "cpu")(tagged(0.25))  # the CPU path decodes everything anyway
+    assert cpu_path.share_decoded == 0
 
 
-def test_the_share_is_validated_and_kept():
+def _epoch(**kw) -> EpochStats:
+    e = EpochStats(0)
+    for k, v in kw.items():
+        setattr(e, k, v)
+    return e
+
+
+def test_auto_share_balances_the_gpu_and_the_workers():
+    # 10,000 images: nvJPEG 100 us each on 9,000; the workers 2 ms per CPU decode on 1,000
+    # and 200 us per image for the rest of their work; 16 workers; the loop waited half the time
+    e = _epoch(samples=10_000, wall_s=2.0, wait_s=1.0, decoded_hardware=9_000, decode_s=0.9,
+               share_decoded=1_000, share_decode_s=2.0, worker_s=2.0 + 10_000 * 200e-6)
+    t_g, t_c, a, W = 1e-4, 2e-3, 2e-4, 16
+    s_star = (W * t_g - a) / (W * t_g + t_c)
+    assert next_cpu_share(0.1, e, W, cap=0.5) == pytest.approx(0.5 * 0.1 + 0.5 * s_star, abs=1e-4)
+    # at s*, the GPU's and the workers' time per image agree
+    assert (1 - s_star) * t_g == pytest.approx((a + s_star * t_c) / W)
+    assert next_cpu_share(0.1, e, W, cap=0.05) == 0.05  # capped
+    # the loop hardly waited: the share decays (it only costs CPU)
+    idle = _epoch(samples=10_000, wall_s=2.0, wait_s=0.01, decoded_hardware=9_000, decode_s=0.9,
+                  share_decoded=1_000, share_decode_s=2.0, worker_s=4.0)
+    assert next_cpu_share(0.2, idle, W, cap=0.5) == pytest.approx(0.1)
+    # nothing measured yet (CPU path, or no share decoded): unchanged
+    assert next_cpu_share(0.1, _epoch(samples=100), W, cap=0.5) == 0.1
+
+
+def test_the_share_is_validated_and_kept_in_the_state_dict():
     ds = td.datasets.FileList([])
-    with pytest.raises(ValueError, match="cpu_decode_share"):
-        td.DataLoader(ds, transforms=T.Resize((8, 8)), cpu_decode_share=1.5)
-    loader = td.DataLoader(ds, transforms=T.Resize((8, 8)), cpu_decode_share=0.1)
-    assert loader.cpu_decode_share == 0.1
+    for bad in (1.5, -0.1, "half", True):
+        with pytest.raises(ValueError, match="cpu_decode_share"):
+            td.DataLoader(ds, transforms=T.Resize((8, 8)), cpu_decode_share=bad)
+    loader = td.DataLoader(ds, transforms=T.Resize((8, 8)), cpu_decode_share="auto", max_cpu_decode_share=0.3)
+    assert loader.cpu_decode_share == "auto" and loader.state_dict()["cpu_share"] == 0.1
+    fixed = td.DataLoader(ds, transforms=T.Resize((8, 8)), cpu_decode_share=0.25)
+    assert fixed.state_dict()["cpu_share"] == 0.25
 
 
 @pytest.mark.cuda
@@ -68,3 +107,18 @@ def test_gpu_loader_with_a_cpu_share_matches_the_cpu_path(tmp_path):
         assert (g.float() - c.float()).abs().mean() < 2.5
     e = loader.stats().last
     assert 10 <= e.decoded_cpu <= 14 and e.decoded_cpu + e.decoded_hardware + e.decoded_hybrid == 48
+
+
+@pytest.mark.cuda
+def test_auto_share_adapts_between_epochs_and_reports_its_cost(tmp_path):
+    ds = td.datasets.ImageFolder(make_folder(tmp_path / "f", n=64, classes=2, lo=60, hi=120))
+    loader = td.DataLoader(ds, batch_size=16, transforms=T.Compose([T.RandomResizedCrop(32)]), seed=1,
+                           num_workers=2, device="cuda", cpu_decode_share="auto", max_cpu_decode_share=0.3)
+    for _ in range(3):
+        for _ in loader:
+            pass
+    epochs = loader.stats().epochs
+    assert epochs[0].cpu_share == 0.1 and all(0.02 <= e.cpu_share <= 0.3 for e in epochs)
+    assert all(e.share_decoded > 0 and e.share_decode_s > 0 for e in epochs)
+    assert loader.state_dict()["cpu_share"] == epochs[-1].cpu_share
+    assert "as the CPU's share" in loader.stats().summary()

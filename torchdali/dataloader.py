@@ -26,6 +26,7 @@ import torch.utils.data as tud
 from ._executor._deliver import Delivery
 from ._executor._iterators import CpuIterator, GpuIterator
 from ._executor._records import EndRecord, WorkerRecords
+from ._executor._share import AUTO_START, next_cpu_share
 from ._executor._tags import EpochState, TaggedBatchSampler, TaggedDataset, TaggedIterable
 from ._executor._worker import PrepareBatch, check_on_error
 from ._fork import keep_in_children
@@ -151,7 +152,13 @@ class DataLoader(tud.DataLoader):
             CPU (libjpeg-turbo) instead of nvJPEG, so that idle worker cores take part
             of the decoding; the kernel transforms them with the rest. Which samples is
             fixed by their position in the epoch, so batches still replay exactly.
-            Default 0: nvJPEG decodes every JPEG it can.
+            Default 0: nvJPEG decodes every JPEG it can. ``"auto"``: start at 0.1 and,
+            between epochs, move towards the share at which nvJPEG and the workers
+            finish together (from the last epoch's measured rates; see
+            ``_executor/_share.py``), at most ``max_cpu_decode_share``. Then two runs
+            may pick different shares (their outputs differ by the decoders' rounding);
+            ``state_dict()`` keeps the share, so a resumed run replays exactly.
+        max_cpu_decode_share: the cap of ``cpu_decode_share="auto"``.
     """
 
     def __init__(
@@ -183,7 +190,8 @@ class DataLoader(tud.DataLoader):
         distributed: bool = False,
         on_error: str | Callable = "raise",
         max_image_pixels: int | None | object = _PIL_LIMIT,
-        cpu_decode_share: float = 0.0,
+        cpu_decode_share: float | str = 0.0,
+        max_cpu_decode_share: float = 0.5,
     ) -> None:
         keep_in_children(self)
         if distributed and sampler is None and batch_sampler is None:
@@ -221,8 +229,11 @@ class DataLoader(tud.DataLoader):
             max_image_pixels = default_max_image_pixels()
         if max_image_pixels is not None and (isinstance(max_image_pixels, bool) or int(max_image_pixels) < 1):
             raise ValueError(f"max_image_pixels must be a positive int or None, got {max_image_pixels!r}")
-        if isinstance(cpu_decode_share, bool) or not 0.0 <= float(cpu_decode_share) <= 1.0:
-            raise ValueError(f"cpu_decode_share must be a fraction in [0, 1], got {cpu_decode_share!r}")
+        if cpu_decode_share != "auto" and (isinstance(cpu_decode_share, (bool, str))
+                                           or not 0.0 <= float(cpu_decode_share) <= 1.0):
+            raise ValueError(f"cpu_decode_share must be a fraction in [0, 1] or 'auto', got {cpu_decode_share!r}")
+        if isinstance(max_cpu_decode_share, bool) or not 0.0 <= float(max_cpu_decode_share) <= 1.0:
+            raise ValueError(f"max_cpu_decode_share must be a fraction in [0, 1], got {max_cpu_decode_share!r}")
         if prefetch_depth < 1:
             raise ValueError(f"prefetch_depth must be >= 1, got {prefetch_depth}")
         # The fields below are torchdali's; names match the __init__ arguments so
@@ -243,7 +254,11 @@ class DataLoader(tud.DataLoader):
         self.__dict__["in_order"] = in_order
         self.__dict__["on_error"] = on_error
         self.__dict__["max_image_pixels"] = None if max_image_pixels is None else int(max_image_pixels)
-        self.__dict__["cpu_decode_share"] = float(cpu_decode_share)
+        self.__dict__["cpu_decode_share"] = cpu_decode_share if cpu_decode_share == "auto" else float(cpu_decode_share)
+        self.__dict__["max_cpu_decode_share"] = float(max_cpu_decode_share)
+        # the share of the current (or next) epoch
+        self.__dict__["_cpu_share"] = min(AUTO_START, float(max_cpu_decode_share)) \
+            if cpu_decode_share == "auto" else float(cpu_decode_share)
         self.__dict__["_epoch_state"] = EpochState(spares=on_error != "raise")
         self.__dict__["_resume"] = None
         self.__dict__["_logged_bad"] = set()
@@ -262,12 +277,18 @@ class DataLoader(tud.DataLoader):
             return super()._get_iterator()
         state = self._epoch_state
         resume, self.__dict__["_resume"] = self._resume, None
+        last = self._stats.last
+        if self.cpu_decode_share == "auto" and self.device.type == "cuda" and last is not None:
+            self.__dict__["_cpu_share"] = next_cpu_share(self._cpu_share, last, self.num_workers,
+                                                         self.max_cpu_decode_share)
         if resume is not None:
             self._restore_rng(resume["rng_state"])
             state.skip_batches = resume["batches_done"]
+            self.__dict__["_cpu_share"] = resume.get("cpu_share", self._cpu_share)
         self.__dict__["_epoch_rng_state"] = self._rng_state()
         state.seed = self._effective_seed()
         state.epoch = self._epochs_started
+        state.cpu_share = self._cpu_share if self.device.type == "cuda" else 0.0
         self.__dict__["_batches_done"] = state.skip_batches
         self.__dict__["_epochs_started"] = self._epochs_started + 1
         inner = self._inner_loader()
@@ -298,6 +319,7 @@ class DataLoader(tud.DataLoader):
             "seed": self._effective_seed(),
             "rng_state": rng_state,
             "sampler_epoch": getattr(self.sampler, "epoch", None),
+            "cpu_share": self._cpu_share,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -375,8 +397,9 @@ class DataLoader(tud.DataLoader):
             from ._executor._ring import HostRing, plan_ring
 
             batch_size = self.batch_size or getattr(self.batch_sampler, "batch_size", None) or 256
+            share = self.max_cpu_decode_share if self.cpu_decode_share == "auto" else self.cpu_decode_share
             layout = plan_ring(self.dataset, batch_size, self.num_workers, self.prefetch_factor,
-                               self.prefetch_depth, decoded_share=self.cpu_decode_share)
+                               self.prefetch_depth, decoded_share=share)
             if layout is not None:
                 ring = HostRing(*layout)
         self.__dict__["_ring"] = ring
@@ -384,8 +407,7 @@ class DataLoader(tud.DataLoader):
                                channels_last=self.memory_format == torch.channels_last,
                                on_error=self.on_error, dataset=self.dataset, ring=ring,
                                max_image_pixels=self.max_image_pixels,
-                               planar=os.environ.get("TORCHDALI_PLANAR_DECODE", "0") == "1",
-                               cpu_decode_share=self.cpu_decode_share)
+                               planar=os.environ.get("TORCHDALI_PLANAR_DECODE", "0") == "1")
         records = None
         if self.num_workers > 0:
             # what each worker is building, to name it if the worker dies (_executor/_records.py)

@@ -109,7 +109,8 @@ class BatchExecutor:
         t_end = time.perf_counter()
         kernel_s = self.launcher.previous_kernel_s(kernel_events)
         stages = {"executor_s": t_end - t0, "decode_s": t_decoded - t0, "launch_s": t_end - t_decoded,
-                  "kernel_s": kernel_s, **counts}
+                  "kernel_s": kernel_s, "share_decoded": batch.share_decoded,
+                  "share_decode_s": batch.share_decode_s, **counts}
         return ReadyBatch(batch, images, targets, ready, stages)
 
 

@@ -137,6 +137,7 @@ class GpuIterator:
         self._executor = executor_for(loader, device)
         self._stats = loader._stats
         self._stats.start_epoch(loader._epoch_state.epoch)
+        self._stats.last.cpu_share = loader._epoch_state.cpu_share
         self._queue: queue.Queue = queue.Queue(maxsize=loader.prefetch_depth)  # ReadyBatch, _END or _Failure
         self._staged: queue.Queue = queue.Queue(maxsize=1)  # StagedBatch, _END or _Failure
         self._stop = threading.Event()

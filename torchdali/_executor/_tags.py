@@ -28,7 +28,9 @@ class SampleTag(NamedTuple):
     the dataset index to read; ``spare`` marks a replacement candidate that is
     only read if a sample of its batch fails; ``seq`` numbers the batches the
     loader has dispatched (all epochs) and picks their staging-ring slot (-1: not
-    numbered, e.g. an IterableDataset's samples).
+    numbered, e.g. an IterableDataset's samples). ``cpu_share`` is the epoch's
+    fraction of JPEGs the workers decode on the CPU (GPU path; see
+    ``_worker.cpu_share_member``).
     """
 
     seed: int
@@ -37,6 +39,7 @@ class SampleTag(NamedTuple):
     index: int
     spare: bool
     seq: int = -1
+    cpu_share: float = 0.0
 
 
 @dataclass(slots=True)
@@ -56,20 +59,21 @@ class TagBatch:
     indices: Sequence[int]
     spare_positions: Sequence[int] = ()
     spare_indices: Sequence[int] = ()
+    cpu_share: float = 0.0
 
     def __reduce__(self) -> tuple:
         return TagBatch, (self.seed, self.epoch, self.seq, self.first_position, self.indices,
-                          self.spare_positions, self.spare_indices)
+                          self.spare_positions, self.spare_indices, self.cpu_share)
 
     def __len__(self) -> int:
         return len(self.indices) + len(self.spare_indices)
 
     def __iter__(self) -> Iterator[SampleTag]:
-        seed, epoch, seq, pos = self.seed, self.epoch, self.seq, self.first_position
+        seed, epoch, seq, pos, share = self.seed, self.epoch, self.seq, self.first_position, self.cpu_share
         for i, idx in enumerate(self.indices):
-            yield SampleTag(seed, epoch, pos + i, idx, False, seq)
+            yield SampleTag(seed, epoch, pos + i, idx, False, seq, share)
         for p, idx in zip(self.spare_positions, self.spare_indices):
-            yield SampleTag(seed, epoch, p, idx, True, seq)
+            yield SampleTag(seed, epoch, p, idx, True, seq, share)
 
     def __getitem__(self, k: int) -> SampleTag:
         n = len(self.indices)
@@ -78,8 +82,10 @@ class TagBatch:
         if not 0 <= k < len(self):
             raise IndexError(f"TagBatch index {k} out of range for {len(self)} tags")
         if k < n:
-            return SampleTag(self.seed, self.epoch, self.first_position + k, self.indices[k], False, self.seq)
-        return SampleTag(self.seed, self.epoch, self.spare_positions[k - n], self.spare_indices[k - n], True, self.seq)
+            return SampleTag(self.seed, self.epoch, self.first_position + k, self.indices[k], False, self.seq,
+                             self.cpu_share)
+        return SampleTag(self.seed, self.epoch, self.spare_positions[k - n], self.spare_indices[k - n], True,
+                         self.seq, self.cpu_share)
 
 
 class TaggedSample(NamedTuple):
@@ -116,6 +122,7 @@ class EpochState:
     skip_batches: int = 0  # resume: batches of this epoch already consumed
     spares: bool = False  # send replacement candidates with each batch
     next_seq: int = 0  # loader-wide batch counter: picks the staging-ring slot
+    cpu_share: float = 0.0  # GPU path: the fraction of JPEGs the workers decode this epoch
 
 
 class TaggedBatchSampler:
@@ -160,7 +167,7 @@ class TaggedBatchSampler:
         return self._pass(self._generation)
 
     def _pass(self, generation: int) -> Iterator[TagBatch]:
-        seed, epoch, skip = self.state.seed, self.state.epoch, self.state.skip_batches
+        seed, epoch, skip, share = self.state.seed, self.state.epoch, self.state.skip_batches, self.state.cpu_share
         self.state.skip_batches = 0  # a resume offset applies to one epoch only
         batches = self.batch_sampler
         order: list[int] | None = None
@@ -178,7 +185,7 @@ class TaggedBatchSampler:
                     return  # retired: its iterator was closed
                 seq = self.state.next_seq
                 self.state.next_seq += 1
-            tags = TagBatch(seed, epoch, seq, pos, batch)
+            tags = TagBatch(seed, epoch, seq, pos, batch, cpu_share=share)
             if order:
                 picks = _rng.uniform(_rng.sample_keys(seed, epoch, np.array([b])), 1 << 20, NUM_SPARES)[0]
                 picks = [int(p) for p in (picks * len(order)).astype(np.int64)]

@@ -142,6 +142,8 @@ class PackedBatch:
     spares: list[SampleTag] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)  # samples replaced under on_error
     seconds: float = 0.0  # worker time spent on this batch
+    share_decoded: int = 0  # JPEGs of the CPU's share decoded here (GPU path), and the time it took
+    share_decode_s: float = 0.0
     slots: torch.Tensor | None = None  # [B, K, SLOT_WIDTH] augment program slots (None: no program)
     batch_values: dict = field(default_factory=dict)  # batch-level drawn values
 
@@ -215,10 +217,8 @@ class PrepareBatch:
 
     def __init__(self, plan: Plan, mode: str, delivery: Delivery | None = None,
                  channels_last: bool = False, on_error: Any = "raise", dataset: Any = None,
-                 ring: Any = None, max_image_pixels: int | None = None, planar: bool = False,
-                 cpu_decode_share: float = 0.0) -> None:
+                 ring: Any = None, max_image_pixels: int | None = None, planar: bool = False) -> None:
         check_on_error(on_error)
-        self.cpu_decode_share = cpu_decode_share  # GPU path: JPEGs decoded here instead (on_cpu)
         self.planar = planar  # GPU path: nvJPEG decodes to Y/Cb/Cr planes, the kernel converts
         self.max_image_pixels = max_image_pixels  # larger images are refused from their header
         self.ring = ring  # HostRing the GPU path's workers write batches into, or None
@@ -291,11 +291,16 @@ class PrepareBatch:
         scan_starts = np.full(n, -1, dtype=np.int64)
         skipped: list[Skipped] = []
         used: set[SampleTag] = set()
+        share_decoded, share_decode_s = 0, 0.0
         for i, sample in enumerate(samples):
             data, target, has = _split_item(sample.item)
             try:
-                on_cpu = cpu_share_member(int(positions[i]), self.cpu_decode_share)
+                on_cpu = self.mode == "gpu" and cpu_share_member(int(positions[i]), sample.tag.cpu_share)
+                t_load = time.perf_counter()
                 kind, payload, shape, hints[i], scan_starts[i] = self.load(data, int(indices[i]), sample.path, on_cpu)
+                if on_cpu:
+                    share_decoded += 1
+                    share_decode_s += time.perf_counter() - t_load
             except SampleError as err:
                 if self.on_error == "raise":
                     raise
@@ -337,6 +342,7 @@ class PrepareBatch:
                 batch.blob = torch.cat(flat) if n else torch.empty(0, dtype=torch.uint8)
             batch.kinds, batch.offsets, batch.lengths, batch.shapes = kinds, offsets, lengths, shapes
             batch.hints, batch.scan_starts = hints, scan_starts
+            batch.share_decoded, batch.share_decode_s = share_decoded, share_decode_s
         batch.seconds = time.perf_counter() - t0
         return batch
 
