@@ -41,9 +41,10 @@ def pack(files):
     return blobs, host, offsets, lengths, sizes, hints
 
 
-def run_decoder(dec, batches, stream, reps=3, use_hints=False, alongside=None):
+def run_decoder(dec, batches, stream, reps=3, use_hints=False, alongside=None, chroma=None):
     """images/s, median host ms per batch, decoder stats. ``alongside(k)`` is called
-    before batch ``k`` is decoded (work the loader queues next to the decoder)."""
+    before batch ``k`` is decoded (work the loader queues next to the decoder); with
+    ``chroma`` (per batch, as ``decode_batch`` takes it) the output is planar."""
     host_ms, walls = [], []
     for _ in range(reps):
         torch.cuda.synchronize()
@@ -52,14 +53,16 @@ def run_decoder(dec, batches, stream, reps=3, use_hints=False, alongside=None):
         for k, (blobs, pinned, offsets, lengths, sizes, hints) in enumerate(batches):
             if alongside is not None:
                 alongside(k)
-            numel = sizes[:, 0] * sizes[:, 1] * 3
+            ch = None if chroma is None else chroma[k]
+            numel = sizes[:, 0] * sizes[:, 1] * 3 if ch is None else \
+                sizes[:, 0] * sizes[:, 1] + 2 * ch[:, 0] * ch[:, 1]
             out_off = np.zeros(len(numel), dtype=np.int64)
             out_off[1:] = np.cumsum(numel)[:-1]
             with torch.cuda.stream(stream):
                 out = torch.empty(int(numel.sum()), dtype=torch.uint8, device="cuda")
             h0 = time.perf_counter()
             status = dec.decode_batch(pinned, offsets, lengths, sizes, out, out_off, stream,
-                                      hints=hints if use_hints else None)
+                                      hints=hints if use_hints else None, chroma=ch)
             host_ms.append(1e3 * (time.perf_counter() - h0))
             assert all(s == 0 for s in status), dec.last_errors
             n += len(sizes)
@@ -68,9 +71,8 @@ def run_decoder(dec, batches, stream, reps=3, use_hints=False, alongside=None):
     return statistics.median(walls), statistics.median(host_ms), dict(dec.last_stats)
 
 
-def run_planar(dec, batches, stream, reps=3):
-    """images/s and median host ms per batch of planar decodes (Y, Cb, Cr at each image's
-    own subsampling, no upsampling or colour conversion in nvJPEG), with header codes."""
+def planar_chroma_of(batches):
+    """Per batch, the chroma plane sizes ``decode_batch(chroma=...)`` takes."""
     from torchdali.decode._jpeg_header import planar_chroma
 
     chroma = []
@@ -82,25 +84,7 @@ def run_planar(dec, batches, stream, reps=3):
                 raise SystemExit("planar rows need 4:2:0/4:2:2/4:4:0/4:4:4/grayscale JPEGs only")
             rows.append(pc[1:])
         chroma.append(np.array(rows, dtype=np.int64))
-    host_ms, walls = [], []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        n = 0
-        for (blobs, pinned, offsets, lengths, sizes, hints), ch in zip(batches, chroma):
-            numel = sizes[:, 0] * sizes[:, 1] + 2 * ch[:, 0] * ch[:, 1]
-            out_off = np.zeros(len(numel), dtype=np.int64)
-            out_off[1:] = np.cumsum(numel)[:-1]
-            with torch.cuda.stream(stream):
-                out = torch.empty(int(numel.sum()), dtype=torch.uint8, device="cuda")
-            h0 = time.perf_counter()
-            status = dec.decode_batch(pinned, offsets, lengths, sizes, out, out_off, stream, hints=hints, chroma=ch)
-            host_ms.append(1e3 * (time.perf_counter() - h0))
-            assert all(s == 0 for s in status), dec.last_errors
-            n += len(sizes)
-        stream.synchronize()
-        walls.append(n / (time.perf_counter() - t0))
-    return statistics.median(walls), statistics.median(host_ms), dict(dec.last_stats)
+    return chroma
 
 
 def main():
@@ -199,9 +183,10 @@ def main():
     # Planar output: what the fused kernel's YCbCr source reads (TORCHDALI_PLANAR_DECODE=1).
     for name, kw in (("nvJPEG hw, planar Y/Cb/Cr, header codes", {}),
                      ("nvJPEG hybrid only, planar Y/Cb/Cr", {"backend": "hybrid"})):
+        chroma = planar_chroma_of(batches)
         with NvjpegDecoder(0, **kw) as dec:
-            run_planar(dec, batches[:2], stream, reps=1)
-            ips, host_ms, stats = run_planar(dec, batches, stream)
+            run_decoder(dec, batches[:2], stream, reps=1, use_hints=True, chroma=chroma)
+            ips, host_ms, stats = run_decoder(dec, batches, stream, use_hints=True, chroma=chroma)
         rows.append((name, f"{ips:.0f} images/s", f"host {host_ms:.2f} ms/batch {stats}"))
 
     # Does the decoder's speed depend on where the bytes live, on busy CPUs, or on the
