@@ -493,13 +493,14 @@ def test_kernel_bad_metadata_stays_in_bounds(device: str, monkeypatch: pytest.Mo
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("source", ["interleaved", "ycbcr", "mixed"])
 @pytest.mark.parametrize("fn", [fused_resized_crop, resized_crop_reference], ids=["kernel", "reference"])
-def test_batch_of_zero(fn, device: str) -> None:
+def test_batch_of_zero(fn, source: str, device: str) -> None:
     data = torch.zeros(10, dtype=torch.uint8, device=device)
     offsets = torch.zeros(0, dtype=torch.int64, device=device)
     shapes = torch.zeros(0, 3, dtype=torch.int64, device=device)
     params = torch.zeros(0, NUM_PARAMS, device=device)
-    res = fn(data, offsets, shapes, params, (5, 7), *IDENTITY, out_dtype=torch.float16)
+    res = fn(data, offsets, shapes, params, (5, 7), *IDENTITY, out_dtype=torch.float16, source=source)
     assert res.shape == (0, 3, 5, 7) and res.dtype == torch.float16 and res.device.type == device
 
 

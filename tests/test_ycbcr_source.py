@@ -305,16 +305,6 @@ def test_kernel_bad_metadata_reads_nothing(device: str, monkeypatch: pytest.Monk
     torch.testing.assert_close(got0.cpu(), exp, atol=1e-3, rtol=0)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("fn", [fused_resized_crop, resized_crop_reference], ids=["kernel", "reference"])
-def test_batch_of_zero(fn, device: str) -> None:
-    data = torch.zeros(10, dtype=torch.uint8, device=device)
-    offsets = torch.zeros(0, dtype=torch.int64, device=device)
-    shapes = torch.zeros(0, 3, dtype=torch.int64, device=device)
-    res = fn(data, offsets, shapes, _params([]).to(device), (3, 4), *IDENTITY, source="ycbcr")
-    assert res.shape == (0, 3, 3, 4)
-
-
 # --------------------------------------------------------------------------- #
 # Argument checking
 # --------------------------------------------------------------------------- #
