@@ -1,6 +1,7 @@
 """Mutated JPEGs through nvJPEG on each backend, each chunk in a child process.
 
-    python benchmarks/fuzz_nvjpeg.py [--count 2048] [--chunk 256] [--out DIR]
+    python benchmarks/fuzz_nvjpeg.py [--count 2048] [--chunk 256] [--out DIR] [--backends hybrid,hardware]
+                                     [--modes gated,raw] [--indices FIRST-LAST] [--timeout 60]
 
 The corpus is the fuzz tests' (``tests/_fuzz.py``: bit flips and truncations in the
 entropy-coded data, edited SOF/DHT/DQT/SOS fields, wrong component counts, removed
@@ -14,7 +15,7 @@ engines) decodes the corpus twice:
 Chunks run in a child process, so a file that poisons the CUDA context (an illegal
 memory access inside nvJPEG) or crashes the process costs that child only; the parent
 starts another and halves the chunk until it has the files that do it, and names them with their
-mutation and whether it crashed or hung (60 s per chunk). Per backend and mode: decoded,
+mutation and whether it crashed or hung (``--timeout`` seconds per chunk). Per backend and mode: decoded,
 reported (a status naming the failure), and crashing files, and the rate. Everything goes to ``OUT/fuzz_nvjpeg.json``.
 """
 from __future__ import annotations
@@ -78,8 +79,8 @@ def _server(backend: str, requests, replies) -> None:
 class Server:
     """A child process that decodes chunks with one backend; restarted after it dies."""
 
-    def __init__(self, backend: str) -> None:
-        self.backend, self.proc = backend, None
+    def __init__(self, backend: str, timeout: float = 60.0) -> None:
+        self.backend, self.proc, self.timeout = backend, None, timeout
         self.ctx = mp.get_context("spawn")
         self.starts = 0
         self.failure = ""
@@ -96,7 +97,7 @@ class Server:
         if ready != "ready":
             raise RuntimeError(f"the {self.backend} decoder did not start (exit code {self.proc.exitcode})")
 
-    def decode(self, blobs: list[bytes], sizes: list, timeout: float = 60.0) -> list[int] | None:
+    def decode(self, blobs: list[bytes], sizes: list) -> list[int] | None:
         """Statuses of a chunk, or None when the child died on it or hung past ``timeout``
         seconds (then it is killed); ``failure`` says which."""
         import queue
@@ -104,7 +105,7 @@ class Server:
         if self.proc is None or not self.proc.is_alive():
             self._start()
         self.requests.put((blobs, sizes))
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + self.timeout
         while True:
             try:
                 return self.replies.get(timeout=1.0)
@@ -140,6 +141,10 @@ def main() -> None:
     p.add_argument("--count", type=int, default=2048)
     p.add_argument("--chunk", type=int, default=256)
     p.add_argument("--out", default=".")
+    p.add_argument("--backends", default="hybrid,hardware", help="hybrid, hardware (where the GPU has the engines)")
+    p.add_argument("--modes", default="gated,raw")
+    p.add_argument("--indices", default="", help="only these corpus indices, e.g. 712-786")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds a chunk may take before it counts as a hang")
     a = p.parse_args()
     import torch
 
@@ -148,13 +153,16 @@ def main() -> None:
 
     corpus = fuzz_corpus(a.count, FUZZ_SEED)
     has_hw = NvjpegDecoder(backend="auto").has_hardware
-    backends = ["hybrid"] + (["hardware"] if has_hw else [])
+    backends = [b for b in a.backends.split(",") if b == "hybrid" or b == "hardware" and has_hw]
+    first, last = (int(v) for v in a.indices.split("-")) if a.indices else (0, len(corpus) - 1)
     result = {"device": torch.cuda.get_device_name(), "count": len(corpus), "seed": FUZZ_SEED,
               "command": " ".join(sys.argv), "runs": []}
     for backend in backends:
-        server = Server(backend)
+        server = Server(backend, a.timeout)
         for mode, size_of in (("gated", loader_gate), ("raw", header_hw)):
-            items = [(i, what, b, size_of(b)) for i, (what, b) in enumerate(corpus)]
+            if mode not in a.modes.split(","):
+                continue
+            items = [(i, what, b, size_of(b)) for i, (what, b) in enumerate(corpus) if first <= i <= last]
             sent = [it for it in items if it[3] is not None]
             ok = reported = 0
             crashed: list[tuple[int, str, str]] = []

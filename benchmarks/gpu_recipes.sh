@@ -6,6 +6,9 @@
 #   STEP=soak OUT=$OUT bash benchmarks/gpu_recipes.sh    # 50 epochs, 1% bad files, then Ctrl-C
 #   STEP=decode OUT=$OUT bash benchmarks/gpu_recipes.sh  # the decoder and the kernel alone (RGB and planar),
 #                                                        # and the fuzz corpus per backend
+#   STEP=verify OUT=$OUT bash benchmarks/gpu_recipes.sh  # one call: `pytest -m cuda` as two concurrent runs
+#                                                        # (the hostile/loader files and the rest) beside a
+#                                                        # fuzz isolation run, then the soak
 # tests: `pytest -m cuda` on this tree (the kernels natively: slot ops, finish, interpolation,
 #    warps, policies, batch transforms, hostile inputs) and the per-op parity table against
 #    torchvision (benchmarks/parity_table.py);
@@ -23,15 +26,29 @@ W=$(nproc); D=/tmp/torchdali_photos-$N
   python3 -c "import torch, torchvision, triton; print('torch', torch.__version__, 'torchvision', torchvision.__version__, 'triton', triton.__version__)"
   python3 -c "import nvidia.dali as d; print('dali', d.__version__)" 2>&1 | tail -1
   echo "tree $(git rev-parse --short HEAD 2>/dev/null)"; } | tee "$L/env.txt"
-if [ ! -f "$D/stats.json" ] && ! pgrep -f photo_folder.py > /dev/null; then
+[ "${STEP:-tests}" = verify ] && D=/tmp/torchdali_photos-8192 && N=8192
+# "[p]hoto": the pattern must not match a command line that quotes it (a caller's bash -c)
+if [ ! -f "$D/stats.json" ] && ! pgrep -f "[p]hoto_folder.py" > /dev/null; then
   setsid nohup python3 benchmarks/photo_folder.py "$D" --num-images $N --quiet > /tmp/photos.log 2>&1 < /dev/null &
 fi
 if [ "${STEP:-tests}" = tests ]; then
   timeout 480 python3 -m pytest -m cuda -q -rs --tb=short -p no:cacheprovider -o faulthandler_timeout=240 \
     tests > "$L/pytest_cuda.log" 2>&1; tail -3 "$L/pytest_cuda.log"
   timeout 60 python3 benchmarks/parity_table.py --markdown > "$L/parity.md" 2>&1; tail -3 "$L/parity.md"
+elif [ "${STEP:-tests}" = verify ]; then
+  HOSTILE="tests/test_gpu_hostile.py tests/test_gpu_loader.py"
+  PT="python3 -m pytest -m cuda -q -rs --tb=short -p no:cacheprovider --durations=15 -o faulthandler_timeout=300"
+  # which of the 75 fuzz files around the one that hung the hybrid backend (2026-11-23) does it
+  timeout 200 python3 benchmarks/fuzz_nvjpeg.py --backends hybrid --modes raw --indices 712-786 --chunk 64 \
+    --timeout 10 --out "$L" > "$L/fuzz_isolate.log" 2>&1 &
+  timeout 400 $PT $HOSTILE > "$L/pytest_cuda_a.log" 2>&1 & A=$!
+  timeout 400 $PT tests $(for f in $HOSTILE; do echo --ignore=$f; done) > "$L/pytest_cuda_b.log" 2>&1 & B=$!
+  wait $A; wait $B; tail -1 "$L/pytest_cuda_a.log" "$L/pytest_cuda_b.log"
+  grep -h "^FAILED\|^ERROR" "$L"/pytest_cuda_?.log
+  while pgrep -f "[p]hoto_folder.py" > /dev/null; do sleep 2; done; tail -1 /tmp/photos.log
+  timeout 230 python3 benchmarks/soak.py "$D" --images $N --epochs 50 --workers $W --out "$L" 2>&1 | tail -15 | tee "$L/soak.log"
 else
-  while pgrep -f photo_folder.py > /dev/null; do sleep 2; done; tail -2 /tmp/photos.log
+  while pgrep -f "[p]hoto_folder.py" > /dev/null; do sleep 2; done; tail -2 /tmp/photos.log
 fi
 if [ "${STEP:-tests}" = decode ]; then
   timeout 300 python3 benchmarks/profile_decode.py "$D" 2>&1 | grep -v "^\[" | tee "$L/profile_decode.log"

@@ -116,12 +116,13 @@ def _mutate(data: bytes, rng: np.random.Generator) -> tuple[str, bytes]:
 
 
 def loader_gate(blob: bytes, max_pixels: int = 4 << 20) -> tuple[int, int] | None:
-    """(height, width) when the loader's workers hand ``blob`` to nvJPEG; None when they
-    decode it on the CPU or refuse it (the header guard, then ``_gpu_decodable_shape``)."""
+    """(height, width) when the loader hands ``blob`` to nvJPEG; None when it decodes it
+    on the CPU or refuses it (the workers' header guard and ``_gpu_decodable_shape``, then
+    the batch's scan check, ``entropy_data_ok``)."""
     import torch
 
     from torchdali._executor._worker import _gpu_decodable_shape
-    from torchdali.decode._jpeg_header import jpeg_info
+    from torchdali.decode._jpeg_header import entropy_data_ok, jpeg_info
     from torchdali.decode._limits import ImageTooLarge, ImplausibleHeader, check_header, header_size
 
     try:
@@ -130,7 +131,9 @@ def loader_gate(blob: bytes, max_pixels: int = 4 << 20) -> tuple[int, int] | Non
     except (ImageTooLarge, ImplausibleHeader, ValueError):
         return None
     probe = _gpu_decodable_shape(torch.frombuffer(bytearray(blob), dtype=torch.uint8), info)
-    return None if probe is None else probe[0][:2]
+    if probe is None or not entropy_data_ok(np.frombuffer(blob, np.uint8)):  # the batch's scan check
+        return None
+    return probe[0][:2]
 
 
 def fuzz_corpus(n: int = FUZZ_COUNT, seed: int = FUZZ_SEED) -> list[tuple[str, bytes]]:

@@ -308,3 +308,46 @@ def test_killed_worker_on_the_gpu_path_names_its_batch(watchdog):
     assert [i for i, _ in info.value.samples] == [4, 5, 6, 7]
     assert info.value.samples[2] == (6, "/data/6.jpg")
     assert "SIGKILL" in str(info.value)
+
+
+# -- a batch that never comes back from the decoder --------------------------------
+
+
+def test_a_batch_that_hangs_the_executor_ends_in_decoder_stalled(watchdog, monkeypatch):
+    """The executor blocks inside the third batch (as inside a hung nvJPEG call): the
+    training loop gets DecoderStalled naming that batch's samples after gpu_timeout, the
+    loader refuses another epoch, and nothing waits on the stuck stream."""
+    import threading
+
+    from torchdali._executor._executor import BatchExecutor
+
+    release = threading.Event()
+    real = BatchExecutor.process
+
+    def process(self, batch, slot):
+        if 8 in batch.indices.tolist():
+            release.wait(120)
+        return real(self, batch, slot)
+
+    monkeypatch.setattr(BatchExecutor, "process", process)
+    good = _good_batch()
+    ds = MixedDataset(good, good[:4], every=4)  # 16 good samples; "bad" only names every fourth path
+    loader = td.DataLoader(ds, batch_size=4, num_workers=2, transforms=T.Compose([T.Resize((16, 16))]),
+                           device="cuda", gpu_timeout=10)  # the first batch also compiles the kernel
+    seen = []
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(td.DecoderStalled) as info:
+            for _, targets in loader:
+                seen.append(targets.tolist())
+        waited = time.monotonic() - t0
+        assert seen == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        assert [i for i, _ in info.value.samples] == [8, 9, 10, 11]
+        assert info.value.samples[0] == (8, "mem://bad/8") and info.value.path == "mem://bad/8"
+        assert "gpu_timeout=10" in str(info.value) and info.value.seconds > 10
+        assert waited < 90, waited
+        with pytest.raises(RuntimeError, match="stuck on an earlier batch"):
+            iter(loader)
+    finally:
+        release.set()
+        loader.close()

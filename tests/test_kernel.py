@@ -115,14 +115,15 @@ _TOL: dict[torch.dtype, float] = {
 _MAX_MISMATCH_FRACTION = 0.01
 
 
-def _allowed_mismatches(n: int) -> int:
+def _allowed_mismatches(n: int, fraction: float = _MAX_MISMATCH_FRACTION) -> int:
     # 1% of the values, but never fewer than 2 so that tiny outputs tolerate
     # an unlucky tie or two.
-    return max(2, int(_MAX_MISMATCH_FRACTION * n))
+    return max(2, int(fraction * n))
 
 
 def _assert_close(
-    got: torch.Tensor, exp: torch.Tensor, scale: list[float], quantized: bool
+    got: torch.Tensor, exp: torch.Tensor, scale: list[float], quantized: bool,
+    max_fraction: float = _MAX_MISMATCH_FRACTION,
 ) -> None:
     """Kernel vs reference. Float32 rounding differs between the two (order of
     sums, fused multiply-add), and resampling weights are often rational, so a
@@ -134,7 +135,7 @@ def _assert_close(
     if exp.dtype == torch.uint8:
         assert diff.max() <= _TOL[torch.uint8], f"max |diff| {diff.max()} > {_TOL[torch.uint8]}"
         n_bad = int((diff != 0).sum())
-        assert n_bad <= _allowed_mismatches(diff.numel()), f"{n_bad} of {diff.numel()} pixels differ"
+        assert n_bad <= _allowed_mismatches(diff.numel(), max_fraction), f"{n_bad} of {diff.numel()} pixels differ"
         return
     rel = _TOL[exp.dtype]
     tol = rel * max(exp.double().abs().max().item(), 1.0)
@@ -143,7 +144,8 @@ def _assert_close(
         step = torch.tensor(scale, dtype=torch.float64).abs().view(1, 3, 1, 1)
         assert (diff <= step + tol).all(), f"max |diff| {diff.max()} beyond one quantisation step"
         n_bad = int((~tight).sum())
-        assert n_bad <= _allowed_mismatches(diff.numel()), f"{n_bad} of {diff.numel()} values differ by > {tol}"
+        assert n_bad <= _allowed_mismatches(diff.numel(), max_fraction), \
+            f"{n_bad} of {diff.numel()} values differ by > {tol}"
     else:
         assert tight.all(), f"max |diff| {diff.max()} > {tol}"
 

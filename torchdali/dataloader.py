@@ -159,6 +159,12 @@ class DataLoader(tud.DataLoader):
             may pick different shares (their outputs differ by the decoders' rounding);
             ``state_dict()`` keeps the share, so a resumed run replays exactly.
         max_cpu_decode_share: the cap of ``cpu_decode_share="auto"``.
+        gpu_timeout: GPU path: seconds the executor may spend on one batch (nvJPEG and
+            the kernels; milliseconds normally, the first batch also compiles the
+            kernels) before the training loop's wait ends in ``DecoderStalled``, naming
+            the batch's samples: a file that hangs the decoder stops training with an
+            error instead of forever. 0 waits forever. Independent of ``timeout``,
+            which bounds the wait for the workers.
     """
 
     def __init__(
@@ -192,6 +198,7 @@ class DataLoader(tud.DataLoader):
         max_image_pixels: int | None | object = _PIL_LIMIT,
         cpu_decode_share: float | str = 0.0,
         max_cpu_decode_share: float = 0.5,
+        gpu_timeout: float = 300.0,
     ) -> None:
         keep_in_children(self)
         if distributed and sampler is None and batch_sampler is None:
@@ -236,6 +243,8 @@ class DataLoader(tud.DataLoader):
             raise ValueError(f"max_cpu_decode_share must be a fraction in [0, 1], got {max_cpu_decode_share!r}")
         if prefetch_depth < 1:
             raise ValueError(f"prefetch_depth must be >= 1, got {prefetch_depth}")
+        if isinstance(gpu_timeout, bool) or not float(gpu_timeout) >= 0.0:
+            raise ValueError(f"gpu_timeout must be seconds >= 0 (0: wait forever), got {gpu_timeout!r}")
         # The fields below are torchdali's; names match the __init__ arguments so
         # frameworks that re-instantiate loaders from their attributes (Lightning)
         # get every argument back.
@@ -256,6 +265,8 @@ class DataLoader(tud.DataLoader):
         self.__dict__["max_image_pixels"] = None if max_image_pixels is None else int(max_image_pixels)
         self.__dict__["cpu_decode_share"] = cpu_decode_share if cpu_decode_share == "auto" else float(cpu_decode_share)
         self.__dict__["max_cpu_decode_share"] = float(max_cpu_decode_share)
+        self.__dict__["gpu_timeout"] = float(gpu_timeout)
+        self.__dict__["_stalled"] = None  # the DecoderStalled that left the GPU executor stuck
         # the share of the current (or next) epoch
         self.__dict__["_cpu_share"] = min(AUTO_START, float(max_cpu_decode_share)) \
             if cpu_decode_share == "auto" else float(cpu_decode_share)
@@ -275,6 +286,9 @@ class DataLoader(tud.DataLoader):
     def _get_iterator(self):
         if self.plan is None:
             return super()._get_iterator()
+        if self._stalled is not None:
+            raise RuntimeError(f"this DataLoader's GPU executor is stuck on an earlier batch ({self._stalled}); "
+                               "build a new DataLoader, without the files named there") from self._stalled
         state = self._epoch_state
         resume, self.__dict__["_resume"] = self._resume, None
         last = self._stats.last
@@ -337,7 +351,8 @@ class DataLoader(tud.DataLoader):
         also runs when the loader is garbage-collected."""
         # what outlives iterators: Note [torchdali iterator shutdown] in _executor/_iterators.py
         for ex in self.__dict__.pop("_executors", {}).values():
-            ex.close()
+            if self._stalled is None:  # a stuck decoder's handles are left alone: destroying them may block
+                ex.close()
         inner = self.__dict__.get("_inner")
         it = getattr(inner, "_iterator", None) if inner is not None else None
         if it is not None and hasattr(it, "_shutdown_workers"):

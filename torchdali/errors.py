@@ -41,3 +41,21 @@ class WorkerDied(SampleError):
         self.worker_id = worker_id
         self.pid = pid
         self.exitcode = exitcode
+
+
+class DecoderStalled(SampleError):
+    """The GPU executor spent longer than the loader's ``gpu_timeout`` on one batch.
+
+    Decoding and transforming a batch takes milliseconds; a batch that takes minutes
+    holds a file that hangs the decoder (nvJPEG has hung on malformed JPEGs that
+    libjpeg refuses). ``samples`` holds the ``(index, path)`` of every sample of
+    that batch; ``index`` and ``path`` are the first one's; ``seconds`` is how long
+    it had been inside. The loader's GPU executor stays stuck, so the loader refuses
+    to start another epoch.
+    """
+
+    def __init__(self, message: str, index: int | None = None, path: str | None = None,
+                 samples: Sequence[tuple[int, str | None]] = (), seconds: float = 0.0) -> None:
+        super().__init__(message, index=index, path=path)
+        self.samples = list(samples)
+        self.seconds = seconds

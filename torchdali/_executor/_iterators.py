@@ -68,6 +68,17 @@ shared ``WorkerRecords`` table before reading its samples; the user gets a
 chained to torch's error. The table belongs to the loader, so it can still
 be read after the workers are gone.
 
+A batch stalls
+--------------
+nvJPEG has hung on malformed JPEGs (the workers keep the ones they can recognise
+from it: ``_worker._gpu_decodable_shape``). A hung call cannot be cancelled, so
+the executor thread notes the batch it is inside (``_busy``), and ``__next__``,
+waking every ``CONSUMER_POLL_S``, raises ``DecoderStalled`` naming that batch's
+samples once it has been there for the loader's ``gpu_timeout``. The executor
+is then stuck for good: ``_close`` skips step 4's wait for its stream (the ring
+slots it holds stay taken), ``DataLoader.close`` leaves its nvJPEG handles
+alone, and the loader refuses another epoch.
+
 Errors in a background thread never leave it: it sends them as a ``_Failure``
 (unless the stop event is set: then the error is a consequence of the
 shutdown), and ``__next__`` closes the iterator (error path) and re-raises
@@ -87,10 +98,11 @@ import torch
 
 from .. import _rng
 from .._fork import keep_in_children
-from ..errors import SampleError, WorkerDied
+from ..errors import DecoderStalled, SampleError, WorkerDied
 from ._executor import executor_for
-from ._records import worker_died
+from ._records import LISTED, worker_died
 from ._staging import Slot, Stopped
+from ._tags import sample_path
 from ._worker import PackedBatch
 
 QUEUE_POLL_S = 0.1  # how often a blocked put, or the executor's wait for a staged batch, checks the stop event
@@ -144,6 +156,8 @@ class GpuIterator:
         self._closed = False
         self._inner = inner
         self._finished = False
+        self._busy: tuple[float, int, PackedBatch] | None = None  # (since, number, batch) inside the executor
+        self._stuck = False
         previous = getattr(inner, "_iterator", None)
         if previous is not None and hasattr(previous, "_timeout"):
             # persistent workers' reset for this epoch: Note [torchdali iterator shutdown], step 5
@@ -236,6 +250,7 @@ class GpuIterator:
                     self._put(self._queue, item)
                     return
                 batch = item.batch
+                self._busy = (time.monotonic(), k, batch)  # the consumer's watchdog: _stall_error
                 try:
                     done = ex.process(batch, item.slot)
                 except SampleError:
@@ -244,6 +259,8 @@ class GpuIterator:
                     raise RuntimeError(
                         f"torchdali GPU executor failed on batch {k} (samples {batch.indices[:8].tolist()}"
                         f"{'...' if len(batch.indices) > 8 else ''}): {type(e).__name__}: {e}") from e
+                finally:
+                    self._busy = None
                 done.stages["fetch_s"], done.stages["stage_s"] = item.fetch_s, item.stage_s
                 if not self._put(self._queue, done):
                     return
@@ -271,6 +288,9 @@ class GpuIterator:
                 except queue.Empty:
                     if not any(t.is_alive() for t in self._threads):
                         raise RuntimeError("torchdali executor threads ended without a result") from None
+                    stalled = self._stall_error()
+                    if stalled is not None:
+                        raise stalled from None
         except BaseException as e:
             # also what torch's SIGCHLD handler raises here when a worker dies, and Ctrl-C
             died = self._worker_died(e)  # Note [torchdali iterator shutdown], "A worker dies"
@@ -311,6 +331,28 @@ class GpuIterator:
         """Stop the threads and the workers; idempotent."""
         self._close(wait_for_workers=True)
 
+    def _stall_error(self) -> DecoderStalled | None:
+        """A ``DecoderStalled`` when the executor has been inside one batch for longer than
+        the loader's ``gpu_timeout``; marks this iterator and the loader stuck."""
+        busy, limit = self._busy, self._loader.gpu_timeout
+        if busy is None or not limit or time.monotonic() - busy[0] <= limit:
+            return None
+        since, k, batch = busy
+        seconds = time.monotonic() - since
+        samples = [(int(i), sample_path(self._loader.dataset, int(i))) for i in batch.indices.tolist()]
+        listed = ", ".join(f"{i} ({p})" if p else str(i) for i, p in samples[:LISTED])
+        if len(samples) > LISTED:
+            listed += f" and {len(samples) - LISTED} more (see .samples)"
+        err = DecoderStalled(
+            f"samples {listed}: the GPU executor has been decoding and transforming their batch (number {k} "
+            f"of the epoch) for {seconds:.0f} s, past gpu_timeout={limit:g}; a batch takes milliseconds, so one "
+            "of these files probably hangs the GPU decoder (nvJPEG). Decode them one by one with "
+            "torchdali.decode.decode_cpu to find it.", index=samples[0][0] if samples else None,
+            path=samples[0][1] if samples else None, samples=samples, seconds=seconds)
+        self._stuck = True
+        self._loader.__dict__["_stalled"] = err
+        return err
+
     def _worker_died(self, exc: BaseException) -> WorkerDied | None:
         return worker_died(exc, self._inner_it, self._loader.__dict__.get("_records"), self._loader.dataset)
 
@@ -331,7 +373,8 @@ class GpuIterator:
         self._threads[1].join(timeout=EXEC_JOIN_S)  # step 3
         sampler = getattr(self._inner, "batch_sampler", None)  # step 4
         last = sampler.retire() if hasattr(sampler, "retire") else self._loader._epoch_state.next_seq - 1
-        self._executor.release_all(last)
+        if not self._stuck:  # a stuck executor's stream never finishes: its ring slots stay taken
+            self._executor.release_all(last)
         shutdown = getattr(self._inner_it, "_shutdown_workers", None)  # step 5
         if shutdown is not None and (not self._loader.persistent_workers or not self._finished):
             if wait_for_workers:

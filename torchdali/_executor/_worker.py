@@ -401,13 +401,14 @@ def _gpu_decodable_shape(payload: torch.Tensor, info: Any,
     decodes them to planes at their own subsampling.
 
     CMYK/YCCK, RGB-coded, lossless, arithmetic-coded and 12-bit JPEGs go to the
-    CPU, and so do files that do not end in an EOI marker. Whether the scan data
+    CPU, and so do files that do not end in an EOI marker and files whose tables or
+    scan header libjpeg would refuse (``header_defect``). Whether the scan data
     holds a marker no scan can hold (nvJPEG may decode such a stream without
     complaint) is checked for the whole batch on the GPU, from the scan start.
     ``info`` is the parsed JPEG header (None: not a JPEG, or a corrupt header, which
     the CPU decoder reports precisely).
     """
-    from ..decode._jpeg_header import header_code, planar_chroma, scan_offset
+    from ..decode._jpeg_header import header_code, header_defect, planar_chroma, scan_offset
 
     if info is None or info.height <= 0 or info.width <= 0:
         return None
@@ -418,7 +419,7 @@ def _gpu_decodable_shape(payload: torch.Tensor, info: Any,
     if tail is None or tail[0] != 0xFF or tail[1] != 0xD9:
         return None
     start = scan_offset(payload.numpy())
-    if start < 0:
+    if start < 0 or header_defect(payload.numpy()) is not None:
         return None
     channels = 3
     if planar:

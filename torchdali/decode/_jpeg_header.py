@@ -562,6 +562,134 @@ def entropy_data_ok(buf: np.ndarray) -> bool:
     return bool(_SCAN_OK[scan[ff + 1]].all())
 
 
+def _huffman_tables(b: memoryview, pos: int, end: int) -> Tuple[Optional[str], set]:
+    """(the first defect libjpeg would refuse in the DHT body ``b[pos:end]``, or None;
+    the (class, id) of the tables defined before it)."""
+    defined = set()
+    while pos < end:
+        if pos + 17 > end:
+            return "DHT segment cut inside a table", defined
+        tc, th = int(b[pos]) >> 4, int(b[pos]) & 0x0F
+        if tc > 1 or th > 3:
+            return f"DHT table class {tc} id {th}", defined
+        counts = b[pos + 1:pos + 17]
+        total = sum(counts)
+        if total > 256 or pos + 17 + total > end:
+            return f"DHT table {tc}/{th} lists {total} symbols", defined
+        code = 0
+        for length in range(1, 17):  # canonical codes, none all ones (libjpeg: "Bogus Huffman table")
+            code += int(counts[length - 1])
+            if code >= 1 << length:
+                return f"DHT table {tc}/{th} has more codes of {length} bits than fit", defined
+            code <<= 1
+        if tc == 0 and total and max(b[pos + 17:pos + 17 + total]) > 15:
+            return f"DHT DC table {th} has a symbol over 15", defined
+        defined.add((tc, th))
+        pos += 17 + total
+    return None, defined
+
+
+def header_defect(buf: Buffer) -> Optional[str]:
+    """What makes the tables and scan header of a JPEG unfit for nvJPEG, or None.
+
+    Walks every segment up to the first SOS: quantisation and Huffman tables must be
+    well formed (libjpeg's checks: a complete canonical code, DC symbols up to 15), the
+    frame's sampling factors 1 to 4 with defined quantisation tables, the first scan's
+    components taken from the frame, once each, with defined Huffman tables, and its
+    spectral selection valid for the frame's mode. libjpeg refuses or warns about each
+    of these; nvJPEG's CUDA (hybrid) backend is not hardened against them, so the
+    loader's workers decode such a file on the CPU, where libjpeg names the defect.
+    Missing Huffman tables also send a file to the CPU: libjpeg falls back to the
+    standard tables (Motion-JPEG), nvJPEG does not. The entropy-coded data is not read.
+    """
+    if isinstance(buf, (bytes, bytearray, memoryview)):
+        buf = np.frombuffer(buf, dtype=np.uint8)
+    arr = np.ascontiguousarray(np.asarray(buf, dtype=np.uint8).reshape(-1))
+    b = memoryview(arr)  # indexing a memoryview gives Python ints, several times faster than numpy's
+    n = len(b)
+    if n < 4 or b[0] != 0xFF or b[1] != 0xD8:
+        return "no SOI marker"
+    pos, quant, huff, frame = 2, set(), set(), None
+    while pos + 4 <= n:
+        if b[pos] != 0xFF:
+            return f"junk at byte {pos} between segments"
+        marker = int(b[pos + 1])
+        if marker == 0xFF:
+            pos += 1
+            continue
+        if marker in _STANDALONE:
+            pos += 2
+            continue
+        seglen = (int(b[pos + 2]) << 8) | int(b[pos + 3])
+        body, seg_end = pos + 4, pos + 2 + seglen
+        if seglen < 2 or seg_end > n:
+            return f"segment 0xFF{marker:02X} at byte {pos} has length {seglen}"
+        if marker == 0xDB:  # DQT
+            q = body
+            while q < seg_end:
+                pq, tq = int(b[q]) >> 4, int(b[q]) & 0x0F
+                size = 1 + 64 * (pq + 1)
+                if pq > 1 or tq > 3 or q + size > seg_end:
+                    return f"DQT table precision {pq} id {tq} at byte {q}"
+                quant.add(tq)
+                q += size
+        elif marker == 0xC4:  # DHT
+            defect, tables = _huffman_tables(b, body, seg_end)
+            if defect:
+                return defect
+            huff |= tables
+        elif marker in _SOF_MARKERS:
+            if frame is not None:
+                return "a second frame header"
+            ncomp = int(b[body + 5]) if body + 5 < seg_end else 0
+            if ncomp == 0 or seglen != 8 + 3 * ncomp:
+                return f"frame header for {ncomp} components is {seglen} bytes"
+            comps = {}
+            for c in range(body + 6, seg_end, 3):
+                cid, hv, tq = int(b[c]), int(b[c + 1]), int(b[c + 2])
+                if not (1 <= hv >> 4 <= 4 and 1 <= hv & 0x0F <= 4):
+                    return f"component {cid} has sampling factors {hv >> 4}x{hv & 0x0F}"
+                if tq > 3 or tq not in quant:
+                    return f"component {cid} uses quantisation table {tq}, which is not defined"
+                if cid in comps:
+                    return f"component id {cid} appears twice in the frame header"
+                comps[cid] = tq
+            h = [int(b[c + 1]) >> 4 for c in range(body + 6, seg_end, 3)]
+            v = [int(b[c + 1]) & 0x0F for c in range(body + 6, seg_end, 3)]
+            if any(max(h) % x for x in h) or any(max(v) % x for x in v):
+                return f"sampling factors {list(zip(h, v))} are not whole ratios (libjpeg: fractional sampling)"
+            if ncomp > 1 and sum(x * y for x, y in zip(h, v)) > 10:
+                return f"sampling factors {list(zip(h, v))} exceed 10 blocks per MCU"
+            frame = (marker, comps)
+        elif marker == 0xDA:  # the first SOS
+            if frame is None:
+                return "scan before the frame header"
+            ns = int(b[body]) if body < seg_end else 0
+            if not 1 <= ns <= min(4, len(frame[1])) or seglen != 6 + 2 * ns:
+                return f"scan header for {ns} components is {seglen} bytes"
+            seen = set()
+            ss, se, ah, al = int(b[body + 1 + 2 * ns]), int(b[body + 2 + 2 * ns]), \
+                int(b[body + 3 + 2 * ns]) >> 4, int(b[body + 3 + 2 * ns]) & 0x0F
+            progressive = frame[0] in (0xC2, 0xC6, 0xCA, 0xCE)
+            for c in range(body + 1, body + 1 + 2 * ns, 2):
+                cid, td, ta = int(b[c]), int(b[c + 1]) >> 4, int(b[c + 1]) & 0x0F
+                if cid not in frame[1] or cid in seen:
+                    return f"scan names component {cid}, not in the frame or twice"
+                seen.add(cid)
+                need_dc = ss == 0 and (not progressive or ah == 0)
+                need_ac = se > 0 and (not progressive or ah == 0)
+                if need_dc and (0, td) not in huff or need_ac and (1, ta) not in huff:
+                    return f"scan uses Huffman tables DC {td} / AC {ta} of component {cid}, not defined"
+            if not progressive:
+                if (ss, se, ah, al) != (0, 63, 0, 0):
+                    return f"sequential scan with spectral selection {ss}-{se}, approximation {ah}/{al}"
+            elif se > 63 or ss > se or (ss == 0) != (se == 0) or ah > 13 or al > 13 or ss > 0 and ns != 1:
+                return f"progressive scan with spectral selection {ss}-{se}, approximation {ah}/{al}"
+            return None
+        pos = seg_end
+    return "no scan header"
+
+
 def planar_chroma(info: JpegInfo) -> Optional[Tuple[str, int, int]]:
     """(subsampling, chroma height, chroma width) of a JPEG whose planar Y/Cb/Cr decode the
     fused kernel converts exactly as libjpeg-turbo does; None for the others.
