@@ -41,12 +41,12 @@ elif [ "${STEP:-tests}" = verify ]; then
   # which of the 75 fuzz files around the one that hung the hybrid backend (2026-11-23) does it
   timeout 200 python3 benchmarks/fuzz_nvjpeg.py --backends hybrid --modes raw --indices 712-786 --chunk 64 \
     --timeout 10 --out "$L" > "$L/fuzz_isolate.log" 2>&1 &
-  timeout 400 $PT $HOSTILE > "$L/pytest_cuda_a.log" 2>&1 & A=$!
-  timeout 400 $PT tests $(for f in $HOSTILE; do echo --ignore=$f; done) > "$L/pytest_cuda_b.log" 2>&1 & B=$!
+  timeout 360 $PT $HOSTILE > "$L/pytest_cuda_a.log" 2>&1 & A=$!
+  timeout 360 $PT tests $(for f in $HOSTILE; do echo --ignore=$f; done) > "$L/pytest_cuda_b.log" 2>&1 & B=$!
   wait $A; wait $B; tail -1 "$L/pytest_cuda_a.log" "$L/pytest_cuda_b.log"
   grep -h "^FAILED\|^ERROR" "$L"/pytest_cuda_?.log
   while pgrep -f "[p]hoto_folder.py" > /dev/null; do sleep 2; done; tail -1 /tmp/photos.log
-  timeout 230 python3 benchmarks/soak.py "$D" --images $N --epochs 50 --workers $W --out "$L" 2>&1 | tail -15 | tee "$L/soak.log"
+  timeout 200 python3 benchmarks/soak.py "$D" --images $N --epochs 50 --workers $W --out "$L" 2>&1 | tail -15 | tee "$L/soak.log"
 else
   while pgrep -f "[p]hoto_folder.py" > /dev/null; do sleep 2; done; tail -2 /tmp/photos.log
 fi
