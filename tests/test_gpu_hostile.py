@@ -330,6 +330,7 @@ def test_a_batch_that_hangs_the_executor_ends_in_decoder_stalled(watchdog, monke
         return real(self, batch, slot)
 
     monkeypatch.setattr(BatchExecutor, "process", process)
+    before = {t.ident for t in threading.enumerate()}
     good = _good_batch()
     ds = MixedDataset(good, good[:4], every=4)  # 16 good samples; "bad" only names every fourth path
     loader = td.DataLoader(ds, batch_size=4, num_workers=2, transforms=T.Compose([T.Resize((16, 16))]),
@@ -349,5 +350,10 @@ def test_a_batch_that_hangs_the_executor_ends_in_decoder_stalled(watchdog, monke
         with pytest.raises(RuntimeError, match="stuck on an earlier batch"):
             iter(loader)
     finally:
-        release.set()
-        loader.close()
+        loader.close()  # keeps the stuck executor's ring and handles: the thread still holds them
+        release.set()  # the "hung" call returns and finds its iterator closed
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and [t for t in threading.enumerate() if t.name == "torchdali-executor"
+                                           and t.ident not in before]:
+        time.sleep(0.1)
+    assert not [t for t in threading.enumerate() if t.name == "torchdali-executor" and t.ident not in before]

@@ -46,6 +46,26 @@ def test_skip_keeps_batch_size_logs_once_and_counts(bad_folder, num_workers, cap
         assert any(f"sample {idx} ({ds.samples[idx][0]})" in m for m in logged)
 
 
+def test_skip_replaces_more_bad_files_in_one_batch_than_four(tmp_path):
+    """A large batch carries more spares than the four a small one gets: 1% bad files in
+    batches of 256 put more than four in one batch one time in eight. Here 6 of a
+    batch of 128 (8 spares), in every one of 4 epochs."""
+    from torchdali._executor._tags import NUM_SPARES, num_spares
+
+    assert num_spares(4) == NUM_SPARES == 4 and num_spares(128) == 8 and num_spares(256) == 16
+    root = make_folder(tmp_path / "imgs", n=128, classes=2, lo=16, hi=24)
+    ds = td.datasets.ImageFolder(root)
+    bad = [5, 17, 40, 77, 90, 121]
+    for idx in bad:
+        with open(ds.samples[idx][0], "wb") as f:
+            f.write(b"")
+    loader = td.DataLoader(ds, batch_size=128, transforms=TF, device="cpu", on_error="skip", seed=3)
+    for _ in range(4):
+        (images, targets), = list(loader)
+        assert images.shape[0] == 128
+    assert [e.skipped for e in loader.stats().epochs] == [6] * 4
+
+
 def test_skip_is_deterministic_across_num_workers(bad_folder):
     root, _ = bad_folder
     ds = td.datasets.ImageFolder(root)

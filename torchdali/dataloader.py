@@ -80,6 +80,11 @@ def _lift(dataset: Any, transforms: Any) -> tuple[Any, Any, str | None]:
     return FileBytes(dataset), transform, None
 
 
+# GPU executors and rings of loaders whose executor got stuck (DecoderStalled): kept for the
+# life of the process, since a thread inside a hung nvJPEG call may still use them
+_STUCK: list = []
+
+
 class DataLoader(tud.DataLoader):
     """A ``torch.utils.data.DataLoader`` whose batches are decoded and transformed as a batch.
 
@@ -350,14 +355,20 @@ class DataLoader(tud.DataLoader):
         """Release GPU state (nvJPEG handles, streams, threads) and persistent workers. Idempotent;
         also runs when the loader is garbage-collected."""
         # what outlives iterators: Note [torchdali iterator shutdown] in _executor/_iterators.py
-        for ex in self.__dict__.pop("_executors", {}).values():
-            if self._stalled is None:  # a stuck decoder's handles are left alone: destroying them may block
-                ex.close()
+        executors = self.__dict__.pop("_executors", {})
         inner = self.__dict__.get("_inner")
         it = getattr(inner, "_iterator", None) if inner is not None else None
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()
         ring = self.__dict__.pop("_ring", None)
+        if self._stalled is not None:
+            # the stuck executor thread may still be reading the ring's pinned memory and be
+            # inside nvJPEG: neither is ever freed (destroying its handles may block as well)
+            _STUCK.append((executors, ring))
+            self.__dict__["_inner"] = None
+            return
+        for ex in executors.values():
+            ex.close()
         if ring is not None:
             self.__dict__["_inner"] = None  # its workers wrote into the ring: a later iter() builds anew
             ring.close()

@@ -9,6 +9,8 @@ worker reads it. The dataset wrappers read the sample a tag names and hand
 """
 from __future__ import annotations
 
+import math
+
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterator, NamedTuple, Sequence
@@ -18,7 +20,14 @@ import torch
 
 from .. import _rng
 
-NUM_SPARES = 4  # replacement candidates sent with each batch when on_error is not "raise"
+NUM_SPARES = 4  # replacement candidates sent with each batch when on_error is not "raise" ...
+SPARES_PER_SAMPLE = 1 / 16  # ... or this many per sample of a larger batch: at 1% bad files a batch of
+# 256 holds more than 4 bad ones one time in 8, more than 16 about once in 10^8
+
+
+def num_spares(batch_size: int) -> int:
+    """Replacement candidates sent with a batch of ``batch_size`` samples."""
+    return max(NUM_SPARES, math.ceil(batch_size * SPARES_PER_SAMPLE))
 
 
 class SampleTag(NamedTuple):
@@ -129,7 +138,7 @@ class TaggedBatchSampler:
     """Wraps the loader's batch sampler; yields ``TagBatch``es.
 
     With a bad-sample policy other than "raise", each batch also carries
-    ``NUM_SPARES`` spare tags: samples drawn, deterministically from ``(seed,
+    ``num_spares(batch size)`` spare tags: samples drawn, deterministically from ``(seed,
     epoch, batch)``, out of the same epoch order. Spares are not read unless a
     sample of the batch fails.
     """
@@ -187,7 +196,8 @@ class TaggedBatchSampler:
                 self.state.next_seq += 1
             tags = TagBatch(seed, epoch, seq, pos, batch, cpu_share=share)
             if order:
-                picks = _rng.uniform(_rng.sample_keys(seed, epoch, np.array([b])), 1 << 20, NUM_SPARES)[0]
+                picks = _rng.uniform(_rng.sample_keys(seed, epoch, np.array([b])), 1 << 20,
+                                     num_spares(len(batch)))[0]
                 picks = [int(p) for p in (picks * len(order)).astype(np.int64)]
                 # spare positions live past the epoch's so their params differ from the original's
                 tags.spare_positions = [len(order) + p for p in picks]

@@ -271,7 +271,8 @@ class PrepareBatch:
             except Exception:
                 continue
             return Replacement(tag, path, target, has, loaded.kind, loaded.payload, loaded.shape)
-        raise SampleError(f"{err} (on_error could not replace it: no usable spare sample in this batch)",
+        raise SampleError(f"{err} (on_error could not replace it: the {len(spares)} spare samples sent with this "
+                          "batch are used up or unreadable; more bad files in one batch than that)",
                           index=err.index, path=err.path) from err
 
     def __call__(self, samples: Sequence[TaggedSample]) -> PackedBatch:
