@@ -7,6 +7,7 @@ import os
 import pytest
 
 import torchdali as td
+from torchdali import _fork
 from torchdali._fork import _LIVE, keep_in_children
 
 from ._helpers import make_folder
@@ -45,17 +46,40 @@ def _pids_finalised_after_fork(register: bool) -> tuple[int, list[int]]:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_registered_garbage_is_finalised_in_the_parent_only():
+def test_registered_garbage_is_finalised_in_the_parent_only(monkeypatch):
+    monkeypatch.setattr(_fork, "FREEZE_AT_FORK", False)  # the registry alone
     child, pids = _pids_finalised_after_fork(register=True)
     assert pids == [os.getpid()]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_unregistered_garbage_is_finalised_in_the_child_too():
-    # the control: without registration the child finalises its copy (what aborted
-    # DataLoader workers that inherited a collected loader's CUDA state)
+def test_any_garbage_from_before_the_fork_is_finalised_in_the_parent_only():
+    # the frozen generation: a CUDA tensor in an exception's traceback is not registered
+    child, pids = _pids_finalised_after_fork(register=False)
+    assert pids == [os.getpid()]
+    assert gc.get_freeze_count() == 0  # the parent's generations are back
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_without_the_guards_the_child_finalises_its_copy(monkeypatch):
+    # the control: what aborted DataLoader workers that inherited CUDA state in garbage
+    monkeypatch.setattr(_fork, "FREEZE_AT_FORK", False)
     child, pids = _pids_finalised_after_fork(register=False)
     assert sorted(pids) == sorted([child, os.getpid()])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_programs_own_frozen_objects_stay_frozen():
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert gc.get_freeze_count() == before
+    finally:
+        gc.unfreeze()
 
 
 def test_loaders_are_registered(tmp_path):

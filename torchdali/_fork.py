@@ -1,20 +1,29 @@
 """Objects that hold CUDA state are never finalised in a forked child.
 
 A DataLoader worker is a fork of the training process. Whatever was unreachable
-garbage in the parent at that moment (a loader from an earlier epoch or test,
-caught in a reference cycle) is copied into the child, and the child's cyclic
-garbage collector may finalise it there. Finalising frees CUDA tensors, streams
-and nvJPEG handles, and CUDA cannot be used in a forked child: the call fails
-inside a C++ destructor and the worker aborts ("CUDA error: initialization
-error"), which the parent sees as a dead worker.
+garbage in the parent at that moment (a loader from an earlier epoch or test, an
+exception's traceback holding a batch, anything caught in a reference cycle) is
+copied into the child, and the child's cyclic garbage collector may finalise it
+there. Finalising frees CUDA tensors, streams and nvJPEG handles, and CUDA cannot
+be used in a forked child: the call fails inside a C++ destructor and the worker
+aborts ("CUDA error: initialization error"), which the parent sees as a dead worker.
 
-:func:`keep_in_children` registers such an object; right after a fork, the child
-takes a strong reference to every registered object that is still alive, so the
-child never finalises them. The parent's copies are untouched and are released
-in the parent as usual. Workers end with ``os._exit``, so nothing is leaked.
+Two guards, both installed with ``os.register_at_fork``:
+
+* Every fork freezes the collector's generations first (``gc.freeze``) and unfreezes
+  them in the parent right after, so the child inherits everything from before the
+  fork in the permanent generation, which its collector never visits; the parent
+  collects its own copies as usual. Skipped when the program froze objects itself
+  (``gc.get_freeze_count()`` not 0): unfreezing would undo that.
+* :func:`keep_in_children` registers an object; right after a fork, the child takes
+  a strong reference to every registered object that is still alive, so the child
+  never finalises them even when it drops its own references.
+
+Workers end with ``os._exit``, so nothing is leaked.
 """
 from __future__ import annotations
 
+import gc
 import os
 import weakref
 from typing import Any
@@ -28,8 +37,25 @@ def keep_in_children(obj: Any) -> None:
     _LIVE.add(obj)
 
 
+FREEZE_AT_FORK = True  # the first guard; tests turn it off to show what it prevents
+_froze = False
+
+
+def _before_fork() -> None:
+    global _froze
+    _froze = FREEZE_AT_FORK and gc.get_freeze_count() == 0
+    if _froze:
+        gc.freeze()
+
+
+def _after_fork_in_parent() -> None:
+    if _froze:
+        gc.unfreeze()
+
+
 def _after_fork_in_child() -> None:
-    _KEPT.extend(list(_LIVE))
+    _KEPT.extend(list(_LIVE))  # the frozen generation stays frozen here
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)
