@@ -7,7 +7,7 @@
 hard links to ``--images`` of its files plus ``--bad-fraction`` bad files of five kinds
 (truncated JPEG, corrupted entropy data, zero bytes, random bytes, and a header claiming
 65500 x 65500 pixels). The training recipe (RandomResizedCrop 224, flip, normalize) runs with
-``on_error="skip"``. After every epoch it records the host RSS of the process tree, GPU
+``on_error="skip"``. After every epoch it records the host RSS and PSS of the process tree, GPU
 memory (torch's reserved bytes and the device's used bytes), open file descriptors of the
 process tree and /dev/shm usage; the verdict compares the last ten epochs with epochs 3-12.
 
@@ -116,16 +116,29 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
+def _pss_bytes(pid: int) -> int:
+    """Proportional set size: each shared page counted once across the processes that map it.
+
+    The workers write into the loader's shared pinned ring, so each worker's RSS grows
+    until it has touched every slot, and summed RSS counts the ring once per worker."""
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def resources(pid: int) -> dict:
     """Host RSS (MiB) and open fds of the process tree, /dev/shm use, GPU memory (MiB)."""
     import torch
 
-    rss = fds = 0
+    rss = pss = fds = 0
     procs = _tree(pid)
     for p in procs:
         try:
             with open(f"/proc/{p}/statm") as f:
                 rss += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            pss += _pss_bytes(p)
             fds += len(os.listdir(f"/proc/{p}/fd"))
         except OSError:
             pass
@@ -137,7 +150,8 @@ def resources(pid: int) -> dict:
         except OSError:
             pass
     free, total = torch.cuda.mem_get_info() if torch.cuda.is_available() else (0, 0)
-    return {"processes": len(procs), "rss_mib": rss / 2**20, "fds": fds, "shm_files": shm_files,
+    return {"processes": len(procs), "rss_mib": rss / 2**20, "pss_mib": pss / 2**20, "fds": fds,
+            "shm_files": shm_files,
             "shm_mib": shm_bytes / 2**20, "torch_reserved_mib": torch.cuda.memory_reserved() / 2**20,
             "device_used_mib": (total - free) / 2**20}
 
@@ -185,7 +199,7 @@ def verdict(rows: list[dict]) -> dict:
     if len(rows) < 15:
         return {"note": "fewer than 15 epochs: no verdict"}
     early, late = rows[2:12], rows[-10:]
-    limits = {"rss_mib": 256.0, "fds": 4, "shm_files": 2, "shm_mib": 64.0, "torch_reserved_mib": 64.0,
+    limits = {"pss_mib": 256.0, "fds": 4, "shm_files": 2, "shm_mib": 64.0, "torch_reserved_mib": 64.0,
               "device_used_mib": 128.0, "processes": 0}
     out = {}
     for key, limit in limits.items():

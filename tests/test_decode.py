@@ -766,3 +766,22 @@ def test_planar_image_rows_place_y_cb_cr_back_to_back():
     assert rows[1].tolist() == [9000, 9000 + 64 * 40, 9000 + 2 * 64 * 40, 0, 40, 40, 40, 0]
     rgb = NvjpegDecoder._image_rows(None, heights, widths, None, dst, None, None, [])
     assert rgb[:, 0].tolist() == [1000, 9000] and rgb[:, 4].tolist() == [3 * 53, 3 * 40]
+
+
+def test_the_decode_buffer_grows_rarely_and_never_shrinks():
+    """Batches of varying size: the buffer grows to 1.25x the need (32 MiB steps) only
+    when a batch needs more than it holds, and every view starts at its front."""
+    from torchdali._executor._decode import GrowOnlyBuffer
+
+    buf = GrowOnlyBuffer("cpu")
+    mib = 1 << 20
+    first = buf.take(100 * mib)
+    assert buf.tensor.numel() == 128 * mib and first.numel() == 100 * mib and buf.grown == 1
+    rng = np.random.default_rng(0)
+    for need in rng.integers(90 * mib, 103 * mib, size=50):  # within the headroom: no new block
+        view = buf.take(int(need))
+        assert view.numel() == need and view.data_ptr() == buf.tensor.data_ptr()
+    assert buf.grown == 1
+    buf.take(129 * mib)
+    assert buf.tensor.numel() == 192 * mib and buf.grown == 2  # ceil(1.25 * 129 / 32) * 32
+    assert buf.take(0).numel() == 1 and buf.tensor.numel() == 192 * mib

@@ -139,6 +139,44 @@ def merge_sub_batch(batch: PackedBatch, sub: PackedBatch, start: int, stop: int)
     batch.skipped.extend(sub.skipped)
 
 
+class GrowOnlyBuffer:
+    """The batch decode buffer, kept from batch to batch and only ever grown.
+
+    A new buffer per batch let torch's caching allocator keep one block for every new
+    largest batch it had seen (batches of photographs vary in decoded bytes), so its
+    reserved memory rose in steps over a long run. Kept and grown to ``HEADROOM`` times
+    the need, rounded up to ``ALIGN`` bytes, the buffer is reallocated a few times early
+    and then not at all (each time after the stream's queued work is done). Views of it
+    are reused by the next batch: everything reading or writing it must be ordered on
+    the one stream it is used from (the executor's), as the grouped decode's buffer is.
+    """
+
+    HEADROOM = 1.25
+    ALIGN = 32 << 20
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.tensor: torch.Tensor | None = None
+        self.grown = 0  # how often it was (re)allocated
+
+    def take(self, numel: int) -> torch.Tensor:
+        """A view of ``numel`` bytes at the front of the buffer, growing it first if needed."""
+        numel = max(int(numel), 1)
+        if self.tensor is None or self.tensor.numel() < numel:
+            if self.tensor is not None and self.device.type == "cuda":
+                # nvJPEG may hold the old buffer until its queued work is done (see
+                # _executor._process_groups): let that finish before the block is freed
+                torch.cuda.current_stream(self.device).synchronize()
+            self.tensor = None
+            size = -(-int(numel * self.HEADROOM) // self.ALIGN) * self.ALIGN
+            self.tensor = torch.empty(size, dtype=torch.uint8, device=self.device)
+            self.grown += 1
+        return self.tensor[:numel]
+
+    def release(self) -> None:
+        self.tensor = None
+
+
 class DecodedBatch(NamedTuple):
     """A batch's pixels on the GPU, as the kernel reads them."""
 
@@ -172,6 +210,7 @@ class GpuDecoder:
             # the scan check runs beside the decode (see _check_scans)
             self.check_stream = torch.cuda.Stream(device)
         self._flags_host = torch.empty(0, dtype=torch.bool)
+        self.buffer = GrowOnlyBuffer(device)  # the batch decode buffer, on the executor's stream
         self.counts = dict.fromkeys(ROUTE_COUNTERS, 0)  # where the last batch's samples were decoded
 
     def close(self) -> None:
@@ -180,15 +219,17 @@ class GpuDecoder:
         if nvjpeg is not None:
             nvjpeg.close()
             self.nvjpeg = None
+        if getattr(self, "buffer", None) is not None:
+            self.buffer.release()
 
     def decode(self, batch: PackedBatch, pinned: torch.Tensor, stream: torch.cuda.Stream,
                buffer: torch.Tensor | None = None) -> DecodedBatch:
         """Decode every sample of ``batch`` (bytes staged in ``pinned``) into one GPU buffer.
 
-        Runs with ``stream`` current on the executor's device: the buffer is
-        allocated there (or is the front of ``buffer`` when that is large enough,
-        which the work queued on ``stream`` before may still have used) and every
-        copy and decode is ordered on it. May replace samples under on_error, which
+        Runs with ``stream`` current on the executor's device: the buffer is the front
+        of ``buffer`` when that is large enough, else of the decoder's own grow-only
+        buffer (``GrowOnlyBuffer``); the work queued on ``stream`` before may still be
+        using either, and every copy and decode is ordered on it. May replace samples under on_error, which
         updates ``batch`` (indices, positions, paths, params, targets, skipped).
         """
         n = len(batch.indices)
@@ -203,7 +244,7 @@ class GpuDecoder:
         if buffer is not None and buffer.numel() >= max(total, 1):
             decoded = buffer[: max(total, 1)]
         else:
-            decoded = torch.empty(max(total, 1), dtype=torch.uint8, device=self.device)
+            decoded = self.buffer.take(total)
         for i in np.nonzero(batch.kinds == RAW)[0]:  # decoded in the worker (CPU fallback, external source)
             src = pinned[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]]
             decoded[out_offsets[i]: out_offsets[i] + numel[i]].copy_(src, non_blocking=True)
