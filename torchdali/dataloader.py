@@ -433,7 +433,8 @@ class DataLoader(tud.DataLoader):
                                channels_last=self.memory_format == torch.channels_last,
                                on_error=self.on_error, dataset=self.dataset, ring=ring,
                                max_image_pixels=self.max_image_pixels,
-                               planar=os.environ.get("TORCHDALI_PLANAR_DECODE", "0") == "1")
+                               planar=os.environ.get("TORCHDALI_PLANAR_DECODE", "0") == "1",
+                               roi=os.environ.get("TORCHDALI_ROI_DECODE", "0") == "1")
         records = None
         if self.num_workers > 0:
             # what each worker is building, to name it if the worker dies (_executor/_records.py)

@@ -115,7 +115,7 @@ def sub_batch(batch: PackedBatch, start: int, stop: int) -> PackedBatch:
         paths=batch.paths[start:stop], params=batch.params[start:stop], slots=part(batch.slots), targets=targets,
         kinds=part(batch.kinds), offsets=part(batch.offsets), lengths=part(batch.lengths),
         shapes=part(batch.shapes), hints=part(batch.hints), scan_starts=part(batch.scan_starts),
-        spares=batch.spares, skipped=[])
+        rois=part(batch.rois), frames=part(batch.frames), spares=batch.spares, skipped=[])
 
 
 def merge_sub_batch(batch: PackedBatch, sub: PackedBatch, start: int, stop: int) -> None:
@@ -270,8 +270,12 @@ class GpuDecoder:
             if hints is not None and (hints < 0).any():
                 hints = None
             chroma = chroma_shapes(shapes[part]) if shapes[part[0], 2] >= layout.PLANAR else None
-            status = self.nvjpeg.decode_batch(pinned, batch.offsets[part], batch.lengths[part], shapes[part, :2],
-                                              decoded, out_offsets[part], stream, hints=hints, chroma=chroma)
+            # region-of-interest decode: nvJPEG gets each image's own size and the window (planar: none)
+            sizes = shapes[part, :2] if batch.frames is None else batch.frames[part]
+            rois = batch.rois[part] if batch.rois is not None and chroma is None else None
+            status = self.nvjpeg.decode_batch(pinned, batch.offsets[part], batch.lengths[part], sizes,
+                                              decoded, out_offsets[part], stream, hints=hints, chroma=chroma,
+                                              rois=rois)
             routed = self.nvjpeg.last_stats
             self.counts["decoded_hardware"] += routed.get("hardware", 0)
             self.counts["decoded_hybrid"] += routed.get("hybrid", 0)
@@ -283,8 +287,12 @@ class GpuDecoder:
         end = decoded.numel()
         for i in sorted(reasons):
             self.counts["decoded_cpu"] += 1
+            frame = shapes[i] if batch.frames is None else (*batch.frames[i], shapes[i, 2])
             try:
-                img = self._decode_on_cpu(i, batch, pinned, shapes[i], decode_cpu, reasons[i])
+                img = self._decode_on_cpu(i, batch, pinned, frame, decode_cpu, reasons[i])
+                if batch.rois is not None and batch.rois[i, 2] > 0:  # its slot holds the window only
+                    x, y, w, h = (int(v) for v in batch.rois[i])
+                    img = img[y:y + h, x:x + w].contiguous()
             except SampleError as err:
                 if self.fallback.on_error == "raise":
                     raise

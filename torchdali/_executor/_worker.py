@@ -133,6 +133,11 @@ class PackedBatch:
     lengths: np.ndarray | None = None
     shapes: np.ndarray | None = None
     hints: np.ndarray | None = None  # header codes for nvJPEG's backend routing (-1: none)
+    # region-of-interest decode (``decode_windows``): ``(x, y, w, h)`` of the window nvJPEG decodes
+    # (``w = -1``: the whole image), and each image's own ``(H, W)``; ``shapes`` then holds the
+    # window's size and the params' ``roi_y0``/``roi_x0`` where it starts
+    rois: np.ndarray | None = None
+    frames: np.ndarray | None = None
     scan_starts: np.ndarray | None = None  # where each JPEG's scan data starts (-1: not checked)
     seq: int = -1  # the loader-wide batch number (-1: not numbered, e.g. an IterableDataset)
     ring_seq: int = -1  # >= 0: the bytes are in slot ``ring_seq`` of the staging ring, not in ``blob``
@@ -217,9 +222,11 @@ class PrepareBatch:
 
     def __init__(self, plan: Plan, mode: str, delivery: Delivery | None = None,
                  channels_last: bool = False, on_error: Any = "raise", dataset: Any = None,
-                 ring: Any = None, max_image_pixels: int | None = None, planar: bool = False) -> None:
+                 ring: Any = None, max_image_pixels: int | None = None, planar: bool = False,
+                 roi: bool = False) -> None:
         check_on_error(on_error)
         self.planar = planar  # GPU path: nvJPEG decodes to Y/Cb/Cr planes, the kernel converts
+        self.roi = roi  # GPU path: nvJPEG decodes only the window of each image the kernel reads
         self.max_image_pixels = max_image_pixels  # larger images are refused from their header
         self.ring = ring  # HostRing the GPU path's workers write batches into, or None
         self.plan = plan
@@ -316,6 +323,9 @@ class PrepareBatch:
             payloads.append(payload)
 
         drawn = draw_params(self.plan, shapes, seed, epoch, positions)
+        windows = None
+        if self.mode == "gpu" and self.roi:
+            windows = decode_windows(drawn.params, shapes, (kinds == ENCODED) & (shapes[:, 2] < layout.PLANAR))
         collated = self.delivery.collate_targets(targets) if has_target else None
         batch = PackedBatch(seed=seed, epoch=epoch, indices=indices, positions=positions, paths=paths,
                             params=drawn.params, targets=collated, has_target=has_target,
@@ -343,6 +353,10 @@ class PrepareBatch:
                 batch.blob = torch.cat(flat) if n else torch.empty(0, dtype=torch.uint8)
             batch.kinds, batch.offsets, batch.lengths, batch.shapes = kinds, offsets, lengths, shapes
             batch.hints, batch.scan_starts = hints, scan_starts
+            if windows is not None and (windows[:, 2] > 0).any():
+                batch.rois, batch.frames = windows, shapes[:, :2].copy()
+                on = windows[:, 2] > 0
+                shapes[on, 0], shapes[on, 1] = windows[on, 3], windows[on, 2]  # the decoded window's size
             batch.share_decoded, batch.share_decode_s = share_decoded, share_decode_s
         batch.seconds = time.perf_counter() - t0
         return batch
@@ -355,6 +369,49 @@ class PrepareBatch:
         key = _rng.batch_key(batch.seed, batch.epoch, batch.first_position)
         batch.output = d.finish(batch.images, batch.targets, batch.has_target, key)
         batch.has_output, batch.images, batch.targets = True, None, None
+
+
+ROI_MARGIN = 16  # pixels kept around the clamp region: chroma upsampling reads 1-2 beyond a pixel
+ROI_ALIGN = 16  # window edges on multiples of this (a 4:2:0 MCU), where the image allows
+ROI_MAX_SHARE = 0.9  # a window larger than this share of its image: decode the whole image
+
+
+def decode_windows(params: torch.Tensor, shapes: np.ndarray, eligible: np.ndarray) -> np.ndarray:
+    # params: [N, NUM_PARAMS] float32 on the CPU, drawn for the images' own ``shapes``
+    """Region-of-interest decode: the window of each image the kernel reads, ``(N, 4)``
+    int64 ``(x, y, w, h)`` (``(0, 0, -1, -1)``: decode the whole image), and the window's
+    start written into ``params``' ``roi_y0``/``roi_x0`` columns.
+
+    Kernel 1 reads an image only inside its clamp region ``[lo, hi)`` (the crop box of
+    RandomResizedCrop); the window holds it with ``ROI_MARGIN`` pixels around, so the
+    decoder's chroma upsampling at the window's edge never reaches a pixel the kernel
+    reads, and its edges lie on ``ROI_ALIGN`` where the image allows. ``eligible``
+    marks the samples nvJPEG decodes to interleaved RGB; the others, and windows
+    larger than ``ROI_MAX_SHARE`` of their image, decode whole.
+    """
+    n = len(shapes)
+    out = np.tile(np.array([0, 0, -1, -1], dtype=np.int64), (n, 1))
+    if not n or not eligible.any():
+        return out
+    y, x = layout.axis("y"), layout.axis("x")
+    p = params.numpy()
+    H, W = shapes[:, 0].astype(np.int64), shapes[:, 1].astype(np.int64)
+    with np.errstate(invalid="ignore"):
+        lo_y = np.nan_to_num(np.floor(p[:, y.lo]), nan=0.0).clip(0, None).astype(np.int64)
+        hi_y = np.nan_to_num(np.ceil(p[:, y.hi]), nan=0.0).astype(np.int64)
+        lo_x = np.nan_to_num(np.floor(p[:, x.lo]), nan=0.0).clip(0, None).astype(np.int64)
+        hi_x = np.nan_to_num(np.ceil(p[:, x.hi]), nan=0.0).astype(np.int64)
+    y0 = np.maximum(lo_y - ROI_MARGIN, 0) // ROI_ALIGN * ROI_ALIGN
+    x0 = np.maximum(lo_x - ROI_MARGIN, 0) // ROI_ALIGN * ROI_ALIGN
+    y1 = np.minimum(-(-(hi_y + ROI_MARGIN) // ROI_ALIGN) * ROI_ALIGN, H)
+    x1 = np.minimum(-(-(hi_x + ROI_MARGIN) // ROI_ALIGN) * ROI_ALIGN, W)
+    h, w = y1 - y0, x1 - x0
+    use = eligible & (h > 0) & (w > 0) & (h * w <= ROI_MAX_SHARE * H * W)
+    out[use] = np.stack([x0, y0, w, h], 1)[use]
+    rows = torch.from_numpy(np.flatnonzero(use))
+    params[rows, layout.ROI_Y0] = torch.from_numpy(y0[use]).to(params.dtype)
+    params[rows, layout.ROI_X0] = torch.from_numpy(x0[use]).to(params.dtype)
+    return out
 
 
 def _decode_or_raise(decode_cpu: Callable, decode_error: type, payload: torch.Tensor, idx: int,

@@ -167,6 +167,7 @@ class NvjpegDecoder:
         self._next_set = 0
         #: backend chosen per header code (see decode_batch's ``hints``): True = hardware
         self._routes: Dict[int, bool] = {}
+        self._routes_ex: Dict[Tuple[int, bool], bool] = {}  # the same for windowed calls (BatchedEx)
         self._call_hints: Optional[List[int]] = None
         lib = self._lib
         self._has_ex = hasattr(lib, "nvjpegDecodeBatchedEx") and hasattr(lib, "nvjpegDecodeBatchedSupportedEx")
@@ -511,13 +512,29 @@ class NvjpegDecoder:
         hw_idx: List[int] = []
         hw_params: List[int] = []
         hy_idx: List[int] = []
-        hints_l = self._call_hints if roi is None else None
-        routes = self._routes
+        hints_l = self._call_hints
+        # The backend that took the first image of a header code takes the others without
+        # nvJPEG's per-image checks: whole images (keyed by the code), and windows through
+        # nvjpegDecodeBatchedEx (keyed by the code and whether a window is set); a cached
+        # hardware image there only needs its window written into its params.
+        routes = self._routes if roi is None else (self._routes_ex if use_ex else None)
         for i in range(len(ptr_l)):
-            hint = hints_l[i] if hints_l is not None else None
-            if hint is not None and hint in routes:
-                (hw_idx if routes[hint] else hy_idx).append(i)
-                continue
+            hint = hints_l[i] if hints_l is not None and routes is not None else None
+            key = hint if roi is None or hint is None else (hint, roi_l[i][2] > 0)
+            if hint is not None and key in routes:
+                if not routes[key]:
+                    hy_idx.append(i)
+                    continue
+                if not use_ex:
+                    hw_idx.append(i)
+                    continue
+                prm = self._params(ss, len(hw_idx))
+                x, y, rw, rh = roi_l[i]
+                if set_roi(prm, x, y, rw, rh) == 0:
+                    hw_idx.append(i)
+                    hw_params.append(prm)
+                    continue
+                hint = None  # the window was refused: the full checks below decide, uncached
             p, length = ptr_l[i], len_l[i]
             if length == 0 or h_l[i] <= 0 or w_l[i] <= 0:
                 status[i] = STATUS_NEEDS_CPU
@@ -572,17 +589,19 @@ class NvjpegDecoder:
                     if st == 0 and c_sup.value == 0:
                         hw_idx.append(i)
                         hw_params.append(prm)
+                        if hint is not None:
+                            routes[key] = True
                         continue
                 elif roi_l is None or roi_l[i][2] <= 0:
                     st = supported(hw, js, p_sup)
                     if st == 0 and c_sup.value == 0:
                         hw_idx.append(i)
                         if hint is not None:
-                            routes[hint] = True
+                            routes[key] = True
                         continue
             hy_idx.append(i)
             if hint is not None:
-                routes[hint] = False
+                routes[key] = False
         return hw_idx, hw_params, hy_idx
 
     @staticmethod
