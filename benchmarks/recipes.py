@@ -19,7 +19,8 @@ DALI decodes with the hardware decoder (``hw_decoder_load=0.9``): train through
 
 torchdali runs each recipe decoding to RGB (nvJPEG's own chroma upsampling and colour
 conversion, the default), as ``torchdali-planar`` (``TORCHDALI_PLANAR_DECODE=1``: nvJPEG
-decodes Y/Cb/Cr planes, the fused kernel upsamples and converts them), and as
+decodes Y/Cb/Cr planes, the fused kernel upsamples and converts them), as ``torchdali-roi``
+(train recipes, ``TORCHDALI_ROI_DECODE=1``: nvJPEG decodes only each image's crop window), and as
 ``torchdali-cpuS`` for each ``--cpu-shares`` value S (``cpu_decode_share=S``: the workers
 decode that fraction of the JPEGs).
 
@@ -94,13 +95,16 @@ def run_torchvision(root: str, recipe: str, args: argparse.Namespace, device: to
 
 
 def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
-                  mix: bool, planar: bool = False, cpu_share: float | str = 0.0) -> dict:
+                  mix: bool, planar: bool = False, cpu_share: float | str = 0.0, roi: bool = False) -> dict:
     if planar:  # nvJPEG decodes to Y/Cb/Cr planes, the kernel upsamples and converts them
         os.environ["TORCHDALI_PLANAR_DECODE"] = "1"
+    if roi:  # nvJPEG decodes only the window of each image the kernel reads
+        os.environ["TORCHDALI_ROI_DECODE"] = "1"
     try:
         return _run_torchdali(root, recipe, args, device, mix, cpu_share)
     finally:
         os.environ.pop("TORCHDALI_PLANAR_DECODE", None)
+        os.environ.pop("TORCHDALI_ROI_DECODE", None)
 
 
 def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool,
@@ -226,6 +230,9 @@ def main() -> int:
                 runs.append((recipe, "torchdali", lambda r=recipe: run_torchdali(args.data, r, args, device, False)))
                 runs.append((recipe, "torchdali-planar",
                              lambda r=recipe: run_torchdali(args.data, r, args, device, False, planar=True)))
+                if recipe != "val":  # val reads the whole image: no window to decode
+                    runs.append((recipe, "torchdali-roi",
+                                 lambda r=recipe: run_torchdali(args.data, r, args, device, False, roi=True)))
                 for share in (v if v == "auto" else float(v) for v in args.cpu_shares.split(",") if v):
                     runs.append((recipe, f"torchdali-cpu{share if share == 'auto' else f'{share:g}'}",
                                  lambda r=recipe, s=share: run_torchdali(args.data, r, args, device, False,
