@@ -211,6 +211,7 @@ class GpuDecoder:
             self.check_stream = torch.cuda.Stream(device)
         self._flags_host = torch.empty(0, dtype=torch.bool)
         self.buffer = GrowOnlyBuffer(device)  # the batch decode buffer, on the executor's stream
+        self.scan_buffer = GrowOnlyBuffer(device)  # the batch's bytes for the scan check, on check_stream
         self.counts = dict.fromkeys(ROUTE_COUNTERS, 0)  # where the last batch's samples were decoded
 
     def close(self) -> None:
@@ -219,8 +220,9 @@ class GpuDecoder:
         if nvjpeg is not None:
             nvjpeg.close()
             self.nvjpeg = None
-        if getattr(self, "buffer", None) is not None:
-            self.buffer.release()
+        for buffer in (getattr(self, "buffer", None), getattr(self, "scan_buffer", None)):
+            if buffer is not None:
+                buffer.release()
 
     def decode(self, batch: PackedBatch, pinned: torch.Tensor, stream: torch.cuda.Stream,
                buffer: torch.Tensor | None = None) -> DecodedBatch:
@@ -326,7 +328,8 @@ class GpuDecoder:
         if starts is None or not len(enc) or (starts[enc] < 0).all():
             return lambda: ()
         with torch.cuda.stream(self.check_stream):
-            on_gpu = pinned.to(self.device, non_blocking=True)
+            on_gpu = self.scan_buffer.take(pinned.numel())
+            on_gpu.copy_(pinned, non_blocking=True)
             flags = bad_scan_markers(on_gpu, batch.offsets[enc], batch.lengths[enc], starts[enc])
             if self._flags_host.numel() < len(enc):
                 self._flags_host = torch.empty(max(len(enc), 256), dtype=torch.bool, pin_memory=True)
