@@ -8,7 +8,8 @@
 #                                                        # and the fuzz corpus per backend
 #   STEP=verify OUT=$OUT bash benchmarks/gpu_recipes.sh  # one call: `pytest -m cuda` as two concurrent runs
 #                                                        # (the hostile/loader files and the rest) beside a
-#                                                        # fuzz isolation run, then the soak
+#                                                        # fuzz isolation run, then the soak and
+#                                                        # the decoder alone
 # tests: `pytest -m cuda` on this tree (the kernels natively: slot ops, finish, interpolation,
 #    warps, policies, batch transforms, hostile inputs) and the per-op parity table against
 #    torchvision (benchmarks/parity_table.py);
@@ -47,6 +48,9 @@ elif [ "${STEP:-tests}" = verify ]; then
   grep -h "^FAILED\|^ERROR" "$L"/pytest_cuda_?.log
   while pgrep -f "[p]hoto_folder.py" > /dev/null; do sleep 2; done; tail -1 /tmp/photos.log
   timeout 200 python3 benchmarks/soak.py "$D" --images $N --epochs 50 --workers $W --out "$L" 2>&1 | tail -15 | tee "$L/soak.log"
+  # the decoder alone on the same photographs, if the call has time left
+  timeout 120 python3 benchmarks/profile_decode.py "$D" --batches 4 2>&1 | grep -v "^\[" > "$L/profile_decode.log"
+  tail -25 "$L/profile_decode.log"
 else
   while pgrep -f "[p]hoto_folder.py" > /dev/null; do sleep 2; done; tail -2 /tmp/photos.log
 fi
