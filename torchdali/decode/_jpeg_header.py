@@ -562,6 +562,12 @@ def entropy_data_ok(buf: np.ndarray) -> bool:
     return bool(_SCAN_OK[scan[ff + 1]].all())
 
 
+# DHT segments already checked, by their bytes: encoders without optimised tables write the
+# same ones into every file, so most files skip the check
+_DHT_SEEN: dict = {}
+_DHT_SEEN_MAX = 1024
+
+
 def _huffman_tables(b: memoryview, pos: int, end: int) -> Tuple[Optional[str], set]:
     """(the first defect libjpeg would refuse in the DHT body ``b[pos:end]``, or None;
     the (class, id) of the tables defined before it)."""
@@ -634,7 +640,14 @@ def header_defect(buf: Buffer) -> Optional[str]:
                 quant.add(tq)
                 q += size
         elif marker == 0xC4:  # DHT
-            defect, tables = _huffman_tables(b, body, seg_end)
+            key = bytes(b[body:seg_end])
+            known = _DHT_SEEN.get(key)
+            if known is None:
+                known = _huffman_tables(b, body, seg_end)
+                if len(_DHT_SEEN) >= _DHT_SEEN_MAX:
+                    _DHT_SEEN.clear()
+                _DHT_SEEN[key] = known
+            defect, tables = known
             if defect:
                 return defect
             huff |= tables
