@@ -20,8 +20,11 @@ Blocks:
   the decoded pixels start in the image when only a window of it was decoded
   (region-of-interest decode; 0, 0 for a whole image). ``shapes`` then holds the
   window's size, the geometry stays in image coordinates, and the clamp region is
-  also held to the window ``[roi, roi + size)``. Interleaved sources only: a planar
-  sample is always decoded whole (its chroma upsampling needs the image's edges).
+  also held to the window ``[roi, roi + size)``. A planar sample's window holds the
+  Y plane's window and the chroma samples that cover it; it must start on a multiple
+  of the chroma factors and keep 2 pixels around the clamp region (or reach the
+  image's edge), so that the chroma upsampling at every pixel read is the whole
+  image's.
 * ``colour``: the per-sample colour program (jitter factors, grayscale, ...).
 * ``epilogue``: per-sample values applied at the output size: the RandomErasing
   box ``[erase_y0, erase_y1) x [erase_x0, erase_x1)`` of the output (empty when

@@ -2,8 +2,9 @@
 ``roi_y0``/``roi_x0`` source columns of ``csrc_triton/layout.py``).
 
 A window that holds the clamp region gives the output of the whole image, bit for
-bit, in the kernel and in the plain-torch reference; a window that does not is
-read only inside it (the clamp region is held to the window), identically by both.
+bit, in the kernel and in the plain-torch reference, for interleaved images and for
+planar YCbCr (with the margin its chroma upsampling needs); a window that does not
+is read only inside it (the clamp region is held to the window), identically by both.
 """
 from __future__ import annotations
 
@@ -112,3 +113,56 @@ def test_bad_roi_columns_read_inside_the_buffer(device):
     whole, _ = _run(images[:1], _params([_geom(20, 24, out)]), out, device, out_dtype=torch.uint8)
     assert torch.equal(got[0], whole[0])  # a negative start is 0: the whole image
     assert not torch.equal(got[2], whole[0])  # 3.7 is 3: the window starts 3 rows and columns in
+
+
+def _planar_window(buf: torch.Tensor, H: int, W: int, S: int, y0: int, x0: int, h: int, w: int) -> torch.Tensor:
+    """The planes of window ``[y0, y0 + h) x [x0, x0 + w)`` of a planar sample: Y cut to it,
+    Cb and Cr to the chroma samples that cover it (``y0``, ``x0`` even)."""
+    y = buf[: H * W].view(H, W)[y0:y0 + h, x0:x0 + w]
+    if S == layout.S_GRAY:
+        return y.contiguous().reshape(-1)
+    hf, vf = layout.SUBSAMPLING[S]
+    ch, cw = layout.chroma_shape(H, W, S)
+    planes = [y]
+    for k in range(2):
+        c = buf[H * W + k * ch * cw: H * W + (k + 1) * ch * cw].view(ch, cw)
+        planes.append(c[y0 // vf: -(-(y0 + h) // vf), x0 // hf: -(-(x0 + w) // hf)])
+    return torch.cat([p.contiguous().reshape(-1) for p in planes])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+def test_a_planar_window_with_a_margin_gives_the_whole_planes_output(device, interpolation):
+    """Planes cut to a window that starts on even rows and columns and keeps at least two
+    pixels around the clamp region (where the image allows): the chroma upsampling the
+    kernel computes at every pixel it reads is the one of the whole planes."""
+    from ._ycbcr import pack_planar, random_planes
+
+    g = torch.Generator().manual_seed(11)
+    sizes = [(45, 61, layout.S_420), (40, 33, layout.S_422), (37, 50, layout.S_440), (30, 30, layout.S_444),
+             (26, 35, layout.S_GRAY), (51, 47, layout.S_420)]
+    boxes = [(10, 12, 20, 30), (4, 3, 30, 25), (8, 10, 25, 36), (6, 6, 10, 10), (0, 0, 26, 35), (20, 1, 31, 40)]
+    out = (9, 7)
+    whole, cut, rows = [], [], []
+    for (H, W, S), (top, left, h, w) in zip(sizes, boxes):
+        buf = random_planes(H, W, S, g)
+        whole.append((buf, H, W, S))
+        rows.append(_geom(H, W, out, (top, left, h, w), flip=(top % 2 == 1, left % 2 == 0)))
+        y0, x0 = max(0, top - 2) // 2 * 2, max(0, left - 2) // 2 * 2
+        y1, x1 = min(H, top + h + 2), min(W, left + w + 2)
+        cut.append((_planar_window(buf, H, W, S, y0, x0, y1 - y0, x1 - x0), y1 - y0, x1 - x0, S, y0, x0))
+    kw = dict(out_dtype=torch.uint8, interpolation=interpolation, source="ycbcr")
+    data, offsets, shapes = pack_planar(whole)
+    params = _params(rows)
+    full = fused_resized_crop(*(t.to(device) for t in (data, offsets, shapes, params)), out, *IDENTITY, **kw).cpu()
+    full_ref = resized_crop_reference(data, offsets, shapes, params, out, *IDENTITY, **kw)
+    wdata, woffsets, wshapes = pack_planar([(b, h, w, S) for b, h, w, S, _, _ in cut])
+    wparams = params.clone()
+    for k, (*_, y0, x0) in enumerate(cut):
+        wparams[k, layout.ROI_Y0], wparams[k, layout.ROI_X0] = float(y0), float(x0)
+    got = fused_resized_crop(*(t.to(device) for t in (wdata, woffsets, wshapes, wparams)), out, *IDENTITY,
+                             **kw).cpu()
+    ref = resized_crop_reference(wdata, woffsets, wshapes, wparams, out, *IDENTITY, **kw)
+    assert wdata.numel() < data.numel()
+    assert torch.equal(got, full), f"max |diff| {(got.double() - full.double()).abs().max()}"
+    assert torch.equal(ref, full_ref)
