@@ -1,4 +1,4 @@
-"""``header_defect``: the JPEG tables and scan headers the loader keeps from nvJPEG.
+"""``header_defect`` and ``scan_header``: the JPEG tables and scan headers the loader keeps from nvJPEG.
 
 Valid files from several encoders pass; each defect is named; over the fuzz corpus,
 every file it flags is one libjpeg (through Pillow) refuses, except the two kinds
@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 from torchdali._executor._worker import _gpu_decodable_shape
-from torchdali.decode._jpeg_header import header_defect, jpeg_info
+from torchdali.decode._jpeg_header import header_defect, jpeg_info, scan_header, scan_offset
 
 from ._fuzz import _base_jpegs, _segments, fuzz_corpus
 
@@ -137,3 +137,18 @@ def test_gpu_timeout_is_validated():
             td.DataLoader(ds, transforms=tf, gpu_timeout=bad)
     assert td.DataLoader(ds, transforms=tf).gpu_timeout == 300.0
     assert td.DataLoader(ds, transforms=tf, gpu_timeout=0).gpu_timeout == 0.0
+
+
+def test_scan_header_gives_the_scan_start_of_scan_offset():
+    """The worker takes the scan start from the same walk as the defects."""
+    files = [_pil_jpeg(**kw) for kw in (dict(quality=50), dict(progressive=True), dict(restart_marker_rows=1))]
+    files += _base_jpegs() + [data for _, data in fuzz_corpus(256)]
+    checked = 0
+    for data in files:
+        defect, start = scan_header(data)
+        if defect is None:
+            assert start == scan_offset(np.frombuffer(data, np.uint8)) > 0
+            checked += 1
+        else:
+            assert start == -1
+    assert checked > 100

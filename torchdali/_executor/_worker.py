@@ -377,10 +377,10 @@ ROI_MAX_SHARE = 0.9  # a window larger than this share of its image: decode the 
 
 
 def decode_windows(params: torch.Tensor, shapes: np.ndarray, eligible: np.ndarray) -> np.ndarray:
-    # params: [N, NUM_PARAMS] float32 on the CPU, drawn for the images' own ``shapes``
     """Region-of-interest decode: the window of each image the kernel reads, ``(N, 4)``
     int64 ``(x, y, w, h)`` (``(0, 0, -1, -1)``: decode the whole image), and the window's
-    start written into ``params``' ``roi_y0``/``roi_x0`` columns.
+    start written into ``params``' ``roi_y0``/``roi_x0`` columns (``params``: the
+    ``[N, NUM_PARAMS]`` float32 rows drawn for the images' own ``shapes``, on the CPU).
 
     Kernel 1 reads an image only inside its clamp region ``[lo, hi)`` (the crop box of
     RandomResizedCrop); the window holds it with ``ROI_MARGIN`` pixels around, so the
@@ -460,13 +460,13 @@ def _gpu_decodable_shape(payload: torch.Tensor, info: Any,
 
     CMYK/YCCK, RGB-coded, lossless, arithmetic-coded and 12-bit JPEGs go to the
     CPU, and so do files that do not end in an EOI marker and files whose tables or
-    scan header libjpeg would refuse (``header_defect``). Whether the scan data
+    scan header libjpeg would refuse (``scan_header``). Whether the scan data
     holds a marker no scan can hold (nvJPEG may decode such a stream without
     complaint) is checked for the whole batch on the GPU, from the scan start.
     ``info`` is the parsed JPEG header (None: not a JPEG, or a corrupt header, which
     the CPU decoder reports precisely).
     """
-    from ..decode._jpeg_header import header_code, header_defect, planar_chroma, scan_offset
+    from ..decode._jpeg_header import header_code, planar_chroma, scan_header
 
     if info is None or info.height <= 0 or info.width <= 0:
         return None
@@ -476,8 +476,8 @@ def _gpu_decodable_shape(payload: torch.Tensor, info: Any,
     tail = payload[-2:].numpy() if payload.numel() >= 2 else None
     if tail is None or tail[0] != 0xFF or tail[1] != 0xD9:
         return None
-    start = scan_offset(payload.numpy())
-    if start < 0 or header_defect(payload.numpy()) is not None:
+    defect, start = scan_header(payload.numpy())  # one walk over the segments: defects and the scan start
+    if defect is not None:
         return None
     channels = 3
     if planar:

@@ -595,8 +595,9 @@ def _huffman_tables(b: memoryview, pos: int, end: int) -> Tuple[Optional[str], s
     return None, defined
 
 
-def header_defect(buf: Buffer) -> Optional[str]:
-    """What makes the tables and scan header of a JPEG unfit for nvJPEG, or None.
+def scan_header(buf: Buffer) -> Tuple[Optional[str], int]:
+    """What makes the tables and scan header of a JPEG unfit for nvJPEG (None: nothing),
+    and where its entropy-coded data starts (``scan_offset``; -1 with a defect).
 
     Walks every segment up to the first SOS: quantisation and Huffman tables must be
     well formed (libjpeg's checks: a complete canonical code, DC symbols up to 15), the
@@ -614,11 +615,11 @@ def header_defect(buf: Buffer) -> Optional[str]:
     b = memoryview(arr)  # indexing a memoryview gives Python ints, several times faster than numpy's
     n = len(b)
     if n < 4 or b[0] != 0xFF or b[1] != 0xD8:
-        return "no SOI marker"
+        return "no SOI marker", -1
     pos, quant, huff, frame = 2, set(), set(), None
     while pos + 4 <= n:
         if b[pos] != 0xFF:
-            return f"junk at byte {pos} between segments"
+            return f"junk at byte {pos} between segments", -1
         marker = int(b[pos + 1])
         if marker == 0xFF:
             pos += 1
@@ -629,14 +630,14 @@ def header_defect(buf: Buffer) -> Optional[str]:
         seglen = (int(b[pos + 2]) << 8) | int(b[pos + 3])
         body, seg_end = pos + 4, pos + 2 + seglen
         if seglen < 2 or seg_end > n:
-            return f"segment 0xFF{marker:02X} at byte {pos} has length {seglen}"
+            return f"segment 0xFF{marker:02X} at byte {pos} has length {seglen}", -1
         if marker == 0xDB:  # DQT
             q = body
             while q < seg_end:
                 pq, tq = int(b[q]) >> 4, int(b[q]) & 0x0F
                 size = 1 + 64 * (pq + 1)
                 if pq > 1 or tq > 3 or q + size > seg_end:
-                    return f"DQT table precision {pq} id {tq} at byte {q}"
+                    return f"DQT table precision {pq} id {tq} at byte {q}", -1
                 quant.add(tq)
                 q += size
         elif marker == 0xC4:  # DHT
@@ -649,37 +650,37 @@ def header_defect(buf: Buffer) -> Optional[str]:
                 _DHT_SEEN[key] = known
             defect, tables = known
             if defect:
-                return defect
+                return defect, -1
             huff |= tables
         elif marker in _SOF_MARKERS:
             if frame is not None:
-                return "a second frame header"
+                return "a second frame header", -1
             ncomp = int(b[body + 5]) if body + 5 < seg_end else 0
             if ncomp == 0 or seglen != 8 + 3 * ncomp:
-                return f"frame header for {ncomp} components is {seglen} bytes"
-            comps = {}
+                return f"frame header for {ncomp} components is {seglen} bytes", -1
+            comps, h, v = {}, [], []
             for c in range(body + 6, seg_end, 3):
                 cid, hv, tq = int(b[c]), int(b[c + 1]), int(b[c + 2])
                 if not (1 <= hv >> 4 <= 4 and 1 <= hv & 0x0F <= 4):
-                    return f"component {cid} has sampling factors {hv >> 4}x{hv & 0x0F}"
+                    return f"component {cid} has sampling factors {hv >> 4}x{hv & 0x0F}", -1
                 if tq > 3 or tq not in quant:
-                    return f"component {cid} uses quantisation table {tq}, which is not defined"
+                    return f"component {cid} uses quantisation table {tq}, which is not defined", -1
                 if cid in comps:
-                    return f"component id {cid} appears twice in the frame header"
+                    return f"component id {cid} appears twice in the frame header", -1
                 comps[cid] = tq
-            h = [int(b[c + 1]) >> 4 for c in range(body + 6, seg_end, 3)]
-            v = [int(b[c + 1]) & 0x0F for c in range(body + 6, seg_end, 3)]
+                h.append(hv >> 4)
+                v.append(hv & 0x0F)
             if any(max(h) % x for x in h) or any(max(v) % x for x in v):
-                return f"sampling factors {list(zip(h, v))} are not whole ratios (libjpeg: fractional sampling)"
+                return f"sampling factors {list(zip(h, v))} are not whole ratios (libjpeg: fractional sampling)", -1
             if ncomp > 1 and sum(x * y for x, y in zip(h, v)) > 10:
-                return f"sampling factors {list(zip(h, v))} exceed 10 blocks per MCU"
+                return f"sampling factors {list(zip(h, v))} exceed 10 blocks per MCU", -1
             frame = (marker, comps)
         elif marker == 0xDA:  # the first SOS
             if frame is None:
-                return "scan before the frame header"
+                return "scan before the frame header", -1
             ns = int(b[body]) if body < seg_end else 0
             if not 1 <= ns <= min(4, len(frame[1])) or seglen != 6 + 2 * ns:
-                return f"scan header for {ns} components is {seglen} bytes"
+                return f"scan header for {ns} components is {seglen} bytes", -1
             seen = set()
             ss, se, ah, al = int(b[body + 1 + 2 * ns]), int(b[body + 2 + 2 * ns]), \
                 int(b[body + 3 + 2 * ns]) >> 4, int(b[body + 3 + 2 * ns]) & 0x0F
@@ -687,20 +688,26 @@ def header_defect(buf: Buffer) -> Optional[str]:
             for c in range(body + 1, body + 1 + 2 * ns, 2):
                 cid, td, ta = int(b[c]), int(b[c + 1]) >> 4, int(b[c + 1]) & 0x0F
                 if cid not in frame[1] or cid in seen:
-                    return f"scan names component {cid}, not in the frame or twice"
+                    return f"scan names component {cid}, not in the frame or twice", -1
                 seen.add(cid)
                 need_dc = ss == 0 and (not progressive or ah == 0)
                 need_ac = se > 0 and (not progressive or ah == 0)
                 if need_dc and (0, td) not in huff or need_ac and (1, ta) not in huff:
-                    return f"scan uses Huffman tables DC {td} / AC {ta} of component {cid}, not defined"
+                    return f"scan uses Huffman tables DC {td} / AC {ta} of component {cid}, not defined", -1
             if not progressive:
                 if (ss, se, ah, al) != (0, 63, 0, 0):
-                    return f"sequential scan with spectral selection {ss}-{se}, approximation {ah}/{al}"
+                    return f"sequential scan with spectral selection {ss}-{se}, approximation {ah}/{al}", -1
             elif se > 63 or ss > se or (ss == 0) != (se == 0) or ah > 13 or al > 13 or ss > 0 and ns != 1:
-                return f"progressive scan with spectral selection {ss}-{se}, approximation {ah}/{al}"
-            return None
+                return f"progressive scan with spectral selection {ss}-{se}, approximation {ah}/{al}", -1
+            return None, seg_end
         pos = seg_end
-    return "no scan header"
+    return "no scan header", -1
+
+
+def header_defect(buf: Buffer) -> Optional[str]:
+    """What makes the tables and scan header of a JPEG unfit for nvJPEG, or None
+    (:func:`scan_header` without the scan offset)."""
+    return scan_header(buf)[0]
 
 
 def planar_chroma(info: JpegInfo) -> Optional[Tuple[str, int, int]]:
