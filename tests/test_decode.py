@@ -785,3 +785,24 @@ def test_the_decode_buffer_grows_rarely_and_never_shrinks():
     buf.take(129 * mib)
     assert buf.tensor.numel() == 192 * mib and buf.grown == 2  # ceil(1.25 * 129 / 32) * 32
     assert buf.take(0).numel() == 1 and buf.tensor.numel() == 192 * mib
+
+
+def test_appending_cpu_images_reuses_one_buffer_and_keeps_the_bytes():
+    """The decode buffer with the CPU's images appended goes to a grow-only buffer too:
+    from another buffer, in place when the batch grows twice, and across a growth."""
+    from torchdali._executor._decode import GrowOnlyBuffer, _grown
+
+    into = GrowOnlyBuffer("cpu")
+    decoded = torch.arange(1000, dtype=torch.int64).to(torch.uint8)
+    extra = [torch.full((300,), 7, dtype=torch.uint8), torch.full((5,), 9, dtype=torch.uint8)]
+    once = _grown(decoded, extra, into)
+    expected = torch.cat([decoded, *extra])
+    assert torch.equal(once, expected) and once.data_ptr() == into.tensor.data_ptr()
+    twice = _grown(once, [torch.full((11,), 3, dtype=torch.uint8)], into)  # in place
+    assert torch.equal(twice[:1305], expected) and (twice[1305:] == 3).all() and into.grown == 1
+    big = [torch.full((64 << 20,), 5, dtype=torch.uint8)]
+    thrice = _grown(twice, big, into)  # outgrows the block: the bytes move with it
+    assert into.grown == 2 and torch.equal(thrice[:1305], expected) and (thrice[1305:1316] == 3).all()
+    assert (thrice[1316:] == 5).all()
+    again = _grown(decoded, extra, into)
+    assert torch.equal(again, expected) and into.grown == 2

@@ -92,12 +92,18 @@ def decode_groups(shapes: np.ndarray, cap: int | None = None) -> list[tuple[int,
     return groups
 
 
-def _grown(decoded: torch.Tensor, extra: list[torch.Tensor], device: torch.device) -> torch.Tensor:
-    """``decoded`` with the host images ``extra`` appended (a new buffer; the copies are
-    ordered on the current stream)."""
-    grown = torch.empty(decoded.numel() + sum(e.numel() for e in extra), dtype=torch.uint8, device=device)
-    grown[: decoded.numel()].copy_(decoded)
-    grown[decoded.numel():].copy_(torch.cat(extra).pin_memory(), non_blocking=True)
+def _grown(decoded: torch.Tensor, extra: list[torch.Tensor], into: "GrowOnlyBuffer") -> torch.Tensor:
+    """``decoded`` with the host images ``extra`` appended, at the front of ``into`` (the
+    copies are ordered on the current stream). ``decoded`` may already be that front, as
+    when a batch grows twice: its bytes then stay where they are."""
+    n = decoded.numel()
+    held = into.tensor
+    in_place = held is not None and decoded.data_ptr() == held.data_ptr()
+    grown = into.take(n + sum(e.numel() for e in extra))
+    if not (in_place and grown.data_ptr() == decoded.data_ptr()):
+        grown[:n].copy_(decoded)
+    host = torch.cat(extra)
+    grown[n:].copy_(host.pin_memory() if grown.is_cuda else host, non_blocking=True)
     return grown
 
 
@@ -212,6 +218,8 @@ class GpuDecoder:
         self._flags_host = torch.empty(0, dtype=torch.bool)
         self.buffer = GrowOnlyBuffer(device)  # the batch decode buffer, on the executor's stream
         self.scan_buffer = GrowOnlyBuffer(device)  # the batch's bytes for the scan check, on check_stream
+        # the decode buffer with the CPU's images appended (fallbacks, replacements), on the executor's stream
+        self.grown_buffer = GrowOnlyBuffer(device)
         self.counts = dict.fromkeys(ROUTE_COUNTERS, 0)  # where the last batch's samples were decoded
 
     def close(self) -> None:
@@ -220,7 +228,7 @@ class GpuDecoder:
         if nvjpeg is not None:
             nvjpeg.close()
             self.nvjpeg = None
-        for buffer in (getattr(self, "buffer", None), getattr(self, "scan_buffer", None)):
+        for buffer in (getattr(self, name, None) for name in ("buffer", "scan_buffer", "grown_buffer")):
             if buffer is not None:
                 buffer.release()
 
@@ -310,7 +318,7 @@ class GpuDecoder:
                 decoded[out_offsets[i]: out_offsets[i] + img.numel()].copy_(img.reshape(-1).pin_memory(),
                                                                              non_blocking=True)
         if relocated:
-            decoded = _grown(decoded, relocated, self.device)
+            decoded = _grown(decoded, relocated, self.grown_buffer)
         if failed:
             decoded = self._replace(batch, failed, decoded, shapes, out_offsets)
         return decoded
@@ -371,7 +379,7 @@ class GpuDecoder:
                     else sub.target
         batch.params, batch.slots = params, slots
         batch.spares = [t for t in batch.spares if t not in used]  # a later group must not reuse them
-        return _grown(decoded, extra, self.device)
+        return _grown(decoded, extra, self.grown_buffer)
 
     def _decode_on_cpu(self, i: int, batch: PackedBatch, pinned: torch.Tensor, shape: np.ndarray,
                        decode_cpu: Any, gpu_reason: str) -> torch.Tensor:

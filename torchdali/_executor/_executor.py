@@ -120,17 +120,17 @@ class BatchExecutor:
         (``_decode.decode_groups``): (images, timing events, seconds spent decoding,
         decode route counters).
 
-        Every group is decoded into the same buffer, sized for the largest group: the
-        stream orders a group's decode after the previous group's kernel, which read
-        it. (Buffers freed and allocated in turn would not do: nvJPEG keeps the
-        buffers of its last calls referenced until their work is done.)
+        Every group is decoded into the front of the decoder's grow-only buffer, sized
+        for the largest group: the stream orders a group's decode after the previous
+        group's kernel, which read it. (Buffers freed and allocated in turn would not
+        do: nvJPEG keeps the buffers of its last calls referenced until their work is
+        done, and the caching allocator would keep a block per new size.)
         """
         images = first = last = None
         decode_s = 0.0
         counts = dict.fromkeys(ROUTE_COUNTERS, 0)
         numel = decoded_sizes(batch.shapes)
-        buffer = torch.empty(max(int(max(numel[a:b].sum() for a, b in groups)), 1), dtype=torch.uint8,
-                             device=self.device)
+        buffer = self.decoder.buffer.take(int(max(numel[a:b].sum() for a, b in groups)))
         for start, stop in groups:
             sub = sub_batch(batch, start, stop)
             t = time.perf_counter()

@@ -388,6 +388,12 @@ def decode_windows(params: torch.Tensor, shapes: np.ndarray, eligible: np.ndarra
     reads, and its edges lie on ``ROI_ALIGN`` where the image allows. ``eligible``
     marks the samples nvJPEG decodes to interleaved RGB; the others, and windows
     larger than ``ROI_MAX_SHARE`` of their image, decode whole.
+
+    A window never ends at the image's right or bottom edge where that edge cuts an
+    MCU (a width or height not a multiple of ``ROI_ALIGN``): there nvJPEG's hardware
+    decoder upsamples the last chroma column (row) of a window from the MCU's padding
+    rather than from the image's edge, up to 5 levels away from the whole image's
+    decode (H200, 4:2:0, width 180). Such images decode whole.
     """
     n = len(shapes)
     out = np.tile(np.array([0, 0, -1, -1], dtype=np.int64), (n, 1))
@@ -407,6 +413,7 @@ def decode_windows(params: torch.Tensor, shapes: np.ndarray, eligible: np.ndarra
     x1 = np.minimum(-(-(hi_x + ROI_MARGIN) // ROI_ALIGN) * ROI_ALIGN, W)
     h, w = y1 - y0, x1 - x0
     use = eligible & (h > 0) & (w > 0) & (h * w <= ROI_MAX_SHARE * H * W)
+    use &= ((x1 < W) | (W % ROI_ALIGN == 0)) & ((y1 < H) | (H % ROI_ALIGN == 0))
     out[use] = np.stack([x0, y0, w, h], 1)[use]
     rows = torch.from_numpy(np.flatnonzero(use))
     params[rows, layout.ROI_Y0] = torch.from_numpy(y0[use]).to(params.dtype)
