@@ -1,7 +1,8 @@
 """Training recipes through three loaders in one run: torchdali, NVIDIA DALI, torchvision's DataLoader.
 
     python benchmarks/recipes.py DATA_DIR [--recipes plain,reference,val] [--systems torchdali,dali,torchvision]
-                                 [--batch-size 256] [--workers 16] [--dali-threads 8] [--epochs 4] [--out DIR]
+                                 [--variants rgb,roi] [--cpu-shares 0.1,auto] [--batch-size 256]
+                                 [--workers 16] [--dali-threads 8] [--epochs 4] [--out DIR]
 
 Recipes (defaults: torchvision's classification-reference sizes; ``--size 224 --val-resize 256``
 gives the ResNet-50 recipe):
@@ -17,12 +18,12 @@ gives the ResNet-50 recipe):
 DALI decodes with the hardware decoder (``hw_decoder_load=0.9``): train through
 ``fn.decoders.image_random_crop`` (ROI decode), val through ``fn.decoders.image``.
 
-torchdali runs each recipe decoding to RGB (nvJPEG's own chroma upsampling and colour
-conversion, the default), as ``torchdali-planar`` (``TORCHDALI_PLANAR_DECODE=1``: nvJPEG
-decodes Y/Cb/Cr planes, the fused kernel upsamples and converts them), as ``torchdali-roi``
-(train recipes, ``TORCHDALI_ROI_DECODE=1``: nvJPEG decodes only each image's crop window), and as
-``torchdali-cpuS`` for each ``--cpu-shares`` value S (``cpu_decode_share=S``: the workers
-decode that fraction of the JPEGs).
+torchdali runs each recipe as it does by default (``gpu_decode="planar"``: nvJPEG decodes
+Y/Cb/Cr planes, the fused kernel upsamples and converts them), and with ``--variants`` as
+``torchdali-rgb`` (``gpu_decode="rgb"``: nvJPEG's own chroma upsampling and colour conversion),
+as ``torchdali-rgb-roi`` (train recipes, RGB with ``TORCHDALI_ROI_DECODE=1``: nvJPEG decodes only
+each image's crop window), and as ``torchdali-cpuS`` for each ``--cpu-shares`` value S
+(``cpu_decode_share=S``: the workers decode that fraction of the JPEGs).
 
 torchdali and torchvision get the recipe as torchvision v2 objects (torchdali converts
 them); DALI gets the nearest pipeline of its own operators (named in the output).
@@ -95,20 +96,17 @@ def run_torchvision(root: str, recipe: str, args: argparse.Namespace, device: to
 
 
 def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
-                  mix: bool, planar: bool = False, cpu_share: float | str = 0.0, roi: bool = False) -> dict:
-    if planar:  # nvJPEG decodes to Y/Cb/Cr planes, the kernel upsamples and converts them
-        os.environ["TORCHDALI_PLANAR_DECODE"] = "1"
+                  mix: bool, gpu_decode: str = "planar", cpu_share: float | str = 0.0, roi: bool = False) -> dict:
     if roi:  # nvJPEG decodes only the window of each image the kernel reads
         os.environ["TORCHDALI_ROI_DECODE"] = "1"
     try:
-        return _run_torchdali(root, recipe, args, device, mix, cpu_share)
+        return _run_torchdali(root, recipe, args, device, mix, cpu_share, gpu_decode)
     finally:
-        os.environ.pop("TORCHDALI_PLANAR_DECODE", None)
         os.environ.pop("TORCHDALI_ROI_DECODE", None)
 
 
 def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool,
-                   cpu_share: float | str) -> dict:
+                   cpu_share: float | str, gpu_decode: str) -> dict:
     import torchdali as td
 
     ds = td.datasets.ImageFolder(root)
@@ -117,7 +115,8 @@ def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: tor
         extra["batch_transforms"] = _mixup_cutmix(len(ds.classes))
     loader = td.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True,
                            transforms=_tv_preset(recipe, args.size, args.val_crop, args.val_resize, "tensor"), device=device, seed=0,
-                           persistent_workers=True, prefetch_factor=2, cpu_decode_share=cpu_share, **extra)
+                           persistent_workers=True, prefetch_factor=2, cpu_decode_share=cpu_share,
+                           gpu_decode=gpu_decode, **extra)
     r = _epochs(lambda: iter(loader), args.epochs, 1, device, "torchdali", False)
     last = loader.stats().last
     if last is not None:
@@ -200,6 +199,8 @@ def main() -> int:
     p.add_argument("--systems", default="torchdali,dali,torchvision")
     p.add_argument("--cpu-shares", default="0.1,auto",
                    help="torchdali also with these cpu_decode_share values (comma-separated; empty: none)")
+    p.add_argument("--variants", default="rgb,roi",
+                   help="torchdali also decoding to RGB (rgb) and to RGB windows (roi); comma-separated, empty: none")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--dali-threads", type=int, default=8)
@@ -224,15 +225,17 @@ def main() -> int:
     print(json.dumps(env), flush=True)
     results: dict[str, dict] = {}
     runs: list[tuple[str, str, Callable[[], dict]]] = []
+    variants = set(v for v in args.variants.split(",") if v)
     for recipe in args.recipes.split(","):
         for system in args.systems.split(","):
             if system == "torchdali":
                 runs.append((recipe, "torchdali", lambda r=recipe: run_torchdali(args.data, r, args, device, False)))
-                runs.append((recipe, "torchdali-planar",
-                             lambda r=recipe: run_torchdali(args.data, r, args, device, False, planar=True)))
-                if recipe != "val":  # val reads the whole image: no window to decode
-                    runs.append((recipe, "torchdali-roi",
-                                 lambda r=recipe: run_torchdali(args.data, r, args, device, False, roi=True)))
+                if "rgb" in variants:
+                    runs.append((recipe, "torchdali-rgb",
+                                 lambda r=recipe: run_torchdali(args.data, r, args, device, False, gpu_decode="rgb")))
+                if "roi" in variants and recipe != "val":  # val reads the whole image: no window to decode
+                    runs.append((recipe, "torchdali-rgb-roi", lambda r=recipe: run_torchdali(
+                        args.data, r, args, device, False, gpu_decode="rgb", roi=True)))
                 for share in (v if v == "auto" else float(v) for v in args.cpu_shares.split(",") if v):
                     runs.append((recipe, f"torchdali-cpu{share if share == 'auto' else f'{share:g}'}",
                                  lambda r=recipe, s=share: run_torchdali(args.data, r, args, device, False,

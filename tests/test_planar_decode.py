@@ -44,6 +44,16 @@ def test_workers_send_grayscale_as_luma_and_png_decoded():
     assert png.kind == RAW and png.shape == (9, 11, 3)
 
 
+def test_gpu_decode_defaults_to_planes_and_names_its_choices():
+    import torchdali as td
+
+    ds, tf = [(torch.zeros(3, 4, 4, dtype=torch.uint8), 0)], T.Compose([T.Resize((2, 2))])
+    assert td.DataLoader(ds, transforms=tf).gpu_decode == "planar"
+    assert td.DataLoader(ds, transforms=tf, gpu_decode="rgb").gpu_decode == "rgb"
+    with pytest.raises(ValueError, match="gpu_decode must be one of 'planar', 'rgb', got 'yuv'"):
+        td.DataLoader(ds, transforms=tf, gpu_decode="yuv")
+
+
 def test_decoded_sizes_count_planes_and_pixels():
     shapes = np.array([[37, 53, 3], [37, 53, layout.PLANAR + layout.S_420], [20, 30, 1],
                        [20, 30, layout.PLANAR + layout.S_GRAY], [7, 9, layout.PLANAR + layout.S_422],
@@ -167,9 +177,8 @@ def test_planar_loader_matches_the_cpu_path_and_the_rgb_path(tmp_path, monkeypat
     tf = T.Compose([T.Resize(64), T.CenterCrop(56)])
     kw = dict(batch_size=len(ds), transforms=tf, seed=0)
     cpu = next(iter(td.DataLoader(ds, device="cpu", **kw)))[0].int()
-    rgb = next(iter(td.DataLoader(ds, device="cuda", **kw)))[0].cpu().int()
-    monkeypatch.setenv("TORCHDALI_PLANAR_DECODE", "1")
-    loader = td.DataLoader(ds, device="cuda", **kw)
+    rgb = next(iter(td.DataLoader(ds, device="cuda", gpu_decode="rgb", **kw)))[0].cpu().int()
+    loader = td.DataLoader(ds, device="cuda", **kw)  # gpu_decode="planar", the default
     planar = next(iter(loader))[0].cpu().int()
     e = loader.stats().last
     assert e.decoded_cpu == 2 and e.decoded_hardware + e.decoded_hybrid == len(ds) - 2, loader.stats().summary()
@@ -193,7 +202,6 @@ def test_planar_loader_decodes_what_nvjpeg_rejects_on_the_cpu(tmp_path, monkeypa
     tf = T.Compose([T.Resize((48, 48))])
     kw = dict(batch_size=len(ds), transforms=tf, seed=0)
     cpu = next(iter(td.DataLoader(ds, device="cpu", **kw)))[0].int()
-    monkeypatch.setenv("TORCHDALI_PLANAR_DECODE", "1")
     real = _decode.GpuDecoder._check_scans
 
     def flag_first(self, batch, pinned, enc):  # as if the scan check flagged the first JPEG
@@ -209,3 +217,62 @@ def test_planar_loader_decodes_what_nvjpeg_rejects_on_the_cpu(tmp_path, monkeypa
     assert (planar[first] - cpu[first]).abs().max() <= 1
     assert ((planar - cpu).abs() <= 1).float().mean() >= 0.999
 
+
+
+def _photo_folder(tmp_path, n: int = 48) -> str:
+    """Photographs (scikit-image's) cut and rescaled to ImageNet's sizes (short side
+    333-500), re-encoded as 4:2:0 (most), 4:4:4, 4:2:2 and grayscale at quality 75-95."""
+    from skimage import data as skdata
+
+    names = ["astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "motorcycle_left"]
+    sources = []
+    for name in names:
+        try:
+            sources.append(getattr(skdata, name)())
+        except Exception:  # an image the installed scikit-image lacks or cannot fetch
+            continue
+    rng = np.random.default_rng(0)
+    root = tmp_path / "photos" / "c0"
+    root.mkdir(parents=True)
+    for k in range(n):
+        src = sources[k % len(sources)]
+        h, w = src.shape[:2]
+        ch, cw = int(h * rng.uniform(0.6, 1.0)), int(w * rng.uniform(0.6, 1.0))
+        y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+        img = Image.fromarray(np.ascontiguousarray(src[y:y + ch, x:x + cw, :3]))
+        short = int(rng.integers(333, 501))
+        scale = short / min(img.size)
+        img = img.resize((max(1, round(img.size[0] * scale)), max(1, round(img.size[1] * scale))), Image.LANCZOS)
+        q = int(rng.integers(75, 96))
+        kind = k % 8
+        if kind == 7:
+            img.convert("L").save(root / f"{k:03d}.jpg", quality=q)
+        else:
+            img.save(root / f"{k:03d}.jpg", quality=q, subsampling={5: 0, 6: 1}.get(kind, 2))
+    return str(tmp_path / "photos")
+
+
+@pytest.mark.cuda
+def test_gpu_val_output_is_within_1_of_torchvision_on_photographs(tmp_path):
+    """The fidelity target on photographs: the val recipe in uint8 through the loader's
+    default GPU path (planes, the kernel's upsampling and colour conversion) against
+    torchvision's (decode_jpeg on the CPU, Resize(256) with antialias, CenterCrop(224)):
+    >= 99.9% of values within 1, none more than 2 apart."""
+    import torchdali as td
+    import torchvision
+    from torchvision.io import ImageReadMode, decode_jpeg, read_file
+    from torchvision.transforms import v2
+
+    ds = td.datasets.ImageFolder(_photo_folder(tmp_path))
+    tv = v2.Compose([v2.Resize(256, antialias=True), v2.CenterCrop(224)])
+    expected = torch.stack([tv(decode_jpeg(read_file(p), mode=ImageReadMode.RGB)) for p, _ in ds.samples])
+    recipe = T.Compose([T.Resize(256, antialias=True), T.CenterCrop(224), T.ToDtype(torch.uint8)])
+    loader = td.DataLoader(ds, batch_size=16, num_workers=2, transforms=recipe, device="cuda")
+    got = torch.cat([x.cpu() for x, _ in loader])
+    e = loader.stats().last
+    assert e.decoded_cpu == 0, loader.stats().summary()
+    diff = (got.int() - expected.int()).abs()
+    within = (diff <= 1).double().mean().item()
+    print(f"\nGPU val vs torchvision {torchvision.__version__}: {100 * within:.4f}% within 1, "
+          f"max {diff.max().item()}, mean {diff.float().mean().item():.4f}")
+    assert within >= 0.999 and diff.max().item() <= 2

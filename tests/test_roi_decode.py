@@ -128,10 +128,10 @@ def test_the_gpu_loader_with_windows_equals_the_loader_without(tmp_path, monkeyp
     ds = td.datasets.ImageFolder(_folder(tmp_path / "f", n=96, lo=100, hi=300, classes=3))
     recipe = T.Compose([T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.ToDtype(torch.uint8)])
     runs = []
-    monkeypatch.setenv("TORCHDALI_PLANAR_DECODE", "0")  # windows are cut from RGB decodes only
     for roi in ("0", "1"):
         monkeypatch.setenv("TORCHDALI_ROI_DECODE", roi)
-        loader = td.DataLoader(ds, batch_size=32, num_workers=2, transforms=recipe, device="cuda", seed=5)
+        loader = td.DataLoader(ds, batch_size=32, num_workers=2, transforms=recipe, device="cuda", seed=5,
+                               gpu_decode="rgb")  # windows are cut from RGB decodes only
         runs.append([x.cpu() for x, _ in loader])
         stats = loader.stats().epochs[-1]
         loader.close()

@@ -39,6 +39,7 @@ __all__ = ["DataLoader"]
 _log = logging.getLogger("torchdali")
 
 _HAS_IN_ORDER = "in_order" in inspect.signature(tud.DataLoader.__init__).parameters
+GPU_DECODE_OUTPUTS = ("planar", "rgb")  # gpu_decode: what nvJPEG outputs
 _PIL_LIMIT = object()  # max_image_pixels default: Pillow's Image.MAX_IMAGE_PIXELS
 
 
@@ -164,6 +165,15 @@ class DataLoader(tud.DataLoader):
             may pick different shares (their outputs differ by the decoders' rounding);
             ``state_dict()`` keeps the share, so a resumed run replays exactly.
         max_cpu_decode_share: the cap of ``cpu_decode_share="auto"``.
+        gpu_decode: GPU path: what nvJPEG gives the fused kernel. ``"planar"``
+            (default): each JPEG's Y, Cb and Cr planes at their own subsampling; the
+            kernel upsamples the chroma as libjpeg-turbo's "fancy" upsampling does and
+            converts to RGB with its tables, for the pixels the resize reads. On
+            photographs (mixed 4:2:0, 4:4:4, grayscale) the hardware engines decode
+            these about twice as fast as RGB, and the output stays that of the CPU
+            path. ``"rgb"``: nvJPEG upsamples and converts (its own rounding, within 1
+            of libjpeg-turbo). JPEGs the kernel has no planar source for (CMYK, 4:1:1)
+            are decoded to RGB either way.
         gpu_timeout: GPU path: seconds the executor may spend on one batch (nvJPEG and
             the kernels; milliseconds normally, the first batch also compiles the
             kernels) before the training loop's wait ends in ``DecoderStalled``, naming
@@ -204,6 +214,7 @@ class DataLoader(tud.DataLoader):
         cpu_decode_share: float | str = 0.0,
         max_cpu_decode_share: float = 0.5,
         gpu_timeout: float = 300.0,
+        gpu_decode: str = "planar",
     ) -> None:
         keep_in_children(self)
         if distributed and sampler is None and batch_sampler is None:
@@ -250,6 +261,9 @@ class DataLoader(tud.DataLoader):
             raise ValueError(f"prefetch_depth must be >= 1, got {prefetch_depth}")
         if isinstance(gpu_timeout, bool) or not float(gpu_timeout) >= 0.0:
             raise ValueError(f"gpu_timeout must be seconds >= 0 (0: wait forever), got {gpu_timeout!r}")
+        if gpu_decode not in GPU_DECODE_OUTPUTS:
+            raise ValueError(f"gpu_decode must be one of {', '.join(map(repr, GPU_DECODE_OUTPUTS))}, "
+                             f"got {gpu_decode!r}")
         # The fields below are torchdali's; names match the __init__ arguments so
         # frameworks that re-instantiate loaders from their attributes (Lightning)
         # get every argument back.
@@ -271,6 +285,7 @@ class DataLoader(tud.DataLoader):
         self.__dict__["cpu_decode_share"] = cpu_decode_share if cpu_decode_share == "auto" else float(cpu_decode_share)
         self.__dict__["max_cpu_decode_share"] = float(max_cpu_decode_share)
         self.__dict__["gpu_timeout"] = float(gpu_timeout)
+        self.__dict__["gpu_decode"] = gpu_decode
         self.__dict__["_stalled"] = None  # the DecoderStalled that left the GPU executor stuck
         # the share of the current (or next) epoch
         self.__dict__["_cpu_share"] = min(AUTO_START, float(max_cpu_decode_share)) \
@@ -433,7 +448,7 @@ class DataLoader(tud.DataLoader):
                                channels_last=self.memory_format == torch.channels_last,
                                on_error=self.on_error, dataset=self.dataset, ring=ring,
                                max_image_pixels=self.max_image_pixels,
-                               planar=os.environ.get("TORCHDALI_PLANAR_DECODE", "0") == "1",
+                               planar=self.gpu_decode == "planar",
                                roi=os.environ.get("TORCHDALI_ROI_DECODE", "0") == "1")
         records = None
         if self.num_workers > 0:
