@@ -22,7 +22,8 @@ torchdali runs each recipe as it does by default (``gpu_decode="planar"``: nvJPE
 Y/Cb/Cr planes, the fused kernel upsamples and converts them), and with ``--variants`` as
 ``torchdali-rgb`` (``gpu_decode="rgb"``: nvJPEG's own chroma upsampling and colour conversion),
 as ``torchdali-rgb-roi`` (train recipes, RGB with ``TORCHDALI_ROI_DECODE=1``: nvJPEG decodes only
-each image's crop window), and as ``torchdali-cpuS`` for each ``--cpu-shares`` value S
+each image's crop window), as ``torchdali-nice`` (the workers at ``os.nice(10)``, through
+``worker_init_fn``), and as ``torchdali-cpuS`` for each ``--cpu-shares`` value S
 (``cpu_decode_share=S``: the workers decode that fraction of the JPEGs).
 
 torchdali and torchvision get the recipe as torchvision v2 objects (torchdali converts
@@ -95,24 +96,33 @@ def run_torchvision(root: str, recipe: str, args: argparse.Namespace, device: to
     return _epochs(lambda: OnDevice(loader, device), args.epochs, 1, device, "torchvision", False)
 
 
+def _lower_priority(worker_id: int) -> None:
+    """worker_init_fn of the ``nice`` variant: the workers yield the CPU to the main process,
+    whose executor thread drives nvJPEG."""
+    os.nice(10)
+
+
 def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
-                  mix: bool, gpu_decode: str = "planar", cpu_share: float | str = 0.0, roi: bool = False) -> dict:
+                  mix: bool, gpu_decode: str = "planar", cpu_share: float | str = 0.0, roi: bool = False,
+                  nice: bool = False) -> dict:
     if roi:  # nvJPEG decodes only the window of each image the kernel reads
         os.environ["TORCHDALI_ROI_DECODE"] = "1"
     try:
-        return _run_torchdali(root, recipe, args, device, mix, cpu_share, gpu_decode)
+        return _run_torchdali(root, recipe, args, device, mix, cpu_share, gpu_decode, nice)
     finally:
         os.environ.pop("TORCHDALI_ROI_DECODE", None)
 
 
 def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool,
-                   cpu_share: float | str, gpu_decode: str) -> dict:
+                   cpu_share: float | str, gpu_decode: str, nice: bool) -> dict:
     import torchdali as td
 
     ds = td.datasets.ImageFolder(root)
     extra: dict[str, Any] = {}
     if mix:
         extra["batch_transforms"] = _mixup_cutmix(len(ds.classes))
+    if nice:
+        extra["worker_init_fn"] = _lower_priority
     loader = td.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True,
                            transforms=_tv_preset(recipe, args.size, args.val_crop, args.val_resize, "tensor"), device=device, seed=0,
                            persistent_workers=True, prefetch_factor=2, cpu_decode_share=cpu_share,
@@ -200,7 +210,8 @@ def main() -> int:
     p.add_argument("--cpu-shares", default="0.1,auto",
                    help="torchdali also with these cpu_decode_share values (comma-separated; empty: none)")
     p.add_argument("--variants", default="rgb,roi",
-                   help="torchdali also decoding to RGB (rgb) and to RGB windows (roi); comma-separated, empty: none")
+                   help="torchdali also decoding to RGB (rgb), to RGB windows (roi), with the workers at a lower "
+                   "priority (nice); comma-separated, empty: none")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--dali-threads", type=int, default=8)
@@ -233,6 +244,9 @@ def main() -> int:
                 if "rgb" in variants:
                     runs.append((recipe, "torchdali-rgb",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, False, gpu_decode="rgb")))
+                if "nice" in variants:
+                    runs.append((recipe, "torchdali-nice",
+                                 lambda r=recipe: run_torchdali(args.data, r, args, device, False, nice=True)))
                 if "roi" in variants and recipe != "val":  # val reads the whole image: no window to decode
                     runs.append((recipe, "torchdali-rgb-roi", lambda r=recipe: run_torchdali(
                         args.data, r, args, device, False, gpu_decode="rgb", roi=True)))

@@ -16,7 +16,9 @@ class EpochStats:
     executor_s: float = 0.0  # GPU path: host time of the executor thread per batch (all below)
     fetch_s: float = 0.0  # GPU path: staging thread waiting for the workers' next batch
     stage_s: float = 0.0  # GPU path: copying the batch's bytes into pinned staging memory
-    decode_s: float = 0.0  # GPU path: host time in nvJPEG calls (header checks, batched decode)
+    decode_s: float = 0.0  # GPU path: host time decoding (all below, the CPU fallback, on_error)
+    nvjpeg_s: float = 0.0  # GPU path: host time inside nvJPEG's batched decode calls
+    scan_wait_s: float = 0.0  # GPU path: host time waiting for the scan check after the decode
     launch_s: float = 0.0  # GPU path: host time launching the fused kernel and copies
     kernel_s: float = 0.0  # GPU path: GPU time of the fused kernel (CUDA events)
     skipped: int = 0

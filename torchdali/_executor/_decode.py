@@ -17,6 +17,7 @@ cap and its largest image.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -35,7 +36,8 @@ from ._worker import ENCODED, RAW, PackedBatch, PrepareBatch, Skipped, draw_para
 DECODE_GROUP_BYTES = 256 << 20
 
 # Per-batch counters of where samples were decoded (``GpuDecoder.counts``, EpochStats fields).
-ROUTE_COUNTERS = ("decoded_hardware", "decoded_hybrid", "decoded_one_by_one", "decoded_cpu")
+ROUTE_COUNTERS = ("decoded_hardware", "decoded_hybrid", "decoded_one_by_one", "decoded_cpu",
+                  "nvjpeg_s", "scan_wait_s")  # and the host seconds in nvJPEG's calls and the scan check's wait
 
 
 # (hf, vf) of each planar subsampling code, and whether it has chroma planes (layout.SUBSAMPLING)
@@ -283,15 +285,20 @@ class GpuDecoder:
             # region-of-interest decode: nvJPEG gets each image's own size and the window (planar: none)
             sizes = shapes[part, :2] if batch.frames is None else batch.frames[part]
             rois = batch.rois[part] if batch.rois is not None and chroma is None else None
+            t = time.perf_counter()
             status = self.nvjpeg.decode_batch(pinned, batch.offsets[part], batch.lengths[part], sizes,
                                               decoded, out_offsets[part], stream, hints=hints, chroma=chroma,
                                               rois=rois)
+            self.counts["nvjpeg_s"] += time.perf_counter() - t
             routed = self.nvjpeg.last_stats
             self.counts["decoded_hardware"] += routed.get("hardware", 0)
             self.counts["decoded_hybrid"] += routed.get("hybrid", 0)
             self.counts["decoded_one_by_one"] += routed.get("hardware_retried", 0)
             reasons.update((int(part[k]), self.nvjpeg.describe(st, k)) for k, st in enumerate(status) if st != 0)
-        for i in suspects():
+        t = time.perf_counter()
+        flagged = suspects()
+        self.counts["scan_wait_s"] += time.perf_counter() - t
+        for i in flagged:
             reasons.setdefault(int(i), "decoded, but its compressed data holds a marker no JPEG scan can hold")
         failed, relocated = [], []
         end = decoded.numel()
