@@ -190,8 +190,25 @@ def soak(root: str, epochs: int, batch_size: int, workers: int) -> dict:
                "skipped": loader.stats().last.skipped, **resources(os.getpid())}
         rows.append(row)
         print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+    blocks = torch_blocks() if torch.cuda.is_available() else None
     loader.close()
-    return {"epochs": rows, "verdict": verdict(rows)}
+    return {"epochs": rows, "verdict": verdict(rows), "torch_blocks": blocks}
+
+
+def torch_blocks() -> dict:
+    """What torch's caching allocator holds at the end: per stream, how many blocks of
+    each size (MiB) are in use and how many are cached, and the segments' sizes."""
+    import torch
+
+    out: dict[str, dict] = {}
+    for seg in torch.cuda.memory_snapshot():
+        entry = out.setdefault(str(seg.get("stream", 0)), {"segments_mib": [], "active": {}, "cached": {}})
+        entry["segments_mib"].append(round(seg["total_size"] / 2**20, 1))
+        for b in seg["blocks"]:
+            kind = "active" if b["state"].startswith("active") else "cached"
+            size = f"{b['size'] / 2**20:.1f}"
+            entry[kind][size] = entry[kind].get(size, 0) + 1
+    return out
 
 
 def verdict(rows: list[dict]) -> dict:
@@ -283,6 +300,7 @@ def main() -> None:
         torch.cuda.init()
     result.update(soak(root, a.epochs, a.batch_size, a.workers))
     print("verdict:", json.dumps(result["verdict"]), flush=True)
+    print("torch blocks:", json.dumps(result.get("torch_blocks")), flush=True)
     result["interrupt"] = interrupt(root, a.batch_size, a.workers)
     print("interrupt:", json.dumps(result["interrupt"]), flush=True)
     os.makedirs(a.out, exist_ok=True)

@@ -87,3 +87,17 @@ def test_loaders_are_registered(tmp_path):
     loader = td.DataLoader(td.datasets.ImageFolder(root), batch_size=2, transforms=td.transforms.Resize((8, 8)))
     assert loader in _LIVE
     loader.close()
+
+
+@pytest.mark.cuda
+def test_delivered_batches_are_registered(tmp_path):
+    # record_stream'd blocks record CUDA events when freed: a forked child must never free them
+    import torch
+
+    root = make_folder(tmp_path / "f", n=4, classes=2)
+    loader = td.DataLoader(td.datasets.ImageFolder(root), batch_size=2, device="cuda",
+                           transforms=td.transforms.Resize((8, 8)))
+    images, targets = next(iter(loader))
+    assert images.is_cuda and images in _LIVE
+    assert not isinstance(targets, torch.Tensor) or not targets.is_cuda or targets in _LIVE
+    loader.close()

@@ -17,7 +17,10 @@ Two guards, both installed with ``os.register_at_fork``:
   (``gc.get_freeze_count()`` not 0): unfreezing would undo that.
 * :func:`keep_in_children` registers an object; right after a fork, the child takes
   a strong reference to every registered object that is still alive, so the child
-  never finalises them even when it drops its own references.
+  never finalises them even when it drops its own references. The GPU path registers
+  its loaders, decoders, rings and iterators, and every batch it delivers: a batch's
+  tensors are used on the training loop's stream (``record_stream``), and freeing such
+  a block records CUDA events.
 
 Workers end with ``os._exit``, so nothing is leaked.
 """

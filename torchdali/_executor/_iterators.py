@@ -312,10 +312,14 @@ class GpuIterator:
         batch: PackedBatch = item.batch
         consumer = torch.cuda.current_stream(self._device)
         consumer.wait_event(item.ready)
+        # Freeing a block used on another stream records CUDA events, which a forked
+        # worker cannot do (it aborts): a batch alive at a fork is kept alive in the child.
         item.images.record_stream(consumer)
+        keep_in_children(item.images)
         targets = item.targets
         if isinstance(targets, torch.Tensor) and targets.is_cuda:
             targets.record_stream(consumer)
+            keep_in_children(targets)
         delivery = self._loader._delivery
         if delivery.has_foreign:  # in the loop's thread, on its stream: see _deliver.py
             key = _rng.batch_key(batch.seed, batch.epoch, batch.first_position)
