@@ -80,6 +80,45 @@ def test_auto_share_balances_the_gpu_and_the_workers():
     assert next_cpu_share(0.1, _epoch(samples=100), W, cap=0.5) == 0.1
 
 
+def _at_share(share: float, t_g: float, t_c: float = 1.6e-3, a: float = 45e-6, n: int = 10_000) -> EpochStats:
+    """An input-bound epoch run with ``share``: nvJPEG ``t_g`` per image on the rest."""
+    n_cpu = round(share * n)
+    return _epoch(samples=n, wall_s=1.0, wait_s=0.9, decoded_hardware=n - n_cpu, decode_s=t_g * (n - n_cpu),
+                  share_decoded=n_cpu, share_decode_s=t_c * n_cpu, worker_s=t_c * n_cpu + a * n, cpu_share=share)
+
+
+def _best_share(t0: float, m: float, t_c: float, a: float, W: int, cap: float) -> float:
+    s = np.linspace(0.0, cap, 100_001)
+    per_image = np.maximum((1 - s) * (t0 + m * s), (a + s * t_c) / W)
+    return float(s[np.argmin(per_image)])
+
+
+def test_auto_share_backs_off_when_the_workers_slow_nvjpeg_down():
+    # the H200 measurement: nvJPEG's host time per image rose from 39 to 51 us between
+    # shares 0 and 0.21; here 40 us at 0.1 and 50 us at 0.2: t_g = 30 us + 100 us * s,
+    # and every share costs the GPU side more than it takes off it
+    W, cap = 16, 0.5
+    previous, e = _at_share(0.1, 40e-6), _at_share(0.2, 50e-6)
+    assert _best_share(30e-6, 100e-6, 1.6e-3, 45e-6, W, cap) == 0.0
+    assert next_cpu_share(0.2, e, W, cap, previous) == pytest.approx(0.1)
+    # without the earlier epoch, the constant-t_g balance would raise the share
+    assert next_cpu_share(0.2, e, W, cap) > 0.2
+
+
+def test_auto_share_with_mild_interference_moves_to_the_best_share():
+    W, cap = 8, 0.5
+    previous, e = _at_share(0.1, 100e-6), _at_share(0.2, 102e-6)  # t_g = 98 us + 20 us * s
+    best = _best_share(98e-6, 20e-6, 1.6e-3, 45e-6, W, cap)
+    assert 0.3 < best < 0.35  # where both sides take the same time per image
+    assert (1 - best) * (98e-6 + 20e-6 * best) == pytest.approx((45e-6 + best * 1.6e-3) / W, rel=1e-3)
+    assert next_cpu_share(0.2, e, W, cap, previous) == pytest.approx(0.5 * 0.2 + 0.5 * best, abs=2e-3)
+    # shares too close together give no slope: the constant-t_g balance
+    close = _at_share(0.195, 101.9e-6)
+    t_g, t_c, a = 102e-6, 1.6e-3, 45e-6
+    assert next_cpu_share(0.2, e, W, cap, close) == pytest.approx(
+        0.5 * 0.2 + 0.5 * (W * t_g - a) / (W * t_g + t_c), abs=1e-4)
+
+
 def test_the_share_is_validated_and_kept_in_the_state_dict():
     ds = td.datasets.FileList([])
     for bad in (1.5, -0.1, "half", True):

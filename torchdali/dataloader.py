@@ -159,9 +159,10 @@ class DataLoader(tud.DataLoader):
             of the decoding; the kernel transforms them with the rest. Which samples is
             fixed by their position in the epoch, so batches still replay exactly.
             Default 0: nvJPEG decodes every JPEG it can. ``"auto"``: start at 0.1 and,
-            between epochs, move towards the share at which nvJPEG and the workers
-            finish together (from the last epoch's measured rates; see
-            ``_executor/_share.py``), at most ``max_cpu_decode_share``. Then two runs
+            between epochs, move towards the share at which the batch is ready soonest,
+            from the measured rates: nvJPEG's time per image, which the workers' own
+            decoding slows down (measured at two shares), against the workers'
+            (``_executor/_share.py``); at most ``max_cpu_decode_share``. Then two runs
             may pick different shares (their outputs differ by the decoders' rounding);
             ``state_dict()`` keeps the share, so a resumed run replays exactly.
         max_cpu_decode_share: the cap of ``cpu_decode_share="auto"``.
@@ -313,8 +314,11 @@ class DataLoader(tud.DataLoader):
         resume, self.__dict__["_resume"] = self._resume, None
         last = self._stats.last
         if self.cpu_decode_share == "auto" and self.device.type == "cuda" and last is not None:
+            epochs = self._stats.epochs
             self.__dict__["_cpu_share"] = next_cpu_share(self._cpu_share, last, self.num_workers,
-                                                         self.max_cpu_decode_share)
+                                                         self.max_cpu_decode_share,
+                                                         # not the first epoch: it compiled and started workers
+                                                         epochs[-2] if len(epochs) > 2 else None)
         if resume is not None:
             self._restore_rng(resume["rng_state"])
             state.skip_batches = resume["batches_done"]
