@@ -23,7 +23,8 @@ Y/Cb/Cr planes, the fused kernel upsamples and converts them), and with ``--vari
 ``torchdali-rgb`` (``gpu_decode="rgb"``: nvJPEG's own chroma upsampling and colour conversion),
 as ``torchdali-rgb-roi`` (train recipes, RGB with ``TORCHDALI_ROI_DECODE=1``: nvJPEG decodes only
 each image's crop window), as ``torchdali-nice`` (the workers at ``os.nice(10)``, through
-``worker_init_fn``), and as ``torchdali-cpuS`` for each ``--cpu-shares`` value S
+``worker_init_fn``), as ``torchdali-switch`` (``sys.setswitchinterval(0.0005)``: the executor
+thread gets the GIL back sooner after nvJPEG's calls, which release it), and as ``torchdali-cpuS`` for each ``--cpu-shares`` value S
 (``cpu_decode_share=S``: the workers decode that fraction of the JPEGs).
 
 torchdali and torchvision get the recipe as torchvision v2 objects (torchdali converts
@@ -104,13 +105,17 @@ def _lower_priority(worker_id: int) -> None:
 
 def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
                   mix: bool, gpu_decode: str = "planar", cpu_share: float | str = 0.0, roi: bool = False,
-                  nice: bool = False) -> dict:
+                  nice: bool = False, switch_s: float | None = None) -> dict:
     if roi:  # nvJPEG decodes only the window of each image the kernel reads
         os.environ["TORCHDALI_ROI_DECODE"] = "1"
+    interval = sys.getswitchinterval()
+    if switch_s is not None:  # how long a thread may hold the GIL while another waits for it
+        sys.setswitchinterval(switch_s)
     try:
         return _run_torchdali(root, recipe, args, device, mix, cpu_share, gpu_decode, nice)
     finally:
         os.environ.pop("TORCHDALI_ROI_DECODE", None)
+        sys.setswitchinterval(interval)
 
 
 def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool,
@@ -211,7 +216,7 @@ def main() -> int:
                    help="torchdali also with these cpu_decode_share values (comma-separated; empty: none)")
     p.add_argument("--variants", default="rgb,roi",
                    help="torchdali also decoding to RGB (rgb), to RGB windows (roi), with the workers at a lower "
-                   "priority (nice); comma-separated, empty: none")
+                   "priority (nice), with a 0.5 ms GIL switch interval (switch); comma-separated, empty: none")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--dali-threads", type=int, default=8)
@@ -247,6 +252,9 @@ def main() -> int:
                 if "nice" in variants:
                     runs.append((recipe, "torchdali-nice",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, False, nice=True)))
+                if "switch" in variants:
+                    runs.append((recipe, "torchdali-switch",
+                                 lambda r=recipe: run_torchdali(args.data, r, args, device, False, switch_s=5e-4)))
                 if "roi" in variants and recipe != "val":  # val reads the whole image: no window to decode
                     runs.append((recipe, "torchdali-rgb-roi", lambda r=recipe: run_torchdali(
                         args.data, r, args, device, False, gpu_decode="rgb", roi=True)))
