@@ -83,8 +83,8 @@ class LoaderStats:
         line = (f"epoch {e.epoch}: {e.samples} images in {e.wall_s:.2f}s ({d['images_per_s']:.0f}/s), "
                 f"waited {e.wait_s:.2f}s ({100 * e.wait_fraction:.1f}%), workers {e.worker_s:.2f}s")
         if e.executor_s:
-            line += (f"; fetch {e.fetch_s:.2f}s, staging {e.stage_s:.2f}s; executor {e.executor_s:.2f}s (nvJPEG {e.decode_s:.2f}, "
-                     f"launch {e.launch_s:.2f}), kernel {e.kernel_s:.3f}s GPU")
+            line += (f"; fetch {e.fetch_s:.2f}s, staging {e.stage_s:.2f}s; executor {e.executor_s:.2f}s (decode "
+                     f"{e.decode_s:.2f}, in nvJPEG {e.nvjpeg_s:.2f}, launch {e.launch_s:.2f}), kernel {e.kernel_s:.3f}s GPU")
         if e.executor_s:
             line += (f"; decoded: {e.decoded_hardware} hardware, {e.decoded_hybrid} hybrid, "
                      f"{e.decoded_one_by_one} one by one, {e.decoded_cpu} CPU")

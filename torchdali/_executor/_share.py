@@ -29,6 +29,7 @@ from .._stats import EpochStats
 AUTO_START = 0.1  # the first epoch's share: DALI's fixed hw_decoder_load=0.9 leaves the CPU 0.1
 AUTO_FLOOR = 0.02  # the least share "auto" keeps, so that t_c stays measured
 IDLE_WAIT = 0.05  # the loop waited less than this fraction of the epoch: not input-bound
+SEPARATE = 0.01  # two epochs' shares at least this far apart give the slope of t_g
 
 
 def _rates(e: EpochStats) -> tuple[float, float, float] | None:
@@ -40,9 +41,6 @@ def _rates(e: EpochStats) -> tuple[float, float, float] | None:
     t_c = e.share_decode_s / e.share_decoded
     a = max(e.worker_s - e.share_decode_s, 0.0) / e.samples
     return t_g, t_c, a
-
-
-SEPARATE = 0.01  # two epochs' shares at least this far apart give the slope of t_g
 
 
 def next_cpu_share(share: float, e: EpochStats, num_workers: int, cap: float,
