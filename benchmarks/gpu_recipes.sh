@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two GPU-machine calls after DALI is installed (../shared/dali/pack.sh, then install.sh in three
+# GPU-machine calls after DALI is installed (../shared/dali/pack.sh, then install.sh in three
 # back-to-back calls carrying .dali/c1, .dali/c2, .dali/c3), each under the 10-minute call limit:
 #   STEP=tests OUT=$OUT bash benchmarks/gpu_recipes.sh   # also starts the photo folder in /tmp
 #   STEP=bench OUT=$OUT bash benchmarks/gpu_recipes.sh
@@ -8,10 +8,8 @@
 #                                                        # and the fuzz corpus per backend
 #   STEP=pytest OUT=$OUT bash benchmarks/gpu_recipes.sh  # `pytest -m cuda` as two concurrent runs (the
 #                                                        # hostile/loader files and the rest); starts the photos
-#   STEP=verify OUT=$OUT bash benchmarks/gpu_recipes.sh  # one call: `pytest -m cuda` as two concurrent runs
-#                                                        # (the hostile/loader files and the rest) beside a
-#                                                        # fuzz isolation run, then the soak and
-#                                                        # the decoder alone
+#   STEP=verify OUT=$OUT bash benchmarks/gpu_recipes.sh  # one call: STEP=pytest, then the soak on 8192
+#                                                        # photographs and the decoder alone
 # tests: `pytest -m cuda` on this tree (the kernels natively: slot ops, finish, interpolation,
 #    warps, policies, batch transforms, hostile inputs) and the per-op parity table against
 #    torchvision (benchmarks/parity_table.py);
@@ -40,7 +38,7 @@ if [ "${STEP:-tests}" = tests ]; then
   timeout 480 python3 -m pytest -m cuda -q -rs --tb=short -p no:cacheprovider -o faulthandler_timeout=240 \
     tests > "$L/pytest_cuda.log" 2>&1; tail -3 "$L/pytest_cuda.log"
   timeout 60 python3 benchmarks/parity_table.py --markdown > "$L/parity.md" 2>&1; tail -3 "$L/parity.md"
-elif [ "${STEP:-tests}" = pytest ]; then
+elif [ "${STEP:-tests}" = pytest ] || [ "${STEP:-tests}" = verify ]; then
   HOSTILE="tests/test_gpu_hostile.py tests/test_gpu_loader.py"
   PT="python3 -m pytest -m cuda -q -rs --tb=short -p no:cacheprovider --durations=10 -o faulthandler_timeout=300"
   timeout 360 $PT $HOSTILE > "$L/pytest_cuda_a.log" 2>&1 & A=$!
@@ -50,22 +48,14 @@ elif [ "${STEP:-tests}" = pytest ]; then
   # a failure under the two runs' load, again alone
   F=$(grep -h "^FAILED" "$L"/pytest_cuda_?.log | sed 's/^FAILED \([^ ]*\).*/\1/' | head -4)
   [ -n "$F" ] && timeout 120 $PT $F > "$L/pytest_cuda_again.log" 2>&1; [ -n "$F" ] && tail -n 1 "$L/pytest_cuda_again.log"
-elif [ "${STEP:-tests}" = verify ]; then
-  HOSTILE="tests/test_gpu_hostile.py tests/test_gpu_loader.py"
-  PT="python3 -m pytest -m cuda -q -rs --tb=short -p no:cacheprovider --durations=15 -o faulthandler_timeout=300"
-  # which of the 75 fuzz files around the one that hung the hybrid backend (2026-11-23) does it
-  timeout 200 python3 benchmarks/fuzz_nvjpeg.py --backends hybrid --modes raw --indices 712-786 --chunk 64 \
-    --timeout 10 --out "$L" > "$L/fuzz_isolate.log" 2>&1 &
-  timeout 360 $PT $HOSTILE > "$L/pytest_cuda_a.log" 2>&1 & A=$!
-  timeout 360 $PT tests $(for f in $HOSTILE; do echo --ignore=$f; done) > "$L/pytest_cuda_b.log" 2>&1 & B=$!
-  wait $A; wait $B; tail -1 "$L/pytest_cuda_a.log" "$L/pytest_cuda_b.log"
-  grep -h "^FAILED\|^ERROR" "$L"/pytest_cuda_?.log
+fi
+if [ "${STEP:-tests}" = verify ]; then
   while pgrep -f "[p]hoto_folder.py" > /dev/null; do sleep 2; done; tail -1 /tmp/photos.log
   timeout 200 python3 benchmarks/soak.py "$D" --images $N --epochs 50 --workers $W --out "$L" 2>&1 | tail -15 | tee "$L/soak.log"
   # the decoder alone on the same photographs, if the call has time left
   timeout 120 python3 benchmarks/profile_decode.py "$D" --batches 4 2>&1 | grep -v "^\[" > "$L/profile_decode.log"
   tail -25 "$L/profile_decode.log"
-else
+elif [ "${STEP:-tests}" != pytest ]; then
   while pgrep -f "[p]hoto_folder.py" > /dev/null; do sleep 2; done; tail -2 /tmp/photos.log
 fi
 if [ "${STEP:-tests}" = decode ]; then
@@ -76,7 +66,7 @@ elif [ "${STEP:-tests}" = soak ]; then
   timeout ${SOAK_TIMEOUT:-560} python3 benchmarks/soak.py "$D" --images ${SOAK_IMAGES:-8192} --epochs 50 --workers $W --out "$L" \
     2>&1 | tail -n 12 | tee "$L/soak.log"
 elif [ "${STEP:-tests}" = bench ]; then
-  # the ResNet-50 sizes (RRC 224, Resize 256 + CenterCrop 224); BENCH_ARGS adds to both runs
+  # the ResNet-50 sizes (RRC 224, Resize 256 + CenterCrop 224); BENCH_ARGS adds to every run
   NOISE="nvjpeg2k\|nvtiff\|nvJPEG2000\|nvTIFF\|Deprecat\|operator was\|_handle_op"
   R="python3 benchmarks/recipes.py $D --epochs $EPOCHS --size 224 --val-resize 256 ${BENCH_ARGS:-}"
   timeout 300 $R --workers $W --recipes plain,val --variants rgb,nice,switch --out "$L/train_val" 2>&1 \

@@ -24,8 +24,9 @@ Y/Cb/Cr planes, the fused kernel upsamples and converts them), and with ``--vari
 as ``torchdali-rgb-roi`` (train recipes, RGB with ``TORCHDALI_ROI_DECODE=1``: nvJPEG decodes only
 each image's crop window), as ``torchdali-nice`` (the workers at ``os.nice(10)``, through
 ``worker_init_fn``), as ``torchdali-switch`` (``sys.setswitchinterval(0.0005)``: the executor
-thread gets the GIL back sooner after nvJPEG's calls, which release it), and as ``torchdali-cpuS`` for each ``--cpu-shares`` value S
-(``cpu_decode_share=S``: the workers decode that fraction of the JPEGs).
+thread gets the GIL back sooner after nvJPEG's calls, which release it), and as
+``torchdali-cpuS`` for each ``--cpu-shares`` value S (``cpu_decode_share=S``: the workers
+decode that fraction of the JPEGs).
 
 torchdali and torchvision get the recipe as torchvision v2 objects (torchdali converts
 them); DALI gets the nearest pipeline of its own operators (named in the output).

@@ -220,36 +220,14 @@ def test_planar_loader_decodes_what_nvjpeg_rejects_on_the_cpu(tmp_path, monkeypa
 
 
 def _photo_folder(tmp_path, n: int = 48) -> str:
-    """Photographs (scikit-image's) cut and rescaled to ImageNet's sizes (short side
-    333-500), re-encoded as 4:2:0 (most), 4:4:4, 4:2:2 and grayscale at quality 75-95."""
-    from skimage import data as skdata
+    """``n`` files of the benchmarks' photographic set (``benchmarks/photo_folder.py``:
+    scikit-image's photographs cut and rescaled to ImageNet's sizes, mostly 4:2:0)."""
+    from benchmarks.photo_folder import make_one
 
-    names = ["astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "motorcycle_left"]
-    sources = []
-    for name in names:
-        try:
-            sources.append(getattr(skdata, name)())
-        except Exception:  # an image the installed scikit-image lacks or cannot fetch
-            continue
-    rng = np.random.default_rng(0)
-    root = tmp_path / "photos" / "c0"
-    root.mkdir(parents=True)
-    for k in range(n):
-        src = sources[k % len(sources)]
-        h, w = src.shape[:2]
-        ch, cw = int(h * rng.uniform(0.6, 1.0)), int(w * rng.uniform(0.6, 1.0))
-        y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
-        img = Image.fromarray(np.ascontiguousarray(src[y:y + ch, x:x + cw, :3]))
-        short = int(rng.integers(333, 501))
-        scale = short / min(img.size)
-        img = img.resize((max(1, round(img.size[0] * scale)), max(1, round(img.size[1] * scale))), Image.LANCZOS)
-        q = int(rng.integers(75, 96))
-        kind = k % 8
-        if kind == 7:
-            img.convert("L").save(root / f"{k:03d}.jpg", quality=q)
-        else:
-            img.save(root / f"{k:03d}.jpg", quality=q, subsampling={5: 0, 6: 1}.get(kind, 2))
-    return str(tmp_path / "photos")
+    root = str(tmp_path / "photos")
+    for i in range(n):
+        make_one((root, i, 1, 0))
+    return root
 
 
 @pytest.mark.cuda

@@ -29,27 +29,16 @@ from torchdali.decode import decode_cpu  # noqa: E402
 from torchdali.transforms import compile_transforms  # noqa: E402
 from torchdali.transforms._execute import KERNEL, REFERENCE, execute  # noqa: E402
 
-from ._helpers import jpeg_bytes  # noqa: E402
+from ._helpers import make_folder  # noqa: E402
 
 RECIPE = T.Compose([T.RandomResizedCrop(24, scale=(0.05, 0.6)), T.RandomHorizontalFlip(),
                     T.ToDtype(torch.uint8)])
 
 
-def _folder(root, n: int, lo: int, hi: int, classes: int = 2, seed: int = 0) -> str:
-    """An ImageFolder of JPEGs (4:2:0 and 4:4:4), every other one with sides on whole
-    MCUs of 16 pixels, where windows may reach the right and bottom edges."""
-    from torchdali._synthetic import synthetic_image
-
-    rng = np.random.default_rng(seed)
-    for i in range(n):
-        h, w = (int(v) for v in rng.integers(lo, hi, size=2))
-        if i % 2 == 0:
-            h, w = h // ROI_ALIGN * ROI_ALIGN, w // ROI_ALIGN * ROI_ALIGN
-        d = os.path.join(root, f"c{i % classes}")
-        os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, f"{i:04d}.jpg"), "wb") as f:
-            f.write(jpeg_bytes(synthetic_image(rng, h, w), subsampling=2 if i % 3 else 0))
-    return os.fspath(root)
+def _folder(root, n: int, lo: int, hi: int, classes: int = 2) -> str:
+    """JPEGs (4:2:0 and 4:4:4), every other one with sides on whole MCUs of 16 pixels,
+    where windows may reach the right and bottom edges."""
+    return make_folder(root, n=n, classes=classes, lo=lo, hi=hi, align=ROI_ALIGN, every_444=3)
 
 
 def _tagged(ds, n, seed=0):

@@ -94,7 +94,7 @@ def decode_groups(shapes: np.ndarray, cap: int | None = None) -> list[tuple[int,
     return groups
 
 
-def _grown(decoded: torch.Tensor, extra: list[torch.Tensor], into: "GrowOnlyBuffer") -> torch.Tensor:
+def _grown(decoded: torch.Tensor, extra: list[torch.Tensor], into: GrowOnlyBuffer) -> torch.Tensor:
     """``decoded`` with the host images ``extra`` appended, at the front of ``into`` (the
     copies are ordered on the current stream). ``decoded`` may already be that front, as
     when a batch grows twice: its bytes then stay where they are."""
