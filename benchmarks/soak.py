@@ -153,6 +153,8 @@ def resources(pid: int) -> dict:
     return {"processes": len(procs), "rss_mib": rss / 2**20, "pss_mib": pss / 2**20, "fds": fds,
             "shm_files": shm_files,
             "shm_mib": shm_bytes / 2**20, "torch_reserved_mib": torch.cuda.memory_reserved() / 2**20,
+            "torch_allocated_mib": torch.cuda.memory_allocated() / 2**20,
+            "segments": torch.cuda.memory_stats().get("segment.all.current", 0) if torch.cuda.is_available() else 0,
             "device_used_mib": (total - free) / 2**20}
 
 
@@ -195,19 +197,42 @@ def soak(root: str, epochs: int, batch_size: int, workers: int) -> dict:
     return {"epochs": rows, "verdict": verdict(rows), "torch_blocks": blocks}
 
 
+def _where(frames: list[dict]) -> str:
+    """The innermost frames of an allocation's Python stack that are torchdali's or the benchmark's."""
+    ours = [f"{os.path.basename(f['filename'])}:{f['line']} {f['name']}" for f in frames
+            if "torchdali" in f["filename"] or "benchmarks" in f["filename"]]
+    return " < ".join(ours[:3]) or "elsewhere"
+
+
 def torch_blocks() -> dict:
     """What torch's caching allocator holds at the end: per stream, how many blocks of
-    each size (MiB) are in use and how many are cached, and the segments' sizes."""
+    each size (MiB) are in use and how many are cached, and the segments' sizes. With the
+    allocator's history on (``--history``), also where each block of 64 MiB or more that is
+    still in use was allocated, and where every segment of the run was allocated."""
     import torch
 
+    snapshot = torch.cuda.memory._snapshot()
     out: dict[str, dict] = {}
-    for seg in torch.cuda.memory_snapshot():
+    for seg in snapshot["segments"]:
         entry = out.setdefault(str(seg.get("stream", 0)), {"segments_mib": [], "active": {}, "cached": {}})
         entry["segments_mib"].append(round(seg["total_size"] / 2**20, 1))
         for b in seg["blocks"]:
             kind = "active" if b["state"].startswith("active") else "cached"
             size = f"{b['size'] / 2**20:.1f}"
             entry[kind][size] = entry[kind].get(size, 0) + 1
+            if kind == "active" and b["size"] >= 64 << 20 and b.get("frames"):
+                big = entry.setdefault("large_active", {})
+                key = f"{size} {b['state']} {_where(b['frames'])}"
+                big[key] = big.get(key, 0) + 1
+    traces = [e for dev in snapshot.get("device_traces", []) for e in dev]
+    if traces:
+        segments: dict[str, int] = {}
+        for e in traces:
+            if e["action"] == "segment_alloc":
+                key = f"{e['size'] / 2**20:.1f} MiB stream {e['stream']} {_where(e.get('frames', []))}"
+                segments[key] = segments.get(key, 0) + 1
+        out["segment_allocs"] = segments
+        out["segment_alloc_order"] = [round(e["size"] / 2**20, 1) for e in traces if e["action"] == "segment_alloc"]
     return out
 
 
@@ -282,6 +307,9 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=os.cpu_count())
     p.add_argument("--out", default=".")
+    p.add_argument("--history", type=int, default=0, metavar="N",
+                   help="record torch's allocator history (the last N events, with Python stacks) and "
+                        "report where segments and the large blocks still in use were allocated")
     p.add_argument("--interrupt-child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.interrupt_child:
@@ -298,6 +326,8 @@ def main() -> None:
               "batch_size": a.batch_size, "workers": a.workers}
     if torch.cuda.is_available():
         torch.cuda.init()
+        if a.history:
+            torch.cuda.memory._record_memory_history(max_entries=a.history, stacks="python")
     result.update(soak(root, a.epochs, a.batch_size, a.workers))
     print("verdict:", json.dumps(result["verdict"]), flush=True)
     print("torch blocks:", json.dumps(result.get("torch_blocks")), flush=True)

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import gc
+import logging
 import os
+import threading
+import time
 
 import pytest
 
@@ -61,6 +64,38 @@ def test_any_garbage_from_before_the_fork_is_finalised_in_the_parent_only():
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_garbage_another_thread_makes_while_the_fork_waits_is_not_finalised_in_the_child():
+    # logging's before-fork hook takes logging's lock; while another thread holds it, the
+    # forking thread waits there with the GIL released and that thread runs on, after
+    # torchdali's own before-fork hook
+    r, w = os.pipe()
+    holding, made = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with logging._lock:
+            holding.set()
+            time.sleep(0.3)  # the main thread is inside os.fork() by now, waiting for the lock
+            _Finalised(w, register=False)
+            made.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    holding.wait()
+    pid = os.fork()
+    if pid == 0:
+        gc.collect()
+        os._exit(0)
+    t.join()
+    os.waitpid(pid, 0)
+    assert made.is_set()
+    gc.collect()
+    os.close(w)
+    with os.fdopen(r) as f:
+        pids = [int(x) for x in f.read().split()]
+    assert pids == [os.getpid()]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_without_the_guards_the_child_finalises_its_copy(monkeypatch):
     # the control: what aborted DataLoader workers that inherited CUDA state in garbage
     monkeypatch.setattr(_fork, "FREEZE_AT_FORK", False)
@@ -69,15 +104,20 @@ def test_without_the_guards_the_child_finalises_its_copy(monkeypatch):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_programs_own_frozen_objects_stay_frozen():
+def test_a_programs_own_frozen_objects_stay_frozen_and_collection_stays_on():
+    def frozen(obj) -> bool:  # the permanent generation is not in gc.get_objects()
+        return not any(o is obj for o in gc.get_objects())
+
+    marker = [object()]
     gc.freeze()
     try:
-        before = gc.get_freeze_count()
+        fresh = [object()]  # made after the program's freeze: the child freezes it too
         pid = os.fork()
         if pid == 0:
-            os._exit(0)
-        os.waitpid(pid, 0)
-        assert gc.get_freeze_count() == before
+            os._exit(0 if frozen(marker) and frozen(fresh) and gc.isenabled() else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert frozen(marker) and not frozen(fresh) and gc.isenabled()  # the parent as it was
     finally:
         gc.unfreeze()
 
@@ -98,6 +138,7 @@ def test_delivered_batches_are_registered(tmp_path):
     loader = td.DataLoader(td.datasets.ImageFolder(root), batch_size=2, device="cuda",
                            transforms=td.transforms.Resize((8, 8)))
     images, targets = next(iter(loader))
-    assert images.is_cuda and images in _LIVE
-    assert not isinstance(targets, torch.Tensor) or not targets.is_cuda or targets in _LIVE
+    live = list(_LIVE)  # tensors compare elementwise: look them up by identity
+    assert images.is_cuda and any(x is images for x in live)
+    assert not isinstance(targets, torch.Tensor) or not targets.is_cuda or any(x is targets for x in live)
     loader.close()
