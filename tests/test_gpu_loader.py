@@ -133,6 +133,36 @@ def test_corrupt_jpeg_names_the_sample_and_the_decoder_keeps_working(tmp_path):
     torch.cuda.synchronize()  # the CUDA context is still healthy
 
 
+def test_skipped_files_on_the_gpu_do_not_keep_batches_alive(tmp_path):
+    # a sample nvJPEG and then the CPU refuse is skipped on the GPU; its error must not keep
+    # the executor's frames, and with them the batch's output, alive until a collection
+    import gc
+
+    root = make_folder(tmp_path / "c", n=16, classes=1, lo=60, hi=120)
+    ds = td.datasets.ImageFolder(root)
+    victim = ds.samples[5][0]
+    good = open(victim, "rb").read()
+    sos = good.find(b"\xff\xda")
+    cut = (len(good) - sos) // 3
+    open(victim, "wb").write(good[: sos + cut] + bytes(np.random.default_rng(0).integers(0, 256, cut, dtype=np.uint8))
+                             + good[sos + 2 * cut:])
+    loader = td.DataLoader(ds, batch_size=8, transforms=T.Resize((64, 64)), device="cuda", on_error="skip")
+    allocated = []
+    gc.disable()
+    try:
+        for _ in range(4):
+            for images, _ in loader:
+                pass
+            del images
+            torch.cuda.synchronize()
+            allocated.append(torch.cuda.memory_allocated())
+        skipped = loader.stats().last.skipped
+    finally:
+        gc.enable()
+    assert skipped == 1
+    assert max(allocated[1:]) - min(allocated[1:]) < 8 * 3 * 64 * 64, allocated  # not one batch more
+
+
 def test_gpu_and_host_memory_flat_over_50_epochs(folder):
     ds = td.datasets.ImageFolder(folder)
     loader = td.DataLoader(ds, batch_size=8, num_workers=2, persistent_workers=True,

@@ -273,3 +273,40 @@ def test_host_memory_flat_over_50_epochs(tmp_path, persistent):
     growth = max(rss[10:]) - rss[10]
     assert growth < 16 << 20, f"RSS grew by {growth / 2**20:.1f} MiB between epochs 10 and 50"
     assert len(loader.stats().epochs) == 50
+
+
+class _Batch:
+    """Stands in for a GPU batch held in a frame's locals."""
+
+
+def test_a_kept_sample_error_does_not_keep_the_frames_it_passed_through():
+    import gc
+    import weakref
+
+    from torchdali.errors import without_frames
+
+    def decode(data: bytes) -> None:
+        try:
+            raise ValueError("bad huffman code")
+        except ValueError:
+            raise td.SampleError.for_sample(3, "/d/x.jpg", "cannot decode image", "bad huffman code") from None
+
+    def process(kept: list) -> weakref.ref:
+        batch = _Batch()  # a local of the frame the error passes through, as the executor's output is
+        try:
+            decode(b"")
+        except td.SampleError as err:
+            kept.append(without_frames(err) if strip else err)
+        return weakref.ref(batch)
+
+    gc.disable()  # only reference counts may free the batch: a cycle must not be needed
+    try:
+        for strip, freed in ((False, False), (True, True)):  # the control, then the helper
+            kept: list = []
+            ref = process(kept)
+            assert (ref() is None) is freed
+            err = kept[0]
+            assert str(err).startswith("sample 3 (/d/x.jpg): cannot decode image") and err.index == 3
+            del kept, err
+    finally:
+        gc.enable()

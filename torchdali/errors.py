@@ -24,6 +24,26 @@ class SampleError(RuntimeError):
         return err
 
 
+def without_frames(err: BaseException) -> BaseException:
+    """``err`` with its traceback, and those of the errors it was raised from, dropped.
+
+    An error kept after its handler (to apply ``on_error`` later) would otherwise keep
+    every frame it passed through alive, and with them their locals: on the GPU path a
+    whole decoded batch and its output. Those frames form a cycle with the list that
+    keeps the error, so only the cyclic collector would free them, at its own pace.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [err]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        todo += [e.__cause__, e.__context__]
+    return err
+
+
 class WorkerDied(SampleError):
     """A DataLoader worker died (killed, out of memory, crashed) while building a batch.
 

@@ -25,7 +25,7 @@ import torch
 from csrc_triton import layout
 from csrc_triton.scan_check import bad_scan_markers
 
-from ..errors import SampleError
+from ..errors import SampleError, without_frames
 from ._tags import SampleTag
 from ._worker import ENCODED, RAW, PackedBatch, PrepareBatch, Skipped, draw_params
 
@@ -313,7 +313,7 @@ class GpuDecoder:
             except SampleError as err:
                 if self.fallback.on_error == "raise":
                     raise
-                failed.append((i, err))
+                failed.append((i, without_frames(err)))  # not the frames: they hold the batch
                 continue
             if shapes[i, 2] >= layout.PLANAR:
                 # its slot holds planes, smaller than the RGB image: the image goes after the batch
