@@ -24,9 +24,7 @@ Y/Cb/Cr planes, the fused kernel upsamples and converts them), and with ``--vari
 as ``torchdali-rgb-roi`` (train recipes, RGB with ``TORCHDALI_ROI_DECODE=1``: nvJPEG decodes only
 each image's crop window), as ``torchdali-nice`` (the workers at ``os.nice(10)``, through
 ``worker_init_fn``), as ``torchdali-switch`` (``sys.setswitchinterval(0.0005)``: the executor
-thread gets the GIL back sooner after nvJPEG's calls, which release it), as ``torchdali-serial``
-(``BatchExecutor.AHEAD = 0``: no decode thread ahead of the executor, each batch's nvJPEG call
-after the previous batch's kernel launch), and as
+thread gets the GIL back sooner after nvJPEG's calls, which release it), and as
 ``torchdali-cpuS`` for each ``--cpu-shares`` value S (``cpu_decode_share=S``: the workers
 decode that fraction of the JPEGs).
 
@@ -108,12 +106,7 @@ def _lower_priority(worker_id: int) -> None:
 
 def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
                   mix: bool, gpu_decode: str = "planar", cpu_share: float | str = 0.0, roi: bool = False,
-                  nice: bool = False, switch_s: float | None = None, serial: bool = False) -> dict:
-    from torchdali._executor._executor import BatchExecutor
-
-    ahead = BatchExecutor.AHEAD
-    if serial:  # no decode ahead: each batch's decode starts after the previous batch's kernel
-        BatchExecutor.AHEAD = 0
+                  nice: bool = False, switch_s: float | None = None) -> dict:
     if roi:  # nvJPEG decodes only the window of each image the kernel reads
         os.environ["TORCHDALI_ROI_DECODE"] = "1"
     interval = sys.getswitchinterval()
@@ -124,7 +117,6 @@ def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torc
     finally:
         os.environ.pop("TORCHDALI_ROI_DECODE", None)
         sys.setswitchinterval(interval)
-        BatchExecutor.AHEAD = ahead
 
 
 def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool,
@@ -225,8 +217,7 @@ def main() -> int:
                    help="torchdali also with these cpu_decode_share values (comma-separated; empty: none)")
     p.add_argument("--variants", default="rgb,roi",
                    help="torchdali also decoding to RGB (rgb), to RGB windows (roi), with the workers at a lower "
-                   "priority (nice), with a 0.5 ms GIL switch interval (switch), without the decode thread "
-                   "ahead (serial); comma-separated, empty: none")
+                   "priority (nice), with a 0.5 ms GIL switch interval (switch); comma-separated, empty: none")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--dali-threads", type=int, default=8)
@@ -262,9 +253,6 @@ def main() -> int:
                 if "nice" in variants:
                     runs.append((recipe, "torchdali-nice",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, False, nice=True)))
-                if "serial" in variants:
-                    runs.append((recipe, "torchdali-serial",
-                                 lambda r=recipe: run_torchdali(args.data, r, args, device, False, serial=True)))
                 if "switch" in variants:
                     runs.append((recipe, "torchdali-switch",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, False, switch_s=5e-4)))

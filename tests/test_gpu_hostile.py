@@ -327,26 +327,23 @@ def test_killed_worker_on_the_gpu_path_names_its_batch(watchdog):
 # -- a batch that never comes back from the decoder --------------------------------
 
 
-@pytest.mark.parametrize("where", ["submit", "process"])
-def test_a_batch_that_hangs_the_executor_ends_in_decoder_stalled(watchdog, monkeypatch, where):
-    """The decode thread (``submit``: nvJPEG's calls) or the executor thread (``process``)
-    blocks inside the third batch, as inside a hung nvJPEG call: the training loop gets
-    DecoderStalled naming that batch's samples after gpu_timeout, the loader refuses
-    another epoch, and nothing waits on the stuck stream."""
+def test_a_batch_that_hangs_the_executor_ends_in_decoder_stalled(watchdog, monkeypatch):
+    """The executor blocks inside the third batch (as inside a hung nvJPEG call): the
+    training loop gets DecoderStalled naming that batch's samples after gpu_timeout, the
+    loader refuses another epoch, and nothing waits on the stuck stream."""
     import threading
 
     from torchdali._executor._executor import BatchExecutor
 
     release = threading.Event()
-    real = getattr(BatchExecutor, where)
+    real = BatchExecutor.process
 
-    def hanging(self, batch, slot, *args):
+    def process(self, batch, slot):
         if 8 in batch.indices.tolist():
             release.wait(120)
-        return real(self, batch, slot, *args)
+        return real(self, batch, slot)
 
-    monkeypatch.setattr(BatchExecutor, where, hanging)
-    thread = {"submit": "torchdali-decode", "process": "torchdali-executor"}[where]
+    monkeypatch.setattr(BatchExecutor, "process", process)
     before = {t.ident for t in threading.enumerate()}
     good = _good_batch()
     ds = MixedDataset(good, good[:4], every=4)  # 16 good samples; "bad" only names every fourth path
@@ -370,7 +367,7 @@ def test_a_batch_that_hangs_the_executor_ends_in_decoder_stalled(watchdog, monke
         loader.close()  # keeps the stuck executor's ring and handles: the thread still holds them
         release.set()  # the "hung" call returns and finds its iterator closed
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and [t for t in threading.enumerate() if t.name == thread
+    while time.monotonic() < deadline and [t for t in threading.enumerate() if t.name == "torchdali-executor"
                                            and t.ident not in before]:
         time.sleep(0.1)
-    assert not [t for t in threading.enumerate() if t.name == thread and t.ident not in before]
+    assert not [t for t in threading.enumerate() if t.name == "torchdali-executor" and t.ident not in before]

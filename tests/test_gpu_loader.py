@@ -50,23 +50,6 @@ def test_gpu_output_matches_cpu_path_with_same_seed(folder, num_workers):
             assert _mean_abs(gi[k], ci[k]) < 2.5, k
 
 
-def test_decoding_ahead_gives_the_same_batches_as_decoding_in_turn(folder, monkeypatch):
-    # the decode thread queues batch k+1's decode (into the other decode buffer) while the
-    # executor thread completes batch k: every batch must equal the one decoded in turn
-    from torchdali._executor._executor import BatchExecutor
-
-    ds = td.datasets.ImageFolder(folder)
-    kw = dict(batch_size=4, shuffle=True, num_workers=2, transforms=RECIPE, seed=5, device="cuda")
-    ahead = _batches(td.DataLoader(ds, generator=torch.Generator().manual_seed(1), **kw))
-    monkeypatch.setattr(BatchExecutor, "AHEAD", 0)
-    loader = td.DataLoader(ds, generator=torch.Generator().manual_seed(1), **kw)
-    in_turn = _batches(loader)
-    assert loader.stats().last.submit_s == 0.0  # the executor thread decoded every batch itself
-    assert len(ahead) == len(in_turn) == 10
-    for (a, at), (b, bt) in zip(ahead, in_turn):
-        assert torch.equal(at, bt) and torch.equal(a, b)
-
-
 def test_float_normalized_channels_last_output_on_device(folder):
     ds = td.datasets.ImageFolder(folder)
     tf = T.Compose([T.Resize(64), T.CenterCrop(56), T.ToDtype(torch.bfloat16, scale=True),

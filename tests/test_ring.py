@@ -109,7 +109,7 @@ def test_plan_ring_sizes_slots_from_the_files(tmp_path):
     ds = td.datasets.ImageFolder(folder)
     sizes = [len(ds[i][0]) for i in range(len(ds))]
     n_slots, slot_bytes = plan_ring(ds, batch_size=8, num_workers=3, prefetch_factor=2, depth=2)
-    assert n_slots == 3 * 2 + 2 + 6  # the workers', the ready queue, the main process's own
+    assert n_slots == 3 * 2 + 2 + 4
     assert slot_bytes > 8 * np.mean(sizes)
     assert plan_ring(ds, batch_size=8, num_workers=3, prefetch_factor=2, depth=2, max_bytes=slot_bytes) is None
 

@@ -13,11 +13,10 @@ class EpochStats:
     wall_s: float = 0.0  # from the first request to the end of the epoch
     wait_s: float = 0.0  # time the training loop spent blocked on the loader
     worker_s: float = 0.0  # summed worker time (read + pack, or decode + transform on the CPU path)
-    executor_s: float = 0.0  # GPU path: host time of the executor thread per batch
+    executor_s: float = 0.0  # GPU path: host time of the executor thread per batch (all below)
     fetch_s: float = 0.0  # GPU path: staging thread waiting for the workers' next batch
     stage_s: float = 0.0  # GPU path: copying the batch's bytes into pinned staging memory
-    submit_s: float = 0.0  # GPU path: host time of the decode thread queuing the decode (nvJPEG's calls)
-    decode_s: float = 0.0  # GPU path: host time decoding on both threads (all below, the CPU fallback, on_error)
+    decode_s: float = 0.0  # GPU path: host time decoding (all below, the CPU fallback, on_error)
     nvjpeg_s: float = 0.0  # GPU path: host time inside nvJPEG's batched decode calls
     scan_wait_s: float = 0.0  # GPU path: host time waiting for the scan check after the decode
     launch_s: float = 0.0  # GPU path: host time launching the fused kernel and copies
@@ -84,9 +83,8 @@ class LoaderStats:
         line = (f"epoch {e.epoch}: {e.samples} images in {e.wall_s:.2f}s ({d['images_per_s']:.0f}/s), "
                 f"waited {e.wait_s:.2f}s ({100 * e.wait_fraction:.1f}%), workers {e.worker_s:.2f}s")
         if e.executor_s:
-            line += (f"; fetch {e.fetch_s:.2f}s, staging {e.stage_s:.2f}s; decode thread {e.submit_s:.2f}s, executor "
-                     f"{e.executor_s:.2f}s (decode {e.decode_s:.2f} on both, in nvJPEG {e.nvjpeg_s:.2f}, launch "
-                     f"{e.launch_s:.2f}), kernel {e.kernel_s:.3f}s GPU")
+            line += (f"; fetch {e.fetch_s:.2f}s, staging {e.stage_s:.2f}s; executor {e.executor_s:.2f}s (decode "
+                     f"{e.decode_s:.2f}, in nvJPEG {e.nvjpeg_s:.2f}, launch {e.launch_s:.2f}), kernel {e.kernel_s:.3f}s GPU")
         if e.executor_s:
             line += (f"; decoded: {e.decoded_hardware} hardware, {e.decoded_hybrid} hybrid, "
                      f"{e.decoded_one_by_one} one by one, {e.decoded_cpu} CPU")

@@ -17,7 +17,6 @@ cap and its largest image.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -199,21 +198,6 @@ class DecodedBatch(NamedTuple):
         return kernel_source(self.shapes)
 
 
-@dataclasses.dataclass
-class PendingDecode:
-    """A batch whose decode is queued (``GpuDecoder.submit``), waiting for ``complete``."""
-
-    batch: PackedBatch
-    pinned: torch.Tensor  # its staged bytes
-    shapes: np.ndarray  # as decoded (a planar sample the CPU decodes becomes RGB)
-    decoded: torch.Tensor  # where its pixels land
-    out_offsets: np.ndarray
-    enc: np.ndarray  # the samples nvJPEG was given
-    suspects: Callable[[], Any]  # the scan check's flagged samples, once it is done
-    reasons: dict[int, str]  # sample -> why nvJPEG did not decode it
-    counts: dict  # ROUTE_COUNTERS for this batch
-
-
 class GpuDecoder:
     """Per-loader, per-device decode state: the nvJPEG decoder, the scan-check stream
     and the CPU fallback with the on_error policy."""
@@ -233,13 +217,7 @@ class GpuDecoder:
             self.nvjpeg = NvjpegDecoder(device, pipeline_depth=2, fancy_upsampling=True)
             # the scan check runs beside the decode (see _check_scans)
             self.check_stream = torch.cuda.Stream(device)
-        # the scan check's flags, in pinned memory: one per batch that can be between
-        # submit and complete (BatchExecutor.AHEAD of them, and the one completing)
-        self._flags_host = [torch.empty(0, dtype=torch.bool) for _ in range(3)]
-        self._flags_turn = 0
-        # a check's copy, kernel and read-back queue together: the decode thread and the
-        # executor thread (a batch decoded in groups) both start checks
-        self._check_lock = threading.Lock()
+        self._flags_host = torch.empty(0, dtype=torch.bool)
         self.buffer = GrowOnlyBuffer(device)  # the batch decode buffer, on the executor's stream
         self.scan_buffer = GrowOnlyBuffer(device)  # the batch's bytes for the scan check, on check_stream
         # the decode buffer with the CPU's images appended (fallbacks, replacements), on the executor's stream
@@ -258,24 +236,16 @@ class GpuDecoder:
 
     def decode(self, batch: PackedBatch, pinned: torch.Tensor, stream: torch.cuda.Stream,
                buffer: torch.Tensor | None = None) -> DecodedBatch:
-        """Decode every sample of ``batch`` (bytes staged in ``pinned``) into one GPU buffer:
-        ``complete(submit(...))``."""
-        return self.complete(self.submit(batch, pinned, stream, buffer))
-
-    def submit(self, batch: PackedBatch, pinned: torch.Tensor, stream: torch.cuda.Stream,
-               buffer: torch.Tensor | None = None) -> PendingDecode:
-        """Queue the batch's decode: the workers' decoded samples copied in, the scan
-        check started, nvJPEG's batched calls made. ``complete`` finishes it.
+        """Decode every sample of ``batch`` (bytes staged in ``pinned``) into one GPU buffer.
 
         Runs with ``stream`` current on the executor's device: the buffer is the front
         of ``buffer`` when that is large enough, else of the decoder's own grow-only
         buffer (``GrowOnlyBuffer``); the work queued on ``stream`` before may still be
-        using either, and every copy and decode is ordered on it. The only thread that
-        may call ``submit`` while another batch waits for ``complete`` is one that
-        decodes ahead into a buffer of its own (``BatchExecutor.submit``).
+        using either, and every copy and decode is ordered on it. May replace samples under on_error, which
+        updates ``batch`` (indices, positions, paths, params, targets, skipped).
         """
         n = len(batch.indices)
-        counts = dict.fromkeys(ROUTE_COUNTERS, 0)
+        self.counts = counts = dict.fromkeys(ROUTE_COUNTERS, 0)
         counts["decoded_cpu"] = int((batch.kinds == RAW).sum())
         shapes = batch.shapes.copy()
         numel = decoded_sizes(shapes)
@@ -291,16 +261,18 @@ class GpuDecoder:
             src = pinned[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]]
             decoded[out_offsets[i]: out_offsets[i] + numel[i]].copy_(src, non_blocking=True)
         enc = np.nonzero(batch.kinds == ENCODED)[0]
-        pending = PendingDecode(batch, pinned, shapes, decoded, out_offsets, enc, lambda: (), {}, counts)
         if len(enc):
-            self._submit_encoded(pending, stream)
-        return pending
+            decoded = self._decode_encoded(batch, pinned, enc, shapes, decoded, out_offsets, stream)
+        return DecodedBatch(decoded, shapes, out_offsets)
 
-    def _submit_encoded(self, p: PendingDecode, stream: torch.cuda.Stream) -> None:
-        """The scan check and nvJPEG on the encoded samples; what nvJPEG rejects goes
-        into ``p.reasons``."""
-        batch, enc, shapes, counts = p.batch, p.enc, p.shapes, p.counts
-        p.suspects = self._check_scans(batch, p.pinned, enc)
+    def _decode_encoded(self, batch: PackedBatch, pinned: torch.Tensor, enc: np.ndarray, shapes: np.ndarray,
+                        decoded: torch.Tensor, out_offsets: np.ndarray, stream: torch.cuda.Stream) -> torch.Tensor:
+        """nvJPEG on the encoded samples, then the CPU for what it rejects (or the scan
+        check flags), then the on_error policy."""
+        from ..decode import decode_cpu
+
+        suspects = self._check_scans(batch, pinned, enc)
+        reasons: dict[int, str] = {}
         # One nvJPEG call per output format: planar Y/Cb/Cr (layout.PLANAR + S) or RGB.
         planar = shapes[enc, 2] >= layout.PLANAR
         for part in (enc[~planar], enc[planar]):
@@ -314,35 +286,17 @@ class GpuDecoder:
             sizes = shapes[part, :2] if batch.frames is None else batch.frames[part]
             rois = batch.rois[part] if batch.rois is not None and chroma is None else None
             t = time.perf_counter()
-            status = self.nvjpeg.decode_batch(p.pinned, batch.offsets[part], batch.lengths[part], sizes,
-                                              p.decoded, p.out_offsets[part], stream, hints=hints, chroma=chroma,
+            status = self.nvjpeg.decode_batch(pinned, batch.offsets[part], batch.lengths[part], sizes,
+                                              decoded, out_offsets[part], stream, hints=hints, chroma=chroma,
                                               rois=rois)
-            counts["nvjpeg_s"] += time.perf_counter() - t
+            self.counts["nvjpeg_s"] += time.perf_counter() - t
             routed = self.nvjpeg.last_stats
-            counts["decoded_hardware"] += routed.get("hardware", 0)
-            counts["decoded_hybrid"] += routed.get("hybrid", 0)
-            counts["decoded_one_by_one"] += routed.get("hardware_retried", 0)
-            p.reasons.update((int(part[k]), self.nvjpeg.describe(st, k)) for k, st in enumerate(status) if st != 0)
-
-    def complete(self, p: PendingDecode) -> DecodedBatch:
-        """Finish a submitted decode: wait for the scan check, decode on the CPU what
-        nvJPEG rejected or the check flagged, apply on_error. May replace samples, which
-        updates the batch (indices, positions, paths, params, targets, skipped).
-        ``counts`` then holds where this batch's samples were decoded."""
-        self.counts = p.counts
-        decoded = p.decoded
-        if len(p.enc):
-            decoded = self._complete_encoded(p)
-        return DecodedBatch(decoded, p.shapes, p.out_offsets)
-
-    def _complete_encoded(self, p: PendingDecode) -> torch.Tensor:
-        """The CPU for what nvJPEG rejected (or the scan check flags), then on_error."""
-        from ..decode import decode_cpu
-
-        batch, pinned, shapes, decoded, out_offsets, reasons = \
-            p.batch, p.pinned, p.shapes, p.decoded, p.out_offsets, p.reasons
+            self.counts["decoded_hardware"] += routed.get("hardware", 0)
+            self.counts["decoded_hybrid"] += routed.get("hybrid", 0)
+            self.counts["decoded_one_by_one"] += routed.get("hardware_retried", 0)
+            reasons.update((int(part[k]), self.nvjpeg.describe(st, k)) for k, st in enumerate(status) if st != 0)
         t = time.perf_counter()
-        flagged = p.suspects()
+        flagged = suspects()
         self.counts["scan_wait_s"] += time.perf_counter() - t
         for i in flagged:
             reasons.setdefault(int(i), "decoded, but its compressed data holds a marker no JPEG scan can hold")
@@ -388,14 +342,13 @@ class GpuDecoder:
         starts = batch.scan_starts
         if starts is None or not len(enc) or (starts[enc] < 0).all():
             return lambda: ()
-        with self._check_lock, torch.cuda.stream(self.check_stream):
+        with torch.cuda.stream(self.check_stream):
             on_gpu = self.scan_buffer.take(pinned.numel())
             on_gpu.copy_(pinned, non_blocking=True)
             flags = bad_scan_markers(on_gpu, batch.offsets[enc], batch.lengths[enc], starts[enc])
-            k = self._flags_turn = (self._flags_turn + 1) % len(self._flags_host)
-            if self._flags_host[k].numel() < len(enc):
-                self._flags_host[k] = torch.empty(max(len(enc), 256), dtype=torch.bool, pin_memory=True)
-            host = self._flags_host[k][: len(enc)]
+            if self._flags_host.numel() < len(enc):
+                self._flags_host = torch.empty(max(len(enc), 256), dtype=torch.bool, pin_memory=True)
+            host = self._flags_host[: len(enc)]
             host.copy_(flags, non_blocking=True)
             done = torch.cuda.Event()
             done.record(self.check_stream)

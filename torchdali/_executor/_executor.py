@@ -1,35 +1,25 @@
 """The GPU batch executor: one staged batch through decode and kernel, on our own stream.
 
-Two threads of ``_iterators.py`` share it. On the decode thread, ``submit``
-queues a batch's nvJPEG decode into one of ``AHEAD`` decode buffers
-(``_decode.py``): nvJPEG's batched call holds its thread while the hardware
-engines work, so the next call starts as soon as one returns. On the executor
-thread, ``process`` completes that decode (scan check, CPU fallback, on_error),
-runs the fused kernel (``_launch.py``) and our batch transforms (``_deliver.py``)
-on the executor's stream, records a ready event, and hands the batch's staging
-memory back once that event has passed (``_staging.py``). The consumer's stream
-waits on the ready event (no host synchronisation).
-
-Every decode and kernel is queued on the one executor stream, so the GPU runs
-them in the order they were queued. A decode buffer is taken again only after
-the kernel of the batch that last used it was queued (``ahead``: a semaphore of
-``AHEAD`` buffers, taken by ``submit`` and given back by ``process``), which
-orders the new decode after that kernel.
+``BatchExecutor.process`` runs on the executor thread (``_iterators.py``): it
+decodes the batch with nvJPEG into a buffer from torch's caching allocator
+(``_decode.py``), runs the fused kernel (``_launch.py``) and our batch
+transforms (``_deliver.py``) on the executor's stream, records a ready event,
+and hands the batch's staging memory back once that event has passed
+(``_staging.py``). The consumer's stream waits on the ready event (no host
+synchronisation).
 """
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, NamedTuple
 
 import torch
 
 from .. import _rng
-from ._decode import (ROUTE_COUNTERS, GpuDecoder, GrowOnlyBuffer, PendingDecode, decode_groups, decoded_sizes,
-                      merge_sub_batch, sub_batch)
+from ._decode import ROUTE_COUNTERS, GpuDecoder, decode_groups, decoded_sizes, merge_sub_batch, sub_batch
 from ._deliver import Delivery
 from ._launch import KernelEvents, KernelLauncher
-from ._staging import Slot, Staging, Stopped
+from ._staging import Slot, Staging
 from ._worker import PackedBatch
 
 
@@ -41,16 +31,6 @@ class ReadyBatch(NamedTuple):
     targets: Any
     ready: torch.cuda.Event  # passed once ``images`` (and ``targets``) are written
     stages: dict  # host/GPU seconds per stage, for LoaderStats
-
-
-class Submitted(NamedTuple):
-    """A batch whose decode the decode thread queued (``BatchExecutor.submit``)."""
-
-    pending: PendingDecode
-    seconds: float  # host time submitting it
-
-
-AHEAD_POLL_S = 0.1  # the decode thread's wait for a free decode buffer checks the stop event this often
 
 
 class BatchExecutor:
@@ -73,41 +53,6 @@ class BatchExecutor:
                                   max_image_pixels=max_image_pixels)
         self.staging = Staging(depth, ring)
         self.launcher = KernelLauncher(plan, device, channels_last)
-        self.ahead_depth = self.AHEAD
-        self.decode_buffers = [GrowOnlyBuffer(device) for _ in range(max(self.ahead_depth, 1))]
-        self._turn = 0
-        self.ahead = threading.Semaphore(self.ahead_depth)
-
-    # batches submitted whose kernels are not yet queued, at most; 0: the executor thread
-    # decodes every batch itself, after the previous one's kernel (for measurements)
-    AHEAD = 2
-
-    def reset_ahead(self) -> None:
-        """A new epoch's threads start with every decode buffer free (the previous
-        epoch's may have stopped between ``submit`` and ``process``)."""
-        self.ahead = threading.Semaphore(self.ahead_depth)
-        self._turn = 0
-
-    def submit(self, batch: PackedBatch, slot: Slot, stop: threading.Event) -> Submitted | None:
-        """Decode thread: queue the decode of a staged batch into the next free decode
-        buffer. None for a batch decoded in groups (``_process_groups``): ``process``
-        does all of it (also every batch when ``AHEAD`` is 0). Raises ``Stopped`` when ``stop`` is set while it waits for a buffer."""
-        if self.ahead_depth <= 0 or len(decode_groups(batch.shapes)) > 1:
-            return None
-        while not self.ahead.acquire(timeout=AHEAD_POLL_S):
-            if stop.is_set():
-                raise Stopped()
-        t0 = time.perf_counter()
-        try:
-            buffer = self.decode_buffers[self._turn]
-            self._turn = (self._turn + 1) % len(self.decode_buffers)
-            with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-                total = int(decoded_sizes(batch.shapes).sum())
-                pending = self.decoder.submit(batch, slot.view, self.stream, buffer.take(total))
-        except BaseException:
-            self.ahead.release()
-            raise
-        return Submitted(pending, time.perf_counter() - t0)
 
     def close(self) -> None:
         """Release the nvJPEG handles; idempotent."""
@@ -122,10 +67,8 @@ class BatchExecutor:
             self.stream.synchronize()
         self.staging.release_all(last_seq)
 
-    def process(self, batch: PackedBatch, slot: Slot, ahead: Submitted | BaseException | None = None) -> ReadyBatch:
-        """Decode and transform one staged batch (executor thread): complete the decode
-        ``submit`` queued (``ahead``), or do all of it; ``ahead`` may also be the error
-        ``submit`` raised, raised here.
+    def process(self, batch: PackedBatch, slot: Slot) -> ReadyBatch:
+        """Decode and transform one staged batch (executor thread).
 
         The kernel's GPU time is read from the previous batch's events, which
         have completed by then, so timing never waits on the GPU.
@@ -135,23 +78,14 @@ class BatchExecutor:
         if staging.ring is not None:
             staging.release_ready()
         ready = None
-        submitted = isinstance(ahead, Submitted)
         try:
             with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-                if isinstance(ahead, BaseException):
-                    raise ahead
-                groups = [(0, len(batch.indices))] if submitted else decode_groups(batch.shapes)
+                groups = decode_groups(batch.shapes)
                 if len(groups) == 1:
-                    if submitted:
-                        decoded = self.decoder.complete(ahead.pending)
-                    else:
-                        decoded = self.decoder.decode(batch, slot.view, self.stream)
+                    decoded = self.decoder.decode(batch, slot.view, self.stream)
                     counts = self.decoder.counts
                     t_decoded = time.perf_counter()
                     images, kernel_events = self.launcher.launch(decoded, batch.batch_params, self.stream)
-                    if submitted:
-                        self.ahead.release()  # its decode buffer's next decode queues after this kernel
-                        submitted = False
                 else:
                     images, kernel_events, decode_s, counts = self._process_groups(batch, slot, groups)
                     t_decoded = t0 + decode_s
@@ -166,8 +100,6 @@ class BatchExecutor:
                 ready.record(self.stream)
                 slot.event = ready
         finally:
-            if submitted:  # failed before its kernel was queued
-                self.ahead.release()
             staging.give_back(slot)  # the event guards the reuse of a pinned slot
             if staging.ring is not None and batch.seq >= 0:
                 if ready is None:  # failed half-way: work may be queued that reads the slot
@@ -176,9 +108,7 @@ class BatchExecutor:
                 staging.hold(ready, batch.seq)
         t_end = time.perf_counter()
         kernel_s = self.launcher.previous_kernel_s(kernel_events)
-        submit_s = ahead.seconds if isinstance(ahead, Submitted) else 0.0
-        stages = {"executor_s": t_end - t0, "submit_s": submit_s, "decode_s": t_decoded - t0 + submit_s,
-                  "launch_s": t_end - t_decoded,
+        stages = {"executor_s": t_end - t0, "decode_s": t_decoded - t0, "launch_s": t_end - t_decoded,
                   "kernel_s": kernel_s, "share_decoded": batch.share_decoded,
                   "share_decode_s": batch.share_decode_s, **counts}
         return ReadyBatch(batch, images, targets, ready, stages)

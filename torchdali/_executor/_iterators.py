@@ -1,9 +1,8 @@
 """The iterators ``DataLoader.__iter__`` returns: where batches reach the training loop.
 
 ``GpuIterator`` (device="cuda"): a staging thread takes packed batches from the
-inner torch DataLoader and stages their bytes (``_staging.py``); a decode thread
-queues their nvJPEG decode (``BatchExecutor.submit``); an executor thread
-completes the decode and transforms them (``BatchExecutor.process``); at most
+inner torch DataLoader and stages their bytes (``_staging.py``); an executor
+thread decodes and transforms them (``BatchExecutor.process``); at most
 ``prefetch_depth`` finished batches wait in the prefetch queue for the training
 loop, whose stream waits on each batch's ready event. ``CpuIterator``
 (device="cpu"): the workers finished the batches; it only hands them over.
@@ -28,11 +27,10 @@ this order:
    worker, so ``_next_inner`` waits in ``WORKER_POLL_S`` steps through torch's own
    ``timeout`` (which leaves its state untouched when it fires); the user's
    ``timeout`` still holds across the steps.
-2. Drain the queues, so a producer blocked on a full queue wakes; staged
-   batches give their pinned slots back (submitted ones once the executor's
-   stream is done with them).
-3. Join the decode and executor threads (``EXEC_JOIN_S``): they are the only
-   threads that queue GPU work on the staged bytes and release ring slots.
+2. Drain both queues, so a producer blocked on a full queue wakes; staged
+   batches give their pinned slots back.
+3. Join the executor thread (``EXEC_JOIN_S``): it is the only thread that queues
+   GPU work on the staged bytes and releases ring slots.
 4. Retire the sampler pass (``TaggedBatchSampler.retire``), which returns the
    last batch number handed out, *then* release ring slots up to it
    (``BatchExecutor.release_all``: wait for the executor's stream, so the GPU
@@ -54,7 +52,7 @@ this order:
    background thread (``torchdali-worker-shutdown``): a stuck worker (the
    reason for a timeout) must not hold the error back, and torch's shutdown
    ends the workers within seconds.
-6. Join the threads (``THREAD_JOIN_S`` each) and drain the staged queue once
+6. Join both threads (``THREAD_JOIN_S`` each) and drain the staged queue once
    more: the staging thread may have put a batch there while we drained.
 
 A worker dies
@@ -74,7 +72,7 @@ A batch stalls
 --------------
 nvJPEG has hung on malformed JPEGs (the workers keep the ones they can recognise
 from it: ``_worker._gpu_decodable_shape``). A hung call cannot be cancelled, so
-the decode and executor threads note the batch they are inside (``_busy``), and ``__next__``,
+the executor thread notes the batch it is inside (``_busy``), and ``__next__``,
 waking every ``CONSUMER_POLL_S``, raises ``DecoderStalled`` naming that batch's
 samples once it has been there for the loader's ``gpu_timeout``. The executor
 is then stuck for good: ``_close`` skips step 4's wait for its stream (the ring
@@ -133,20 +131,12 @@ class StagedBatch(NamedTuple):
     stage_s: float  # copying its bytes into pinned memory
 
 
-class SubmittedBatch(NamedTuple):
-    """A staged batch whose decode the decode thread queued, for the executor thread."""
-
-    staged: StagedBatch
-    ahead: Any  # BatchExecutor.submit's result (None: decode it all), or the error it raised
-
-
 class GpuIterator:
     """Iterator over GPU batches.
 
-    Three background threads: one takes packed batches from the workers and stages
-    their bytes in pinned memory, one queues their decode, one completes it and
-    transforms them; at most ``prefetch_depth`` finished batches wait for the
-    training loop.
+    Two background threads: one takes packed batches from the workers and stages
+    their bytes in pinned memory, the other decodes and transforms them; at most
+    ``prefetch_depth`` finished batches wait for the training loop.
     """
 
     def __init__(self, loader: Any, inner: torch.utils.data.DataLoader) -> None:
@@ -162,22 +152,18 @@ class GpuIterator:
         self._stats.last.cpu_share = loader._epoch_state.cpu_share
         self._queue: queue.Queue = queue.Queue(maxsize=loader.prefetch_depth)  # ReadyBatch, _END or _Failure
         self._staged: queue.Queue = queue.Queue(maxsize=1)  # StagedBatch, _END or _Failure
-        self._submitted: queue.Queue = queue.Queue(maxsize=1)  # SubmittedBatch, _END or _Failure
         self._stop = threading.Event()
         self._closed = False
         self._inner = inner
         self._finished = False
-        # (since, number, batch) each of the decode and executor threads is inside
-        self._busy: dict[str, tuple[float, int, PackedBatch]] = {}
+        self._busy: tuple[float, int, PackedBatch] | None = None  # (since, number, batch) inside the executor
         self._stuck = False
         previous = getattr(inner, "_iterator", None)
         if previous is not None and hasattr(previous, "_timeout"):
             # persistent workers' reset for this epoch: Note [torchdali iterator shutdown], step 5
             previous._timeout = float(loader.timeout or 0)
-        self._executor.reset_ahead()
         self._inner_it = iter(inner)
         self._threads = [threading.Thread(target=self._stage_loop, name="torchdali-stage", daemon=True),
-                         threading.Thread(target=self._decode_loop, name="torchdali-decode", daemon=True),
                          threading.Thread(target=self._exec_loop, name="torchdali-executor", daemon=True)]
         for t in self._threads:
             t.start()
@@ -245,50 +231,8 @@ class GpuIterator:
             if not self._stop.is_set():
                 self._put(self._staged, _Failure(e))
 
-    def _decode_loop(self) -> None:
-        """Decode thread: ``_staged`` -> nvJPEG's decode queued -> ``_submitted``."""
-        try:
-            torch.cuda.set_device(self._device)
-            k = 0
-            ex = self._executor
-            while not self._stop.is_set():  # Note [torchdali iterator shutdown]
-                try:
-                    item = self._staged.get(timeout=QUEUE_POLL_S)
-                except queue.Empty:
-                    continue
-                if item is _END or isinstance(item, _Failure):
-                    self._put(self._submitted, item)
-                    return
-                self._busy["decode"] = (time.monotonic(), k, item.batch)  # the consumer's watchdog
-                try:
-                    ahead = ex.submit(item.batch, item.slot, self._stop)
-                except Stopped:
-                    self._executor.staging.give_back(item.slot)
-                    return
-                except Exception as e:  # raised by the executor thread, which gives the slot back
-                    ahead = e
-                finally:
-                    self._busy.pop("decode", None)
-                if not self._put(self._submitted, SubmittedBatch(item, ahead)):
-                    self._give_back_submitted(SubmittedBatch(item, ahead))
-                    return
-                k += 1
-        except BaseException as e:
-            if not self._stop.is_set():
-                self._put(self._submitted, _Failure(e))
-
-    def _give_back_submitted(self, item: SubmittedBatch) -> None:
-        """The pinned slot of a batch the executor thread will never process, once the
-        GPU is done with its queued decode (never, when the executor is stuck)."""
-        if self._stuck:
-            return
-        if item.ahead is not None and not isinstance(item.ahead, BaseException):
-            with torch.cuda.device(self._device):
-                self._executor.stream.synchronize()
-        self._executor.staging.give_back(item.staged.slot)
-
     def _exec_loop(self) -> None:
-        """Executor thread: ``_submitted`` -> decode completed + kernel -> the prefetch queue."""
+        """Executor thread: ``_staged`` -> decode + kernel -> the prefetch queue."""
         try:
             torch.cuda.set_device(self._device)
             k = 0
@@ -297,7 +241,7 @@ class GpuIterator:
             while not self._stop.is_set():  # Note [torchdali iterator shutdown]
                 try:
                     # while ring slots wait for the GPU, poll often: a worker may wait for one
-                    item = self._submitted.get(timeout=RING_POLL_S if staging.pending else QUEUE_POLL_S)
+                    item = self._staged.get(timeout=RING_POLL_S if staging.pending else QUEUE_POLL_S)
                 except queue.Empty:
                     if staging.pending:
                         staging.release_ready()
@@ -305,11 +249,10 @@ class GpuIterator:
                 if item is _END or isinstance(item, _Failure):
                     self._put(self._queue, item)
                     return
-                staged = item.staged
-                batch = staged.batch
-                self._busy["executor"] = (time.monotonic(), k, batch)  # the consumer's watchdog: _stall_error
+                batch = item.batch
+                self._busy = (time.monotonic(), k, batch)  # the consumer's watchdog: _stall_error
                 try:
-                    done = ex.process(batch, staged.slot, item.ahead)
+                    done = ex.process(batch, item.slot)
                 except SampleError:
                     raise
                 except Exception as e:
@@ -317,8 +260,8 @@ class GpuIterator:
                         f"torchdali GPU executor failed on batch {k} (samples {batch.indices[:8].tolist()}"
                         f"{'...' if len(batch.indices) > 8 else ''}): {type(e).__name__}: {e}") from e
                 finally:
-                    self._busy.pop("executor", None)
-                done.stages["fetch_s"], done.stages["stage_s"] = staged.fetch_s, staged.stage_s
+                    self._busy = None
+                done.stages["fetch_s"], done.stages["stage_s"] = item.fetch_s, item.stage_s
                 if not self._put(self._queue, done):
                     return
                 k += 1
@@ -395,8 +338,7 @@ class GpuIterator:
     def _stall_error(self) -> DecoderStalled | None:
         """A ``DecoderStalled`` when the executor has been inside one batch for longer than
         the loader's ``gpu_timeout``; marks this iterator and the loader stuck."""
-        limit = self._loader.gpu_timeout
-        busy = min(list(self._busy.values()), default=None, key=lambda b: b[0])  # the longest inside
+        busy, limit = self._busy, self._loader.gpu_timeout
         if busy is None or not limit or time.monotonic() - busy[0] <= limit:
             return None
         since, k, batch = busy
@@ -424,8 +366,7 @@ class GpuIterator:
             return
         self._closed = True
         self._stop.set()  # step 1
-        submitted = []
-        for q in (self._queue, self._submitted, self._staged):  # step 2
+        for q in (self._queue, self._staged):  # step 2
             while True:
                 try:
                     item = q.get_nowait()
@@ -433,12 +374,7 @@ class GpuIterator:
                     break
                 if isinstance(item, StagedBatch):
                     self._executor.staging.give_back(item.slot)
-                elif isinstance(item, SubmittedBatch):
-                    submitted.append(item)
-        for t in self._threads[1:]:  # step 3
-            t.join(timeout=EXEC_JOIN_S)
-        for item in submitted:
-            self._give_back_submitted(item)
+        self._threads[1].join(timeout=EXEC_JOIN_S)  # step 3
         sampler = getattr(self._inner, "batch_sampler", None)  # step 4
         last = sampler.retire() if hasattr(sampler, "retire") else self._loader._epoch_state.next_seq - 1
         if not self._stuck:  # a stuck executor's stream never finishes: its ring slots stay taken

@@ -203,9 +203,7 @@ def plan_ring(dataset: Any, batch_size: int, num_workers: int, prefetch_factor: 
     if decoded_share > 0.0:  # decoded RGB pixels of the CPU's share, and a few more for its spread
         per_sample += 3 * 1.2 * (float(np.mean(pixels)) if pixels else 500 * 375) * min(1.0, decoded_share + 0.02)
     slot_bytes = int(per_sample * batch_size) + (1 << 20)
-    # the workers' batches, the ready queue, and the main process's own: staged, decode-ahead
-    # (BatchExecutor.AHEAD), executing, and a few whose GPU work is still queued
-    in_flight = (num_workers * (prefetch_factor or 2) if num_workers > 0 else 1) + depth + 6
+    in_flight = (num_workers * (prefetch_factor or 2) if num_workers > 0 else 1) + depth + 4
     n_slots = min(in_flight, MAX_SLOTS, max_bytes // slot_bytes)
     if n_slots < depth + 3:
         return None

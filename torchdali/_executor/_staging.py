@@ -63,15 +63,14 @@ class HeldRingSlot(NamedTuple):
 class Staging:
     """The pinned memory a batch's bytes wait in until the GPU has read them.
 
-    ``stage`` runs on the staging thread; ``hold`` and ``release_ready`` on the
-    executor thread; ``give_back`` there and on the decode thread (a batch it
-    stopped with) and the user's (batches drained at the end); ``release_all`` on
-    the user's thread once the decode and executor threads have stopped.
+    ``stage`` runs on the staging thread; ``give_back``, ``hold`` and
+    ``release_ready`` on the executor thread; ``release_all`` on the user's thread
+    once the executor thread has stopped.
     """
 
     def __init__(self, depth: int, ring: Any = None) -> None:
         self.free_slots: queue.Queue[PinnedSlot] = queue.Queue()
-        for _ in range(depth + 4):  # the ready queue, and staged, submitted (two) and executing
+        for _ in range(depth + 2):
             self.free_slots.put(PinnedSlot())
         self.ring = ring  # HostRing the workers write into, or None
         if ring is not None:
