@@ -106,18 +106,23 @@ def test_png_and_cmyk_fall_back_to_cpu_inside_a_gpu_batch(tmp_path):
         assert _mean_abs(g[0][0][k], c[0][0][k]) < limit, files[k]
 
 
+def _overwrite_scan_middle(path: str) -> bytes:
+    """Overwrite the middle third of a JPEG's compressed data with random bytes, as a bad
+    disk block would, keeping the header and EOI (nothing looks wrong from outside);
+    returns the good bytes."""
+    good = open(path, "rb").read()
+    sos = good.find(b"\xff\xda")
+    cut = (len(good) - sos) // 3
+    noise = bytes(np.random.default_rng(0).integers(0, 256, cut, dtype=np.uint8))
+    open(path, "wb").write(good[: sos + cut] + noise + good[sos + 2 * cut:])
+    return good
+
+
 def test_corrupt_jpeg_names_the_sample_and_the_decoder_keeps_working(tmp_path):
     root = make_folder(tmp_path / "c", n=16, classes=1, lo=60, hi=120)
     ds = td.datasets.ImageFolder(root)
     victim = ds.samples[9][0]
-    good = open(victim, "rb").read()
-    # keep the header and EOI (so nothing looks wrong from outside) and overwrite
-    # the middle of the compressed data, as a bad disk block would
-    sos = good.find(b"\xff\xda")
-    cut = (len(good) - sos) // 3
-    bad = (good[: sos + cut] + bytes(np.random.default_rng(0).integers(0, 256, cut, dtype=np.uint8))
-           + good[sos + 2 * cut:])
-    open(victim, "wb").write(bad)
+    good = _overwrite_scan_middle(victim)
     loader = td.DataLoader(ds, batch_size=4, transforms=T.Compose([T.Resize((32, 32))]), device="cuda")
     cpu = td.DataLoader(ds, batch_size=4, transforms=T.Compose([T.Resize((32, 32))]), device="cpu")
     seen = 0
@@ -140,12 +145,7 @@ def test_skipped_files_on_the_gpu_do_not_keep_batches_alive(tmp_path):
 
     root = make_folder(tmp_path / "c", n=16, classes=1, lo=60, hi=120)
     ds = td.datasets.ImageFolder(root)
-    victim = ds.samples[5][0]
-    good = open(victim, "rb").read()
-    sos = good.find(b"\xff\xda")
-    cut = (len(good) - sos) // 3
-    open(victim, "wb").write(good[: sos + cut] + bytes(np.random.default_rng(0).integers(0, 256, cut, dtype=np.uint8))
-                             + good[sos + 2 * cut:])
+    _overwrite_scan_middle(ds.samples[5][0])
     loader = td.DataLoader(ds, batch_size=8, transforms=T.Resize((64, 64)), device="cuda", on_error="skip")
     allocated = []
     gc.disable()
