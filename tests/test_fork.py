@@ -57,10 +57,10 @@ def test_registered_garbage_is_finalised_in_the_parent_only(monkeypatch):
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_any_garbage_from_before_the_fork_is_finalised_in_the_parent_only():
-    # the frozen generation: a CUDA tensor in an exception's traceback is not registered
+    # the child's frozen generation: a CUDA tensor in an exception's traceback is not registered
     child, pids = _pids_finalised_after_fork(register=False)
     assert pids == [os.getpid()]
-    assert gc.get_freeze_count() == 0  # the parent's generations are back
+    assert gc.get_freeze_count() == 0  # the parent itself is never frozen
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
