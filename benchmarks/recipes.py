@@ -37,6 +37,7 @@ The environment and every figure go to ``OUT/recipes.json``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -104,23 +105,62 @@ def _lower_priority(worker_id: int) -> None:
     os.nice(10)
 
 
+def _decode_core() -> tuple[set[int], set[int]]:
+    """(the CPUs of one physical core, every other CPU this process may use): the ``pin``
+    variant gives the first to the executor thread alone, which drives nvJPEG."""
+    allowed = sorted(os.sched_getaffinity(0))
+    core = {allowed[-1]}
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{allowed[-1]}/topology/thread_siblings_list") as f:
+            for part in f.read().strip().split(","):
+                a, _, b = part.partition("-")
+                core.update(range(int(a), int(b or a) + 1))
+    except OSError:
+        pass
+    core &= set(allowed)
+    return core, set(allowed) - core
+
+
+def _keep_off_decode_core(rest: set[int], worker_id: int) -> None:
+    """worker_init_fn of the ``pin`` variant (``rest``: from ``_decode_core`` in the main process)."""
+    os.sched_setaffinity(0, rest)
+
+
+def _pinned_epochs(loader: Any, core: set[int], rest: set[int]):
+    """``make_iter`` of the ``pin`` variant: each epoch's executor thread on its own core,
+    the loop's and the staging thread off it."""
+    import threading
+
+    def make_iter():
+        os.sched_setaffinity(0, rest)  # the training loop's thread (threads it starts inherit it)
+        it = iter(loader)
+        for t in threading.enumerate():
+            if t.name == "torchdali-executor" and t.native_id is not None:
+                os.sched_setaffinity(t.native_id, core)
+        return it
+
+    return make_iter
+
+
 def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
                   mix: bool, gpu_decode: str = "planar", cpu_share: float | str = 0.0, roi: bool = False,
-                  nice: bool = False, switch_s: float | None = None) -> dict:
+                  nice: bool = False, switch_s: float | None = None, pin: bool = False) -> dict:
     if roi:  # nvJPEG decodes only the window of each image the kernel reads
         os.environ["TORCHDALI_ROI_DECODE"] = "1"
-    interval = sys.getswitchinterval()
+    interval, everywhere = sys.getswitchinterval(), os.sched_getaffinity(0)
     if switch_s is not None:  # how long a thread may hold the GIL while another waits for it
         sys.setswitchinterval(switch_s)
     try:
-        return _run_torchdali(root, recipe, args, device, mix, cpu_share, gpu_decode, nice)
+        return _run_torchdali(root, recipe, args, device, mix, cpu_share, gpu_decode, nice, pin)
     finally:
         os.environ.pop("TORCHDALI_ROI_DECODE", None)
         sys.setswitchinterval(interval)
+        if pin:
+            os.sched_setaffinity(0, everywhere)
 
 
 def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool,
-                   cpu_share: float | str, gpu_decode: str, nice: bool) -> dict:
+                   cpu_share: float | str, gpu_decode: str, nice: bool, pin: bool = False) -> dict:
     import torchdali as td
 
     ds = td.datasets.ImageFolder(root)
@@ -129,11 +169,15 @@ def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: tor
         extra["batch_transforms"] = _mixup_cutmix(len(ds.classes))
     if nice:
         extra["worker_init_fn"] = _lower_priority
+    core, rest = _decode_core()
+    if pin:
+        extra["worker_init_fn"] = functools.partial(_keep_off_decode_core, rest)
     loader = td.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True,
                            transforms=_tv_preset(recipe, args.size, args.val_crop, args.val_resize, "tensor"), device=device, seed=0,
                            persistent_workers=True, prefetch_factor=2, cpu_decode_share=cpu_share,
                            gpu_decode=gpu_decode, **extra)
-    r = _epochs(lambda: iter(loader), args.epochs, 1, device, "torchdali", False)
+    r = _epochs(_pinned_epochs(loader, core, rest) if pin else (lambda: iter(loader)), args.epochs, 1, device, "torchdali",
+                False)
     last = loader.stats().last
     if last is not None:
         r["last_epoch_stats"] = last.as_dict()
@@ -159,7 +203,8 @@ def _dali_erase(images, size: int, p: float):
     return fn.erase(images, anchor=anchor, shape=shape, axis_names="HW", fill_value=0.0)
 
 
-def run_dali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, erase: bool = True) -> dict:
+def run_dali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, erase: bool = True,
+             hw_load: float = 0.9) -> dict:
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali.auto_aug import trivial_augment
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
@@ -171,12 +216,12 @@ def run_dali(root: str, recipe: str, args: argparse.Namespace, device: torch.dev
     def pipe():
         jpegs, labels = fn.readers.file(file_root=root, random_shuffle=True, name="reader")
         if recipe == "val":
-            images = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB, hw_decoder_load=0.9)
+            images = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB, hw_decoder_load=hw_load)
             images = fn.resize(images, resize_shorter=args.val_resize, antialias=True)
             images = fn.crop_mirror_normalize(images, crop=(args.val_crop, args.val_crop), dtype=types.FLOAT, output_layout="CHW",
                                               mean=mean, std=std)
             return images, labels
-        images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB, hw_decoder_load=0.9,
+        images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB, hw_decoder_load=hw_load,
                                                random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
         images = fn.resize(images, resize_x=args.size, resize_y=args.size, antialias=True)
         mirror = fn.random.coin_flip(probability=0.5)
@@ -253,6 +298,12 @@ def main() -> int:
                 if "nice" in variants:
                     runs.append((recipe, "torchdali-nice",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, False, nice=True)))
+                if "pin" in variants:
+                    runs.append((recipe, "torchdali-pin",
+                                 lambda r=recipe: run_torchdali(args.data, r, args, device, False, pin=True)))
+                    for share in (float(v) for v in args.cpu_shares.split(",") if v and v != "auto"):
+                        runs.append((recipe, f"torchdali-pin-cpu{share:g}", lambda r=recipe, s=share: run_torchdali(
+                            args.data, r, args, device, False, cpu_share=s, pin=True)))
                 if "switch" in variants:
                     runs.append((recipe, "torchdali-switch",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, False, switch_s=5e-4)))
@@ -268,6 +319,9 @@ def main() -> int:
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, True)))
             elif system == "dali":
                 runs.append((recipe, "dali", lambda r=recipe: run_dali(args.data, r, args, device)))
+                if "hw1" in variants:  # DALI with the hardware decoder taking every image
+                    runs.append((recipe, "dali-hw1",
+                                 lambda r=recipe: run_dali(args.data, r, args, device, hw_load=1.0)))
                 if recipe == "reference":  # TrivialAugment alone, and a fallback should fn.erase fail
                     runs.append((recipe, "dali-no-erase",
                                  lambda r=recipe: run_dali(args.data, r, args, device, erase=False)))
@@ -285,7 +339,8 @@ def main() -> int:
         if "error" in r:
             print(f"{key:<28} ERROR {r['error'][:300]}", flush=True)
         else:
-            print(f"{key:<28} {r['images_per_s']:>9.0f} img/s  spread {100 * r['spread']:4.1f}%  "
+            steady = r.get("steady_images_per_s")
+            print(f"{key:<28} {r['images_per_s']:>9.0f} img/s  steady {steady or 0:>6.0f}  spread {100 * r['spread']:4.1f}%  "
                   f"{r['cpu_s_per_1000']:.2f} CPU-s/1k  ({time.perf_counter() - t0:.0f} s)", flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "recipes.json"), "w") as f:

@@ -18,6 +18,7 @@ class EpochStats:
     stage_s: float = 0.0  # GPU path: copying the batch's bytes into pinned staging memory
     decode_s: float = 0.0  # GPU path: host time decoding (all below, the CPU fallback, on_error)
     nvjpeg_s: float = 0.0  # GPU path: host time inside nvJPEG's batched decode calls
+    nvjpeg_cpu_s: float = 0.0  # GPU path: CPU time of the executor thread in those calls (waits excluded)
     scan_wait_s: float = 0.0  # GPU path: host time waiting for the scan check after the decode
     launch_s: float = 0.0  # GPU path: host time launching the fused kernel and copies
     kernel_s: float = 0.0  # GPU path: GPU time of the fused kernel (CUDA events)
@@ -84,7 +85,7 @@ class LoaderStats:
                 f"waited {e.wait_s:.2f}s ({100 * e.wait_fraction:.1f}%), workers {e.worker_s:.2f}s")
         if e.executor_s:
             line += (f"; fetch {e.fetch_s:.2f}s, staging {e.stage_s:.2f}s; executor {e.executor_s:.2f}s (decode "
-                     f"{e.decode_s:.2f}, in nvJPEG {e.nvjpeg_s:.2f}, launch {e.launch_s:.2f}), kernel {e.kernel_s:.3f}s GPU")
+                     f"{e.decode_s:.2f}, in nvJPEG {e.nvjpeg_s:.2f} ({e.nvjpeg_cpu_s:.2f} CPU), launch {e.launch_s:.2f}), kernel {e.kernel_s:.3f}s GPU")
         if e.executor_s:
             line += (f"; decoded: {e.decoded_hardware} hardware, {e.decoded_hybrid} hybrid, "
                      f"{e.decoded_one_by_one} one by one, {e.decoded_cpu} CPU")

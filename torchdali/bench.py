@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+STEADY_AFTER = 8  # the steady rate counts an epoch's batches after this many
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
 
@@ -90,11 +91,11 @@ class OnDevice:
 def _epochs(make_iter, n_epochs: int, warmup: int, device: torch.device, label: str, progress: bool) -> dict:
     from tqdm import tqdm
 
-    rates, cpu_per_k, main_per_k, first_batch = [], [], [], None
+    rates, steady, cpu_per_k, main_per_k, first_batch = [], [], [], [], None
     for epoch in range(warmup + n_epochs):
         cpu0, main0, t0 = _cpu_seconds(), _main_seconds(), time.perf_counter()
         it = make_iter()
-        n = 0
+        n, t_steady, n_steady = 0, None, 0
         bar = tqdm(total=len(it) if hasattr(it, "__len__") else None, desc=f"{label} epoch {epoch}"
                    + (" (warm-up)" if epoch < warmup else ""), unit="batch", disable=not progress, leave=False)
         for images, _targets in it:
@@ -103,21 +104,29 @@ def _epochs(make_iter, n_epochs: int, warmup: int, device: torch.device, label: 
                     torch.cuda.synchronize(device)
                 first_batch = time.perf_counter() - t0
             n += images.shape[0]
+            if bar.n + 1 == STEADY_AFTER:
+                t_steady, n_steady = time.perf_counter(), n
             bar.update(1)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        dt = time.perf_counter() - t0
+        t_end = time.perf_counter()
+        dt = t_end - t0
         del it
         bar.close()
         cpu, main_cpu = _cpu_seconds() - cpu0, _main_seconds() - main0
         if epoch >= warmup:
             rates.append(n / dt)
+            if t_steady is not None and n > n_steady:
+                steady.append((n - n_steady) / (t_end - t_steady))
             cpu_per_k.append(1000.0 * cpu / max(n, 1))
             main_per_k.append(1000.0 * main_cpu / max(n, 1))
     return {
         "images_per_s": statistics.median(rates),
         "images_per_s_all": rates,
         "spread": (max(rates) - min(rates)) / statistics.median(rates) if len(rates) > 1 else 0.0,
+        # past each epoch's first STEADY_AFTER batches: the rate of a long epoch, without
+        # the pipeline filling up at the start (an ImageNet epoch is 5,005 batches of 256)
+        "steady_images_per_s": statistics.median(steady) if steady else None,
         "cpu_s_per_1000": statistics.median(cpu_per_k),
         "main_process_cpu_s_per_1000": statistics.median(main_per_k),
         "time_to_first_batch_s": first_batch,

@@ -37,7 +37,8 @@ DECODE_GROUP_BYTES = 256 << 20
 
 # Per-batch counters of where samples were decoded (``GpuDecoder.counts``, EpochStats fields).
 ROUTE_COUNTERS = ("decoded_hardware", "decoded_hybrid", "decoded_one_by_one", "decoded_cpu",
-                  "nvjpeg_s", "scan_wait_s")  # and the host seconds in nvJPEG's calls and the scan check's wait
+                  "nvjpeg_s", "nvjpeg_cpu_s", "scan_wait_s")
+# (and the host seconds in nvJPEG's calls, the executor thread's CPU seconds in them, the scan check's wait)
 
 
 # (hf, vf) of each planar subsampling code, and whether it has chroma planes (layout.SUBSAMPLING)
@@ -285,11 +286,12 @@ class GpuDecoder:
             # region-of-interest decode: nvJPEG gets each image's own size and the window (planar: none)
             sizes = shapes[part, :2] if batch.frames is None else batch.frames[part]
             rois = batch.rois[part] if batch.rois is not None and chroma is None else None
-            t = time.perf_counter()
+            t, t_cpu = time.perf_counter(), time.thread_time()
             status = self.nvjpeg.decode_batch(pinned, batch.offsets[part], batch.lengths[part], sizes,
                                               decoded, out_offsets[part], stream, hints=hints, chroma=chroma,
                                               rois=rois)
             self.counts["nvjpeg_s"] += time.perf_counter() - t
+            self.counts["nvjpeg_cpu_s"] += time.thread_time() - t_cpu
             routed = self.nvjpeg.last_stats
             self.counts["decoded_hardware"] += routed.get("hardware", 0)
             self.counts["decoded_hybrid"] += routed.get("hybrid", 0)
