@@ -26,7 +26,10 @@ each image's crop window), as ``torchdali-nice`` (the workers at ``os.nice(10)``
 ``worker_init_fn``), as ``torchdali-switch`` (``sys.setswitchinterval(0.0005)``: the executor
 thread gets the GIL back sooner after nvJPEG's calls, which release it), and as
 ``torchdali-cpuS`` for each ``--cpu-shares`` value S (``cpu_decode_share=S``: the workers
-decode that fraction of the JPEGs).
+decode that fraction of the JPEGs, and the executor thread gets a CPU of its own, as
+``decode_core="auto"`` does), with ``nopin`` also as ``torchdali-cpuS-nopin``
+(``decode_core=None``), and with ``core`` as ``torchdali-core`` (no share, the executor
+thread on the last CPU).
 
 torchdali and torchvision get the recipe as torchvision v2 objects (torchdali converts
 them); DALI gets the nearest pipeline of its own operators (named in the output).
@@ -37,7 +40,6 @@ The environment and every figure go to ``OUT/recipes.json``.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import os
@@ -105,62 +107,23 @@ def _lower_priority(worker_id: int) -> None:
     os.nice(10)
 
 
-def _decode_core() -> tuple[set[int], set[int]]:
-    """(the CPUs of one physical core, every other CPU this process may use): the ``pin``
-    variant gives the first to the executor thread alone, which drives nvJPEG."""
-    allowed = sorted(os.sched_getaffinity(0))
-    core = {allowed[-1]}
-    try:
-        with open(f"/sys/devices/system/cpu/cpu{allowed[-1]}/topology/thread_siblings_list") as f:
-            for part in f.read().strip().split(","):
-                a, _, b = part.partition("-")
-                core.update(range(int(a), int(b or a) + 1))
-    except OSError:
-        pass
-    core &= set(allowed)
-    return core, set(allowed) - core
-
-
-def _keep_off_decode_core(rest: set[int], worker_id: int) -> None:
-    """worker_init_fn of the ``pin`` variant (``rest``: from ``_decode_core`` in the main process)."""
-    os.sched_setaffinity(0, rest)
-
-
-def _pinned_epochs(loader: Any, core: set[int], rest: set[int]):
-    """``make_iter`` of the ``pin`` variant: each epoch's executor thread on its own core,
-    the loop's and the staging thread off it."""
-    import threading
-
-    def make_iter():
-        os.sched_setaffinity(0, rest)  # the training loop's thread (threads it starts inherit it)
-        it = iter(loader)
-        for t in threading.enumerate():
-            if t.name == "torchdali-executor" and t.native_id is not None:
-                os.sched_setaffinity(t.native_id, core)
-        return it
-
-    return make_iter
-
-
 def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
                   mix: bool, gpu_decode: str = "planar", cpu_share: float | str = 0.0, roi: bool = False,
-                  nice: bool = False, switch_s: float | None = None, pin: bool = False) -> dict:
+                  nice: bool = False, switch_s: float | None = None, decode_core: Any = "auto") -> dict:
     if roi:  # nvJPEG decodes only the window of each image the kernel reads
         os.environ["TORCHDALI_ROI_DECODE"] = "1"
-    interval, everywhere = sys.getswitchinterval(), os.sched_getaffinity(0)
+    interval = sys.getswitchinterval()
     if switch_s is not None:  # how long a thread may hold the GIL while another waits for it
         sys.setswitchinterval(switch_s)
     try:
-        return _run_torchdali(root, recipe, args, device, mix, cpu_share, gpu_decode, nice, pin)
+        return _run_torchdali(root, recipe, args, device, mix, cpu_share, gpu_decode, nice, decode_core)
     finally:
         os.environ.pop("TORCHDALI_ROI_DECODE", None)
         sys.setswitchinterval(interval)
-        if pin:
-            os.sched_setaffinity(0, everywhere)
 
 
 def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool,
-                   cpu_share: float | str, gpu_decode: str, nice: bool, pin: bool = False) -> dict:
+                   cpu_share: float | str, gpu_decode: str, nice: bool, decode_core: Any = "auto") -> dict:
     import torchdali as td
 
     ds = td.datasets.ImageFolder(root)
@@ -169,15 +132,11 @@ def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: tor
         extra["batch_transforms"] = _mixup_cutmix(len(ds.classes))
     if nice:
         extra["worker_init_fn"] = _lower_priority
-    core, rest = _decode_core()
-    if pin:
-        extra["worker_init_fn"] = functools.partial(_keep_off_decode_core, rest)
     loader = td.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True,
                            transforms=_tv_preset(recipe, args.size, args.val_crop, args.val_resize, "tensor"), device=device, seed=0,
                            persistent_workers=True, prefetch_factor=2, cpu_decode_share=cpu_share,
-                           gpu_decode=gpu_decode, **extra)
-    r = _epochs(_pinned_epochs(loader, core, rest) if pin else (lambda: iter(loader)), args.epochs, 1, device, "torchdali",
-                False)
+                           gpu_decode=gpu_decode, decode_core=decode_core, **extra)
+    r = _epochs(lambda: iter(loader), args.epochs, 1, device, "torchdali", False)
     last = loader.stats().last
     if last is not None:
         r["last_epoch_stats"] = last.as_dict()
@@ -262,7 +221,9 @@ def main() -> int:
                    help="torchdali also with these cpu_decode_share values (comma-separated; empty: none)")
     p.add_argument("--variants", default="rgb,roi",
                    help="torchdali also decoding to RGB (rgb), to RGB windows (roi), with the workers at a lower "
-                   "priority (nice), with a 0.5 ms GIL switch interval (switch); comma-separated, empty: none")
+                   "priority (nice), with a 0.5 ms GIL switch interval (switch), the CPU shares also unpinned (nopin), "
+                   "the executor on its own CPU without a share (core), DALI with hw_decoder_load=1 (hw1); "
+                   "comma-separated, empty: none")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--dali-threads", type=int, default=8)
@@ -298,12 +259,9 @@ def main() -> int:
                 if "nice" in variants:
                     runs.append((recipe, "torchdali-nice",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, False, nice=True)))
-                if "pin" in variants:
-                    runs.append((recipe, "torchdali-pin",
-                                 lambda r=recipe: run_torchdali(args.data, r, args, device, False, pin=True)))
-                    for share in (float(v) for v in args.cpu_shares.split(",") if v and v != "auto"):
-                        runs.append((recipe, f"torchdali-pin-cpu{share:g}", lambda r=recipe, s=share: run_torchdali(
-                            args.data, r, args, device, False, cpu_share=s, pin=True)))
+                if "core" in variants:  # the executor thread on the last CPU without a CPU share
+                    runs.append((recipe, "torchdali-core", lambda r=recipe: run_torchdali(
+                        args.data, r, args, device, False, decode_core=max(os.sched_getaffinity(0)))))
                 if "switch" in variants:
                     runs.append((recipe, "torchdali-switch",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, False, switch_s=5e-4)))
@@ -311,9 +269,12 @@ def main() -> int:
                     runs.append((recipe, "torchdali-rgb-roi", lambda r=recipe: run_torchdali(
                         args.data, r, args, device, False, gpu_decode="rgb", roi=True)))
                 for share in (v if v == "auto" else float(v) for v in args.cpu_shares.split(",") if v):
-                    runs.append((recipe, f"torchdali-cpu{share if share == 'auto' else f'{share:g}'}",
-                                 lambda r=recipe, s=share: run_torchdali(args.data, r, args, device, False,
-                                                                         cpu_share=s)))
+                    name = f"torchdali-cpu{share if share == 'auto' else f'{share:g}'}"
+                    runs.append((recipe, name, lambda r=recipe, s=share: run_torchdali(
+                        args.data, r, args, device, False, cpu_share=s)))
+                    if "nopin" in variants:  # the same share with every thread free to move
+                        runs.append((recipe, name + "-nopin", lambda r=recipe, s=share: run_torchdali(
+                            args.data, r, args, device, False, cpu_share=s, decode_core=None)))
                 if recipe == "reference":
                     runs.append((recipe, "torchdali+mixup",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, True)))

@@ -161,3 +161,109 @@ def test_auto_share_adapts_between_epochs_and_reports_its_cost(tmp_path):
     assert all(e.share_decoded > 0 and e.share_decode_s > 0 for e in epochs)
     assert loader.state_dict()["cpu_share"] == epochs[-1].cpu_share
     assert "as the CPU's share" in loader.stats().summary()
+
+
+# -- the executor thread's core (DataLoader(decode_core=...), _executor/_cores.py) --------------
+
+def _allow(monkeypatch, cpus):
+    from torchdali._executor import _cores
+
+    monkeypatch.setattr(_cores, "_allowed", lambda: set(cpus))
+
+
+def test_auto_keeps_a_core_only_when_the_workers_decode_a_share(monkeypatch):
+    from torchdali._executor._cores import plan_decode_core
+
+    _allow(monkeypatch, range(16))
+    assert plan_decode_core("auto", 0.15, 16) == (15, frozenset(range(15)))
+    assert plan_decode_core("auto", 0.0, 16) == (None, frozenset(range(16)))  # workers only read bytes
+    assert plan_decode_core("auto", 0.15, 0) == (None, frozenset(range(16)))  # no workers to keep off
+    assert plan_decode_core(None, 0.15, 16) == (None, frozenset(range(16)))
+    assert plan_decode_core(3, 0.0, 16) == (3, frozenset(range(16)) - {3})  # asked for: pinned whatever the share
+    _allow(monkeypatch, [4, 9, 11])  # a process already bound to some CPUs (torchrun, taskset)
+    assert plan_decode_core("auto", 0.15, 16) == (None, frozenset({4, 9, 11}))  # too few to spare one
+    assert plan_decode_core(9, 0.15, 16) == (9, frozenset({4, 11}))
+    with pytest.raises(ValueError, match="decode_core=5 is not among"):
+        plan_decode_core(5, 0.15, 16)
+    _allow(monkeypatch, [2])
+    with pytest.raises(ValueError, match="none would be left"):
+        plan_decode_core(2, 0.15, 16)
+
+
+def _affinity_after(init, queue):
+    init(7)
+    import os
+
+    queue.put(sorted(os.sched_getaffinity(0)))
+
+
+def test_workers_move_off_the_core_before_the_users_worker_init_fn(tmp_path):
+    import multiprocessing as mp
+    import os
+
+    from torchdali._executor._cores import KeepOff
+
+    calls = tmp_path / "calls"
+    allowed = sorted(os.sched_getaffinity(0))
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_affinity_after, args=(KeepOff(frozenset(allowed[:1]), _RecordAffinity(calls)), q))
+    p.start()
+    seen = q.get(timeout=60)
+    p.join(60)
+    assert seen == allowed[:1]
+    assert calls.read_text() == f"7 {allowed[:1]}"  # the user's function ran after the move, with its worker id
+    # pickled with the loader's other arguments for spawned workers
+    again = pickle.loads(pickle.dumps(KeepOff(frozenset({0}), None)))
+    assert again.cpus == frozenset({0}) and again.user_fn is None
+
+
+class _RecordAffinity:
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self, worker_id):
+        import os
+
+        self.path.write_text(f"{worker_id} {sorted(os.sched_getaffinity(0))}")
+
+
+def test_decode_core_is_validated():
+    ds = td.datasets.FileList([])
+    for bad in ("last", -1, 1.5, True):
+        with pytest.raises(ValueError, match="decode_core"):
+            td.DataLoader(ds, transforms=T.Resize((8, 8)), decode_core=bad)
+    assert td.DataLoader(ds, transforms=T.Resize((8, 8))).decode_core == "auto"
+    assert td.DataLoader(ds, transforms=T.Resize((8, 8)), decode_core=None).decode_core is None
+
+
+@pytest.mark.cuda
+def test_with_a_cpu_share_the_executor_thread_has_a_core_the_workers_do_not_use(tmp_path):
+    import os
+    import threading
+
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 4:
+        pytest.skip("decode_core='auto' keeps a core only with 4 or more CPUs")
+    ds = td.datasets.ImageFolder(make_folder(tmp_path / "f", n=64, classes=2, lo=60, hi=120))
+    loader = td.DataLoader(ds, batch_size=16, transforms=T.Compose([T.RandomResizedCrop(32)]), seed=1,
+                           num_workers=2, device="cuda", cpu_decode_share=0.25, persistent_workers=True)
+    it = iter(loader)
+    next(it)
+    executor = [t for t in threading.enumerate() if t.name == "torchdali-executor"]
+    assert len(executor) == 1 and os.sched_getaffinity(executor[0].native_id) == {allowed[-1]}
+    workers = loader._inner._iterator._workers
+    assert workers and all(os.sched_getaffinity(w.pid) == set(allowed[:-1]) for w in workers)
+    assert os.sched_getaffinity(0) == set(allowed)  # the training loop's thread stays where it was
+    for _ in it:
+        pass
+    loader.close()
+    plain = td.DataLoader(ds, batch_size=16, transforms=T.Compose([T.RandomResizedCrop(32)]), seed=1,
+                          num_workers=2, device="cuda")
+    it = iter(plain)
+    next(it)
+    executor = [t for t in threading.enumerate() if t.name == "torchdali-executor"]
+    assert os.sched_getaffinity(executor[0].native_id) == set(allowed)  # no share: nothing pinned
+    for _ in it:
+        pass
+    plain.close()

@@ -95,7 +95,7 @@ def _epochs(make_iter, n_epochs: int, warmup: int, device: torch.device, label: 
     for epoch in range(warmup + n_epochs):
         cpu0, main0, t0 = _cpu_seconds(), _main_seconds(), time.perf_counter()
         it = make_iter()
-        n, t_steady, n_steady = 0, None, 0
+        n, k, t_steady, n_steady = 0, 0, None, 0
         bar = tqdm(total=len(it) if hasattr(it, "__len__") else None, desc=f"{label} epoch {epoch}"
                    + (" (warm-up)" if epoch < warmup else ""), unit="batch", disable=not progress, leave=False)
         for images, _targets in it:
@@ -104,7 +104,8 @@ def _epochs(make_iter, n_epochs: int, warmup: int, device: torch.device, label: 
                     torch.cuda.synchronize(device)
                 first_batch = time.perf_counter() - t0
             n += images.shape[0]
-            if bar.n + 1 == STEADY_AFTER:
+            k += 1
+            if k == STEADY_AFTER:
                 t_steady, n_steady = time.perf_counter(), n
             bar.update(1)
         if device.type == "cuda":

@@ -26,6 +26,7 @@ import torch.utils.data as tud
 from ._executor._deliver import Delivery
 from ._executor._iterators import CpuIterator, GpuIterator
 from ._executor._records import EndRecord, WorkerRecords
+from ._executor._cores import KeepOff, plan_decode_core
 from ._executor._share import AUTO_START, next_cpu_share
 from ._executor._tags import EpochState, TaggedBatchSampler, TaggedDataset, TaggedIterable
 from ._executor._worker import PrepareBatch, check_on_error
@@ -166,6 +167,13 @@ class DataLoader(tud.DataLoader):
             may pick different shares (their outputs differ by the decoders' rounding);
             ``state_dict()`` keeps the share, so a resumed run replays exactly.
         max_cpu_decode_share: the cap of ``cpu_decode_share="auto"``.
+        decode_core: GPU path: a CPU kept for the executor thread, which drives nvJPEG
+            (its batched call needs a CPU to itself while it runs): the executor thread
+            runs there and the workers on the other CPUs this process may use. The
+            default ``"auto"`` keeps the last of them when the workers decode a share
+            (``cpu_decode_share`` above 0 or ``"auto"``) and there are at least 4;
+            None never pins a thread; an int names the CPU. The training loop's own
+            thread is left where it is.
         gpu_decode: GPU path: what nvJPEG gives the fused kernel. ``"planar"``
             (default): each JPEG's Y, Cb and Cr planes at their own subsampling; the
             kernel upsamples the chroma as libjpeg-turbo's "fancy" upsampling does and
@@ -214,6 +222,7 @@ class DataLoader(tud.DataLoader):
         max_image_pixels: int | None | object = _PIL_LIMIT,
         cpu_decode_share: float | str = 0.0,
         max_cpu_decode_share: float = 0.5,
+        decode_core: int | str | None = "auto",
         gpu_timeout: float = 300.0,
         gpu_decode: str = "planar",
     ) -> None:
@@ -258,6 +267,9 @@ class DataLoader(tud.DataLoader):
             raise ValueError(f"cpu_decode_share must be a fraction in [0, 1] or 'auto', got {cpu_decode_share!r}")
         if isinstance(max_cpu_decode_share, bool) or not 0.0 <= float(max_cpu_decode_share) <= 1.0:
             raise ValueError(f"max_cpu_decode_share must be a fraction in [0, 1], got {max_cpu_decode_share!r}")
+        if not (decode_core is None or decode_core == "auto"
+                or (isinstance(decode_core, int) and not isinstance(decode_core, bool) and decode_core >= 0)):
+            raise ValueError(f"decode_core must be 'auto', None or a CPU number, got {decode_core!r}")
         if prefetch_depth < 1:
             raise ValueError(f"prefetch_depth must be >= 1, got {prefetch_depth}")
         if isinstance(gpu_timeout, bool) or not float(gpu_timeout) >= 0.0:
@@ -285,6 +297,7 @@ class DataLoader(tud.DataLoader):
         self.__dict__["max_image_pixels"] = None if max_image_pixels is None else int(max_image_pixels)
         self.__dict__["cpu_decode_share"] = cpu_decode_share if cpu_decode_share == "auto" else float(cpu_decode_share)
         self.__dict__["max_cpu_decode_share"] = float(max_cpu_decode_share)
+        self.__dict__["decode_core"] = decode_core
         self.__dict__["gpu_timeout"] = float(gpu_timeout)
         self.__dict__["gpu_decode"] = gpu_decode
         self.__dict__["_stalled"] = None  # the DecoderStalled that left the GPU executor stuck
@@ -448,6 +461,14 @@ class DataLoader(tud.DataLoader):
             if layout is not None:
                 ring = HostRing(*layout)
         self.__dict__["_ring"] = ring
+        worker_init_fn = self.worker_init_fn
+        core = None
+        if mode == "gpu":
+            share = self.max_cpu_decode_share if self.cpu_decode_share == "auto" else self.cpu_decode_share
+            core, rest = plan_decode_core(self.decode_core, share, self.num_workers)
+            if core is not None:
+                worker_init_fn = KeepOff(rest, worker_init_fn)
+        self.__dict__["_decode_core"] = core  # the executor thread's CPU (_executor/_cores.py)
         prepare = PrepareBatch(self.plan, mode, delivery=self._delivery,
                                channels_last=self.memory_format == torch.channels_last,
                                on_error=self.on_error, dataset=self.dataset, ring=ring,
@@ -463,7 +484,7 @@ class DataLoader(tud.DataLoader):
         kwargs: dict[str, Any] = dict(
             num_workers=self.num_workers, collate_fn=prepare if records is None else EndRecord(prepare, records),
             timeout=self.timeout,
-            worker_init_fn=self.worker_init_fn, multiprocessing_context=self.multiprocessing_context,
+            worker_init_fn=worker_init_fn, multiprocessing_context=self.multiprocessing_context,
             generator=self.generator, prefetch_factor=self.prefetch_factor,
             persistent_workers=self.persistent_workers,
         )

@@ -99,6 +99,7 @@ import torch
 from .. import _rng
 from .._fork import keep_in_children
 from ..errors import DecoderStalled, SampleError, WorkerDied
+from ._cores import pin_this_thread
 from ._executor import executor_for
 from ._records import LISTED, worker_died
 from ._staging import Slot, Stopped
@@ -235,6 +236,7 @@ class GpuIterator:
         """Executor thread: ``_staged`` -> decode + kernel -> the prefetch queue."""
         try:
             torch.cuda.set_device(self._device)
+            pin_this_thread(self._loader.__dict__.get("_decode_core"))  # _cores.py
             k = 0
             ex = self._executor
             staging = ex.staging

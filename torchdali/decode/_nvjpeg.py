@@ -65,16 +65,38 @@ def _as_int64(x, name: str, shape: Optional[Tuple[int, ...]] = None) -> np.ndarr
     return arr.astype(np.int64, copy=False)
 
 
+def window_chroma(heights, widths, chroma, rois) -> np.ndarray:
+    """``(N, 2)`` int64: the height and width of the Cb and Cr planes of each image's window.
+
+    ``chroma`` holds the whole image's chroma plane size (``(0, 0)`` for grayscale,
+    which stays so), ``rois`` the windows ``(x, y, w, h)`` (``w <= 0`` or ``h <= 0``:
+    the whole image). A window starting on a multiple of the chroma factors holds
+    the chroma samples ``[y / vf, ceil((y + h) / vf))`` (and the same across).
+    Factors are 1 or 2: a plane smaller than the image is half of it.
+    """
+    heights, widths = np.asarray(heights, dtype=np.int64), np.asarray(widths, dtype=np.int64)
+    chroma, rois = np.asarray(chroma, dtype=np.int64), np.asarray(rois, dtype=np.int64)
+    ch, cw = chroma[:, 0], chroma[:, 1]
+    vf, hf = np.where(ch < heights, 2, 1), np.where(cw < widths, 2, 1)
+    x, y, w, h = rois[:, 0], rois[:, 1], rois[:, 2], rois[:, 3]
+    on = (w > 0) & (h > 0) & (ch > 0)
+    wch = np.where(on, -(-(y + h) // vf) - y // vf, ch)
+    wcw = np.where(on, -(-(x + w) // hf) - x // hf, cw)
+    return np.stack([wch, wcw], 1)
+
+
 class _StateSet:
     """nvJPEG states used by one decode_batch call, reused ``pipeline_depth`` calls later."""
 
-    __slots__ = ("hw", "hy", "single", "params", "event", "recorded", "hw_batch", "hy_batch", "inflight")
+    __slots__ = ("hw", "hy", "single", "params", "params_fmt", "event", "recorded", "hw_batch", "hy_batch",
+                 "inflight")
 
     def __init__(self) -> None:
         self.hw: Optional[int] = None  # nvjpegJpegState_t on the hardware handle
         self.hy: Optional[int] = None  # batched state on the hybrid handle
         self.single: Optional[int] = None  # nvjpegDecode state on the hybrid handle
         self.params: List[int] = []  # nvjpegDecodeParams_t for ROI decodes on the hardware handle
+        self.params_fmt: List[int] = []  # the output format each of them is set to
         self.event: Optional[torch.cuda.Event] = None  # recorded after the call's work
         self.recorded = False
         # (batch size, output format) ``hw`` / ``hy`` are initialised for; () forces
@@ -271,15 +293,18 @@ class NvjpegDecoder:
         self._c_prec = ctypes.c_uint()
         self._c_sup = ctypes.c_int()
 
-    def _params(self, ss: _StateSet, k: int) -> int:
-        """k-th decode-params object of a state set (created on demand)."""
+    def _params(self, ss: _StateSet, k: int, fmt: int) -> int:
+        """k-th decode-params object of a state set (created on demand), set to output ``fmt``."""
         while len(ss.params) <= k:
-            handle = self._new(self._lib.nvjpegDecodeParamsCreate, self._hw, "nvjpegDecodeParamsCreate")
-            ss.params.append(handle)
-            status = self._lib.nvjpegDecodeParamsSetOutputFormat(handle, NVJPEG_OUTPUT_RGBI)
+            ss.params.append(self._new(self._lib.nvjpegDecodeParamsCreate, self._hw, "nvjpegDecodeParamsCreate"))
+            ss.params_fmt.append(-1)
+        handle = ss.params[k]
+        if ss.params_fmt[k] != fmt:
+            status = self._lib.nvjpegDecodeParamsSetOutputFormat(handle, fmt)
             if status:
                 raise NvjpegError(status, "nvjpegDecodeParamsSetOutputFormat")
-        return ss.params[k]
+            ss.params_fmt[k] = fmt
+        return handle
 
     # ---------------------------------------------------------------- properties
 
@@ -388,11 +413,16 @@ class NvjpegDecoder:
                 ``i``'s Cb and Cr planes (``ceil(h * h_i / h_max)`` etc. from its sampling
                 factors); image ``i`` then occupies ``h * w + 2 * ch * cw`` bytes at its
                 offset: Y (row pitch ``w``), then Cb, then Cr (row pitch ``cw``). ``(0, 0)``
-                marks a grayscale image: Y only. Not with ``rois``.
+                marks a grayscale image: Y only. With ``rois``, rows still give the whole
+                image's planes, and the output holds each plane's window (see ``rois``).
             rois: optional ``(N, 4)`` ints ``(x, y, w, h)``: decode only that window.
                 Rows with ``w <= 0`` or ``h <= 0`` decode the whole image.  The hardware
                 engines crop while decoding where nvJPEG supports it; elsewhere the
                 image is decoded whole into scratch memory and the window copied.
+                Planar output (``chroma``): a window starts on a multiple of the
+                image's chroma factors; its Y plane is ``h x w`` (row pitch ``w``) and
+                its Cb and Cr planes hold the chroma samples that cover it,
+                ``window_chroma(...)`` of them (row pitch their width).
 
         Returns:
             One status per image: STATUS_OK (0), STATUS_NEEDS_CPU (-1: decode it with
@@ -419,8 +449,6 @@ class NvjpegDecoder:
             self._check_out(out)
             planes = None
             if chroma is not None:
-                if rois is not None:
-                    raise ValueError("decode_batch: planar output (chroma=) does not take rois")
                 planes = _as_int64(chroma, "chroma", (n, 2))
                 bad = ((planes < 0).any(1) | (planes[:, 0] > heights) | (planes[:, 1] > widths)
                        | ((planes[:, 0] == 0) != (planes[:, 1] == 0)))
@@ -448,8 +476,20 @@ class NvjpegDecoder:
                 roi_on = roi[:, 2] > 0
                 out_h = np.where(roi_on, roi[:, 3], heights)
                 out_w = np.where(roi_on, roi[:, 2], widths)
+            out_planes = None
+            if planes is not None:
+                out_planes = planes
+                if roi is not None:
+                    out_planes = window_chroma(heights, widths, planes, roi)
+                    vf = np.where(planes[:, 0] < heights, 2, 1)
+                    hf = np.where(planes[:, 1] < widths, 2, 1)
+                    bad = (roi[:, 2] > 0) & (planes[:, 0] > 0) & ((roi[:, 1] % vf != 0) | (roi[:, 0] % hf != 0))
+                    if bad.any():
+                        i = int(np.flatnonzero(bad)[0])
+                        raise ValueError(f"roi {tuple(roi[i])} of planar image {i} does not start on a multiple "
+                                         f"of its chroma factors ({hf[i]}, {vf[i]})")
             nbytes = out_h * out_w * 3 if planes is None else \
-                heights * widths + 2 * planes[:, 0] * planes[:, 1]
+                out_h * out_w + 2 * out_planes[:, 0] * out_planes[:, 1]
             if n and ((out_off < 0).any() or (out_off + nbytes > out.numel()).any()):
                 i = int(np.flatnonzero((out_off < 0) | (out_off + nbytes > out.numel()))[0])
                 raise ValueError(f"image {i} needs bytes [{out_off[i]}, {out_off[i] + nbytes[i]}) of out, "
@@ -506,6 +546,7 @@ class NvjpegDecoder:
         c_ncomp, c_css, c_enc, c_prec, c_sup = self._c_ncomp, self._c_css, self._c_enc, self._c_prec, self._c_sup
         gray_ok = self.gpu_grayscale
         use_ex = roi is not None and self._has_ex and hw is not None
+        fmt = NVJPEG_OUTPUT_RGBI if planes is None else NVJPEG_OUTPUT_YUV
         ptr_l, len_l = ptrs.tolist(), lens.tolist()
         h_l, w_l = heights.tolist(), widths.tolist()
         roi_l = roi.tolist() if roi is not None else None
@@ -520,7 +561,7 @@ class NvjpegDecoder:
         routes = self._routes if roi is None else (self._routes_ex if use_ex else None)
         for i in range(len(ptr_l)):
             hint = hints_l[i] if hints_l is not None and routes is not None else None
-            key = hint if roi is None or hint is None else (hint, roi_l[i][2] > 0)
+            key = hint if roi is None or hint is None else (hint, roi_l[i][2] > 0, fmt)
             if hint is not None and key in routes:
                 if not routes[key]:
                     hy_idx.append(i)
@@ -528,7 +569,7 @@ class NvjpegDecoder:
                 if not use_ex:
                     hw_idx.append(i)
                     continue
-                prm = self._params(ss, len(hw_idx))
+                prm = self._params(ss, len(hw_idx), fmt)
                 x, y, rw, rh = roi_l[i]
                 if set_roi(prm, x, y, rw, rh) == 0:
                     hw_idx.append(i)
@@ -581,7 +622,7 @@ class NvjpegDecoder:
                 continue
             if hw is not None:
                 if use_ex:
-                    prm = self._params(ss, len(hw_idx))
+                    prm = self._params(ss, len(hw_idx), fmt)
                     x, y, rw, rh = roi_l[i]
                     st = set_roi(prm, x, y, rw, rh)
                     if st == 0:
@@ -664,20 +705,25 @@ class NvjpegDecoder:
         """The nvjpegImage_t of every image, ``(n, 8)`` uint64: channel pointers, then pitches.
 
         Interleaved RGB: one channel, pitch ``3 * width`` (of the ROI, where one is set).
-        Planar: Y, Cb and Cr back to back. nvJPEG may write chroma planes for a
-        grayscale image too; they go to scratch memory, never into the batch.
+        Planar: Y, Cb and Cr back to back (of the ROI's planes, where one is set). nvJPEG
+        may write chroma planes for a grayscale image too; they go to scratch memory,
+        never into the batch.
         """
         rows = np.zeros((len(dst), 8), dtype=np.uint64)
         rows[:, 0] = dst
+        on = None if roi is None else (roi[:, 2] > 0) & (roi[:, 3] > 0)
+        h = heights if on is None else np.where(on, roi[:, 3], heights)
+        w = widths if on is None else np.where(on, roi[:, 2], widths)
         if planes is None:
-            w = widths if roi is None else np.where(roi[:, 2] > 0, roi[:, 2], widths)
             rows[:, 4] = 3 * w
             return rows
-        luma = heights * widths
+        if on is not None:
+            planes = window_chroma(heights, widths, planes, roi)
+        luma = h * w
         ch, cw = planes[:, 0], planes[:, 1]
         rows[:, 1] = dst + luma.astype(np.uint64)
         rows[:, 2] = rows[:, 1] + (ch * cw).astype(np.uint64)
-        rows[:, 4], rows[:, 5], rows[:, 6] = widths, cw, cw
+        rows[:, 4], rows[:, 5], rows[:, 6] = w, cw, cw
         gray = np.flatnonzero(ch == 0)
         if len(gray):
             with torch.cuda.stream(stream):
@@ -686,7 +732,7 @@ class NvjpegDecoder:
             pos = tmp.data_ptr() + np.concatenate([[0], np.cumsum(2 * luma[gray])[:-1]]).astype(np.uint64)
             rows[gray, 1] = pos
             rows[gray, 2] = pos + luma[gray].astype(np.uint64)
-            rows[gray, 5] = rows[gray, 6] = widths[gray]
+            rows[gray, 5] = rows[gray, 6] = w[gray]
         return rows
 
     def _decode(self, ss: _StateSet, ptrs, lens, heights, widths, roi, out, out_off, dst, status, stream,
@@ -716,23 +762,23 @@ class NvjpegDecoder:
             return
         # Hybrid decodes always produce the whole frame; images with a ROI are decoded
         # into scratch memory and the window is copied out afterwards.
-        crops = []
+        crops, frames = [], None
         fb = np.asarray(fallback, dtype=np.int64)
         fb_rows = rows[fb].copy()
         if roi is not None:
-            fb_rows[:, 4] = 3 * widths[fb]
-            need = [j for j, i in enumerate(fallback) if roi[i, 2] > 0]
-            if need:
-                frame = [int(heights[fallback[j]] * widths[fallback[j]] * 3) for j in need]
+            need = np.asarray([j for j, i in enumerate(fallback) if roi[i, 2] > 0], dtype=np.int64)
+            if len(need):
+                idx = fb[need]
+                whole = None if planes is None else planes[idx]
+                size = heights[idx] * widths[idx] * 3 if whole is None else \
+                    heights[idx] * widths[idx] + 2 * whole[:, 0] * whole[:, 1]
                 with torch.cuda.stream(stream):
-                    tmp = self._empty(sum(frame))
-                scratch.append(tmp)
-                base = tmp.data_ptr()
-                pos = 0
-                for j, size in zip(need, frame):
-                    fb_rows[j, 0] = base + pos
-                    crops.append((fallback[j], pos))
-                    pos += size
+                    frames = self._empty(int(size.sum()))
+                scratch.append(frames)
+                pos = np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64)
+                fb_rows[need] = self._image_rows(heights[idx], widths[idx], None,
+                                                 frames.data_ptr() + pos.astype(np.uint64), whole, stream, scratch)
+                crops = list(zip(idx.tolist(), pos.tolist()))
         single_only = set(retry)
         batch = [j for j, i in enumerate(fallback) if i not in single_only]
         singles = [j for j, i in enumerate(fallback) if i in single_only]
@@ -755,16 +801,34 @@ class NvjpegDecoder:
             else:
                 errors.pop(i, None)
         if crops:
-            tmp = scratch[-1]
             with torch.cuda.stream(stream):
                 for i, pos in crops:
-                    if status[i]:
-                        continue
-                    h, w = int(heights[i]), int(widths[i])
-                    x, y, rw, rh = (int(v) for v in roi[i])
-                    frame = tmp[pos:pos + h * w * 3].view(h, w, 3)
-                    o = int(out_off[i])
-                    out[o:o + rh * rw * 3].view(rh, rw, 3).copy_(frame[y:y + rh, x:x + rw])
+                    if not status[i]:
+                        self._copy_window(frames, pos, out, int(out_off[i]), int(heights[i]), int(widths[i]),
+                                          roi[i], None if planes is None else planes[i])
+
+    @staticmethod
+    def _copy_window(frames: torch.Tensor, pos: int, out: torch.Tensor, o: int, h: int, w: int, roi,
+                     whole) -> None:
+        """Copy the window ``roi`` of a whole frame decoded at ``frames[pos:]`` to ``out[o:]``:
+        interleaved RGB (``whole`` None), or each plane's window (``whole``: the frame's
+        chroma plane size)."""
+        x, y, rw, rh = (int(v) for v in roi)
+        if whole is None:
+            frame = frames[pos:pos + h * w * 3].view(h, w, 3)
+            out[o:o + rh * rw * 3].view(rh, rw, 3).copy_(frame[y:y + rh, x:x + rw])
+            return
+        out[o:o + rh * rw].view(rh, rw).copy_(frames[pos:pos + h * w].view(h, w)[y:y + rh, x:x + rw])
+        ch, cw = int(whole[0]), int(whole[1])
+        if ch == 0:
+            return
+        (wch, wcw), = window_chroma(np.array([h]), np.array([w]), np.array([[ch, cw]]), np.array([roi]))
+        vf, hf = (2 if ch < h else 1), (2 if cw < w else 1)
+        src, dst = pos + h * w, o + rh * rw
+        for _ in range(2):  # Cb, then Cr
+            plane = frames[src:src + ch * cw].view(ch, cw)
+            out[dst:dst + wch * wcw].view(wch, wcw).copy_(plane[y // vf:y // vf + wch, x // hf:x // hf + wcw])
+            src, dst = src + ch * cw, dst + wch * wcw
 
     # ---------------------------------------------------------------- teardown
 
