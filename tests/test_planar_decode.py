@@ -140,6 +140,82 @@ def test_nvjpeg_planes_match_libjpeg_planes(backend):
             assert got.shape == ref.shape and diff.mean() < 0.5 and diff.max() <= 3, (k, diff.mean(), diff.max())
 
 
+def test_window_chroma_counts_the_chroma_samples_that_cover_a_window():
+    """Against the planes cut by hand: a window starting on the chroma grid holds chroma
+    rows ``[y / vf, ceil((y + h) / vf))``; whole-image rows and grayscale stay as given."""
+    from torchdali.decode._nvjpeg import window_chroma
+
+    heights, widths = np.array([375, 375, 375, 64, 50]), np.array([500, 500, 500, 64, 41])
+    chroma = np.array([[188, 250], [375, 250], [188, 250], [0, 0], [50, 41]])  # 4:2:0, 4:2:2, 4:2:0, gray, 4:4:4
+    rois = np.array([[32, 48, 160, 96], [32, 48, 161, 97], [16, 352, 224, 23], [16, 16, 32, 32], [0, 0, -1, -1]])
+    got = window_chroma(heights, widths, chroma, rois)
+    for k in range(len(rois)):
+        H, W = int(heights[k]), int(widths[k])
+        x, y, w, h = (int(v) for v in rois[k])
+        ch, cw = (int(v) for v in chroma[k])
+        if ch == 0 or w <= 0:
+            assert tuple(got[k]) == (ch, cw)
+            continue
+        vf, hf = (2 if ch < H else 1), (2 if cw < W else 1)
+        rows = {r // vf for r in range(y, y + h)}  # the chroma rows the window's luma rows use
+        cols = {c // hf for c in range(x, x + w)}
+        assert tuple(got[k]) == (len(rows), len(cols)) and min(rows) == y // vf, k
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", ["auto", "hybrid"])
+def test_nvjpeg_planar_windows_are_the_whole_decodes_planes_cut(backend):
+    """Planar output with windows (``rois`` with ``chroma``): each plane of a window is the
+    same plane of the whole image's planar decode, cut to the window, byte for byte. The
+    hardware engines decode the window; the hybrid backend decodes the whole image and
+    copies it out. Windows end inside the image or at its edge, and one image has none."""
+    from torchdali.decode import NvjpegDecoder
+    from torchdali.decode._jpeg_header import jpeg_info, planar_chroma
+    from torchdali.decode._nvjpeg import window_chroma
+
+    blobs = [_photo_jpeg(203, 317, 2, 0), _photo_jpeg(160, 96, 0, 1), _photo_jpeg(120, 99, 2, 3),
+             _photo_jpeg(37, 53, None, 2), _photo_jpeg(90, 64, 1, 4)]
+    rois = np.array([[32, 16, 128, 96], [16, 48, 64, 112], [48, 32, 51, 88], [16, 0, 32, 32], [0, 0, -1, -1]])
+    infos = [jpeg_info(np.frombuffer(b, np.uint8)) for b in blobs]
+    sizes = np.array([[i.height, i.width] for i in infos])
+    chroma = np.array([planar_chroma(i)[1:] for i in infos])
+    lengths = np.array([len(b) for b in blobs])
+    data = torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8).pin_memory()
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    whole_n = sizes[:, 0] * sizes[:, 1] + 2 * chroma[:, 0] * chroma[:, 1]
+    wc = window_chroma(sizes[:, 0], sizes[:, 1], chroma, rois)
+    on = rois[:, 2] > 0
+    win_n = np.where(on, rois[:, 2] * rois[:, 3], sizes[:, 0] * sizes[:, 1]) + 2 * wc[:, 0] * wc[:, 1]
+    with NvjpegDecoder(backend=backend) as dec:
+        stream = torch.cuda.Stream(dec.device)
+        whole = torch.zeros(int(whole_n.sum()), dtype=torch.uint8, device=dec.device)
+        w_off = np.concatenate([[0], np.cumsum(whole_n)[:-1]])
+        assert dec.decode_batch(data, starts, lengths, sizes, whole, w_off, stream, chroma=chroma) == [0] * 5
+        cut = torch.full((int(win_n.sum()),), 7, dtype=torch.uint8, device=dec.device)
+        c_off = np.concatenate([[0], np.cumsum(win_n)[:-1]])
+        status = dec.decode_batch(data, starts, lengths, sizes, cut, c_off, stream, chroma=chroma, rois=rois)
+        routed = dict(dec.last_stats)
+        stream.synchronize()
+        with pytest.raises(ValueError, match="chroma factors"):  # a window off the 4:2:0 grid
+            dec.decode_batch(data, starts, lengths, sizes, cut, c_off, stream, chroma=chroma,
+                             rois=np.array([[33, 16, 64, 64]] + rois[1:].tolist()))
+    assert status == [0] * 5, dec.last_errors
+    if backend == "hybrid" or not dec.has_hardware:
+        assert routed["hybrid"] == 5
+    whole, cut = whole.cpu(), cut.cpu()
+    for k in range(5):
+        (H, W), (ch, cw), o, q = sizes[k], chroma[k], int(w_off[k]), int(c_off[k])
+        x, y, w, h = (int(v) for v in rois[k]) if on[k] else (0, 0, int(W), int(H))
+        vf, hf = (2 if ch < H else 1), (2 if cw < W else 1)
+        assert torch.equal(cut[q:q + h * w].view(h, w), whole[o:o + H * W].view(H, W)[y:y + h, x:x + w]), k
+        if ch:
+            wh, ww = (int(v) for v in wc[k])
+            for p in range(2):
+                src = whole[o + H * W + p * ch * cw: o + H * W + (p + 1) * ch * cw].view(int(ch), int(cw))
+                got = cut[q + h * w + p * wh * ww: q + h * w + (p + 1) * wh * ww].view(wh, ww)
+                assert torch.equal(got, src[y // vf:y // vf + wh, x // hf:x // hf + ww]), (k, p)
+
+
 def _mixed_folder(tmp_path) -> str:
     """Photo JPEGs of every subsampling the planar path takes and grayscale ones, a PNG
     and a CMYK JPEG (both decoded in the workers)."""

@@ -2,21 +2,25 @@
 
 nvJPEG's batched hardware decode keeps its calling thread on a CPU for the whole
 call (its host work and its wait for the engines are both CPU time), so the
-executor thread needs a core of its own while it is inside the call. When the
-workers also decode (``cpu_decode_share``), they are busy enough to take that core
-from it: on the H200 with 16 cores and a share of 0.15, the executor thread lost
-0.9 ms of every 10.5 ms call to them, and with the thread on a core the workers may
-not use, the call ran at the rate it has alone. ``DataLoader(decode_core=...)``
+executor thread needs a core of its own while it is inside the call. The workers
+take it from it: on the H200 with 16 cores and a CPU share of 0.15, the executor
+thread lost 0.9 ms of every 10.5 ms call to them; with the thread on a core the
+workers may not use, the loader ran 8-9% faster on the train and val recipes even
+without a share (``benchmarks/RESULTS.md``). ``DataLoader(decode_core=...)``
 chooses the core (``plan_decode_core``); the executor thread moves onto it when it
 starts (``pin_this_thread``) and every worker moves off it (``KeepOff``, wrapping
 the user's ``worker_init_fn``). The training loop's own thread is left alone.
+
+Processes of one node started by torchrun see the same CPUs unless they were bound
+apart: local rank ``r`` of ``LOCAL_WORLD_SIZE`` takes the ``r``-th CPU from the top
+of the set, and the workers of every rank keep off all of those.
 """
 from __future__ import annotations
 
 import os
 from typing import Any, Callable
 
-MIN_CPUS = 4  # "auto" keeps a core only where the process may use at least this many
+MIN_LEFT = 3  # "auto" keeps a core only where at least this many are left to the workers
 
 
 def _allowed() -> set[int]:
@@ -26,20 +30,32 @@ def _allowed() -> set[int]:
         return set()
 
 
-def plan_decode_core(setting: Any, share: float, num_workers: int) -> tuple[int | None, frozenset[int]]:
+def _local_rank() -> tuple[int, int]:
+    """(local rank, processes on this node) as torchrun sets them; (0, 1) otherwise."""
+    try:
+        size = max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1)
+        return min(max(int(os.environ.get("LOCAL_RANK", "0")), 0), size - 1), size
+    except ValueError:
+        return 0, 1
+
+
+def plan_decode_core(setting: Any, num_workers: int) -> tuple[int | None, frozenset[int]]:
     """(the executor thread's core, the CPUs left to the workers), or ``(None, all)`` for no pinning.
 
-    ``setting``: ``"auto"`` keeps the last CPU this process may use when the workers
-    decode a share (``share > 0``), there are workers, and at least ``MIN_CPUS`` CPUs;
-    None never pins; an int is that CPU, which this process must be allowed to use.
+    ``setting``: ``"auto"`` keeps a CPU when there are workers and at least ``MIN_LEFT``
+    CPUs are left to them: the highest this process may use, or for torchrun's local
+    rank ``r`` the ``r``-th from the top (the workers keep off the CPUs of every local
+    rank); None never pins; an int is that CPU, which this process must be allowed to use.
     """
     allowed = _allowed()
     if setting is None or not allowed or not hasattr(os, "sched_setaffinity"):
         return None, frozenset(allowed)
     if setting == "auto":
-        if share <= 0.0 or num_workers <= 0 or len(allowed) < MIN_CPUS:
+        rank, size = _local_rank()
+        top = sorted(allowed)[::-1][:size]
+        if num_workers <= 0 or len(allowed) - len(top) < MIN_LEFT or rank >= len(top):
             return None, frozenset(allowed)
-        core = max(allowed)
+        return top[rank], frozenset(allowed - set(top))
     else:
         core = int(setting)
         if core not in allowed:
