@@ -282,7 +282,7 @@ def test_the_executor_thread_has_a_core_the_workers_do_not_use(tmp_path):
         pass
     loader.close()
     plain = td.DataLoader(ds, batch_size=16, transforms=T.Compose([T.RandomResizedCrop(32)]), seed=1,
-                          num_workers=2, device="cuda", decode_core=None)
+                          num_workers=2, device="cuda", decode_core=None, persistent_workers=True)
     it = iter(plain)
     next(it)
     executor = [t for t in threading.enumerate() if t.name == "torchdali-executor"]
