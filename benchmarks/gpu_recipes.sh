@@ -69,7 +69,7 @@ elif [ "${STEP:-tests}" = bench ]; then
   # the ResNet-50 sizes (RRC 224, Resize 256 + CenterCrop 224); BENCH_ARGS adds to every run
   NOISE="nvjpeg2k\|nvtiff\|nvJPEG2000\|nvTIFF\|Deprecat\|operator was\|_handle_op"
   R="python3 benchmarks/recipes.py $D --epochs $EPOCHS --size 224 --val-resize 256 ${BENCH_ARGS:-}"
-  timeout 300 $R --workers $W --recipes plain,val --variants free,hw1 --cpu-shares 0.1 --out "$L/train_val" 2>&1 \
+  timeout 300 $R --workers $W --recipes plain,val --variants core,nopin,hw1 --cpu-shares 0.1 --out "$L/train_val" 2>&1 \
     | grep -v "$NOISE" | tee "$L/recipes.log"
   timeout 120 $R --workers $W --recipes reference --systems torchdali,dali --variants "" --cpu-shares "" \
     --out "$L/reference" 2>&1 | grep "img/s\|ERROR" | tee -a "$L/recipes.log"

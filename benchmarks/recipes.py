@@ -27,8 +27,9 @@ each image's crop window), as ``torchdali-nice`` (the workers at ``os.nice(10)``
 thread gets the GIL back sooner after nvJPEG's calls, which release it), and as
 ``torchdali-cpuS`` for each ``--cpu-shares`` value S (``cpu_decode_share=S``: the workers
 decode that fraction of the JPEGs), with ``nopin`` also as ``torchdali-cpuS-nopin``
-(``decode_core=None``), and with ``free`` as ``torchdali-free`` (no share, no thread
-pinned: ``decode_core=None``).
+(``decode_core=None``; with a share, ``decode_core="auto"`` gives the executor thread
+a CPU of its own), and with ``core`` as ``torchdali-core`` (no share, the executor
+thread on the last CPU all the same).
 
 torchdali and torchvision get the recipe as torchvision v2 objects (torchdali converts
 them); DALI gets the nearest pipeline of its own operators (named in the output).
@@ -221,7 +222,7 @@ def main() -> int:
     p.add_argument("--variants", default="rgb,roi",
                    help="torchdali also decoding to RGB (rgb), to RGB windows (roi), with the workers at a lower "
                    "priority (nice), with a 0.5 ms GIL switch interval (switch), the CPU shares also unpinned (nopin), "
-                   "every thread free to move (free), DALI with hw_decoder_load=1 (hw1); "
+                   "the executor thread on its own CPU without a share (core), DALI with hw_decoder_load=1 (hw1); "
                    "comma-separated, empty: none")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -258,9 +259,9 @@ def main() -> int:
                 if "nice" in variants:
                     runs.append((recipe, "torchdali-nice",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, False, nice=True)))
-                if "free" in variants:  # every thread free to move (decode_core=None)
-                    runs.append((recipe, "torchdali-free", lambda r=recipe: run_torchdali(
-                        args.data, r, args, device, False, decode_core=None)))
+                if "core" in variants:  # the executor thread on the last CPU without a share
+                    runs.append((recipe, "torchdali-core", lambda r=recipe: run_torchdali(
+                        args.data, r, args, device, False, decode_core=max(os.sched_getaffinity(0)))))
                 if "switch" in variants:
                     runs.append((recipe, "torchdali-switch",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, False, switch_s=5e-4)))

@@ -171,26 +171,27 @@ def _allow(monkeypatch, cpus):
     monkeypatch.setattr(_cores, "_allowed", lambda: set(cpus))
 
 
-def test_auto_keeps_the_highest_cpu_when_enough_are_left_to_the_workers(monkeypatch):
+def test_auto_keeps_the_highest_cpu_when_the_workers_decode_a_share(monkeypatch):
     from torchdali._executor._cores import plan_decode_core
 
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     _allow(monkeypatch, range(16))
-    assert plan_decode_core("auto", 16) == (15, frozenset(range(15)))
-    assert plan_decode_core("auto", 0) == (None, frozenset(range(16)))  # no workers to keep off
-    assert plan_decode_core(None, 16) == (None, frozenset(range(16)))
-    assert plan_decode_core(3, 16) == (3, frozenset(range(16)) - {3})
+    assert plan_decode_core("auto", 0.15, 16) == (15, frozenset(range(15)))
+    assert plan_decode_core("auto", 0.0, 16) == (None, frozenset(range(16)))  # workers only read bytes
+    assert plan_decode_core("auto", 0.15, 0) == (None, frozenset(range(16)))  # no workers to keep off
+    assert plan_decode_core(None, 0.15, 16) == (None, frozenset(range(16)))
+    assert plan_decode_core(3, 0.0, 16) == (3, frozenset(range(16)) - {3})  # asked for: pinned whatever the share
     _allow(monkeypatch, [4, 9, 11])  # a process already bound to few CPUs (taskset)
-    assert plan_decode_core("auto", 16) == (None, frozenset({4, 9, 11}))  # too few to spare one
+    assert plan_decode_core("auto", 0.15, 16) == (None, frozenset({4, 9, 11}))  # too few to spare one
     _allow(monkeypatch, [4, 9, 11, 12])
-    assert plan_decode_core("auto", 16) == (12, frozenset({4, 9, 11}))
-    assert plan_decode_core(9, 16) == (9, frozenset({4, 11, 12}))
+    assert plan_decode_core("auto", 0.15, 16) == (12, frozenset({4, 9, 11}))
+    assert plan_decode_core(9, 0.15, 16) == (9, frozenset({4, 11, 12}))
     with pytest.raises(ValueError, match="decode_core=5 is not among"):
-        plan_decode_core(5, 16)
+        plan_decode_core(5, 0.15, 16)
     _allow(monkeypatch, [2])
     with pytest.raises(ValueError, match="none would be left"):
-        plan_decode_core(2, 16)
+        plan_decode_core(2, 0.15, 16)
 
 
 def test_local_ranks_on_one_node_get_different_cpus(monkeypatch):
@@ -203,12 +204,12 @@ def test_local_ranks_on_one_node_get_different_cpus(monkeypatch):
     cores = []
     for rank in range(4):
         monkeypatch.setenv("LOCAL_RANK", str(rank))
-        core, rest = plan_decode_core("auto", 8)
+        core, rest = plan_decode_core("auto", 0.1, 8)
         cores.append(core)
         assert rest == frozenset(range(12))
     assert cores == [15, 14, 13, 12]
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "14")  # 2 CPUs would be left: too few
-    assert plan_decode_core("auto", 8) == (None, frozenset(range(16)))
+    assert plan_decode_core("auto", 0.1, 8) == (None, frozenset(range(16)))
 
 
 def _affinity_after(init, queue):
@@ -259,7 +260,7 @@ def test_decode_core_is_validated():
 
 
 @pytest.mark.cuda
-def test_the_executor_thread_has_a_core_the_workers_do_not_use(tmp_path):
+def test_with_a_cpu_share_the_executor_thread_has_a_core_the_workers_do_not_use(tmp_path):
     import os
     import threading
 
@@ -282,11 +283,11 @@ def test_the_executor_thread_has_a_core_the_workers_do_not_use(tmp_path):
         pass
     loader.close()
     plain = td.DataLoader(ds, batch_size=16, transforms=T.Compose([T.RandomResizedCrop(32)]), seed=1,
-                          num_workers=2, device="cuda", decode_core=None, persistent_workers=True)
+                          num_workers=2, device="cuda", persistent_workers=True)
     it = iter(plain)
     next(it)
     executor = [t for t in threading.enumerate() if t.name == "torchdali-executor"]
-    assert os.sched_getaffinity(executor[0].native_id) == set(allowed)  # decode_core=None: nothing pinned
+    assert os.sched_getaffinity(executor[0].native_id) == set(allowed)  # no share: nothing pinned
     assert all(os.sched_getaffinity(w.pid) == set(allowed) for w in plain._inner._iterator._workers)
     for _ in it:
         pass

@@ -170,8 +170,9 @@ class DataLoader(tud.DataLoader):
         decode_core: GPU path: a CPU kept for the executor thread, which drives nvJPEG
             (its batched call needs a CPU to itself while it runs): the executor thread
             runs there and the workers on the other CPUs this process may use. The
-            default ``"auto"`` keeps the highest of them when there are workers and
-            at least 3 CPUs are left to them (under torchrun, one per local rank:
+            default ``"auto"`` keeps the highest of them when the workers decode a
+            share (``cpu_decode_share`` above 0 or ``"auto"``) and at least 3 CPUs
+            are left to them (under torchrun, one per local rank:
             ``_executor/_cores.py``); None never pins a thread; an int names the
             CPU. The training loop's own thread is left where it is.
         gpu_decode: GPU path: what nvJPEG gives the fused kernel. ``"planar"``
@@ -464,7 +465,8 @@ class DataLoader(tud.DataLoader):
         worker_init_fn = self.worker_init_fn
         core = None
         if mode == "gpu":
-            core, rest = plan_decode_core(self.decode_core, self.num_workers)
+            share = self.max_cpu_decode_share if self.cpu_decode_share == "auto" else self.cpu_decode_share
+            core, rest = plan_decode_core(self.decode_core, share, self.num_workers)
             if core is not None:
                 worker_init_fn = KeepOff(rest, worker_init_fn)
         self.__dict__["_decode_core"] = core  # the executor thread's CPU (_executor/_cores.py)

@@ -2,11 +2,13 @@
 
 nvJPEG's batched hardware decode keeps its calling thread on a CPU for the whole
 call (its host work and its wait for the engines are both CPU time), so the
-executor thread needs a core of its own while it is inside the call. The workers
-take it from it: on the H200 with 16 cores and a CPU share of 0.15, the executor
-thread lost 0.9 ms of every 10.5 ms call to them; with the thread on a core the
-workers may not use, the loader ran 8-9% faster on the train and val recipes even
-without a share (``benchmarks/RESULTS.md``). ``DataLoader(decode_core=...)``
+executor thread needs a core of its own while it is inside the call. Workers that
+decode a share of the JPEGs (``cpu_decode_share``) take it from it: on the H200
+with 16 cores and a share of 0.1-0.2, the executor thread was off its CPU for
+0.2-0.9 ms of every 8-10 ms call, against under 0.1 ms on a core the workers may
+not use. Workers that only read bytes rarely take it (0.1-0.2 ms), and pinning
+then changed the loader's rate by -4% to +9%, within the runs' spread
+(``benchmarks/RESULTS.md``), so "auto" pins only with a share. ``DataLoader(decode_core=...)``
 chooses the core (``plan_decode_core``); the executor thread moves onto it when it
 starts (``pin_this_thread``) and every worker moves off it (``KeepOff``, wrapping
 the user's ``worker_init_fn``). The training loop's own thread is left alone.
@@ -39,13 +41,14 @@ def _local_rank() -> tuple[int, int]:
         return 0, 1
 
 
-def plan_decode_core(setting: Any, num_workers: int) -> tuple[int | None, frozenset[int]]:
+def plan_decode_core(setting: Any, share: float, num_workers: int) -> tuple[int | None, frozenset[int]]:
     """(the executor thread's core, the CPUs left to the workers), or ``(None, all)`` for no pinning.
 
-    ``setting``: ``"auto"`` keeps a CPU when there are workers and at least ``MIN_LEFT``
-    CPUs are left to them: the highest this process may use, or for torchrun's local
-    rank ``r`` the ``r``-th from the top (the workers keep off the CPUs of every local
-    rank); None never pins; an int is that CPU, which this process must be allowed to use.
+    ``setting``: ``"auto"`` keeps a CPU when the workers decode a share (``share > 0``)
+    and at least ``MIN_LEFT`` CPUs are left to them: the highest this process may use,
+    or for torchrun's local rank ``r`` the ``r``-th from the top (the workers keep off
+    the CPUs of every local rank); None never pins; an int is that CPU, which this
+    process must be allowed to use.
     """
     allowed = _allowed()
     if setting is None or not allowed or not hasattr(os, "sched_setaffinity"):
@@ -53,7 +56,7 @@ def plan_decode_core(setting: Any, num_workers: int) -> tuple[int | None, frozen
     if setting == "auto":
         rank, size = _local_rank()
         top = sorted(allowed)[::-1][:size]
-        if num_workers <= 0 or len(allowed) - len(top) < MIN_LEFT or rank >= len(top):
+        if share <= 0.0 or num_workers <= 0 or len(allowed) - len(top) < MIN_LEFT or rank >= len(top):
             return None, frozenset(allowed)
         return top[rank], frozenset(allowed - set(top))
     else:
