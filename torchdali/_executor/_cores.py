@@ -5,8 +5,8 @@ call (its host work and its wait for the engines are both CPU time), so the
 executor thread needs a core of its own while it is inside the call. Workers that
 decode a share of the JPEGs (``cpu_decode_share``) take it from it: on the H200
 with 16 cores and a share of 0.1-0.2, the executor thread was off its CPU for
-0.2-0.9 ms of every 8-10 ms call, against under 0.1 ms on a core the workers may
-not use. Workers that only read bytes rarely take it (0.1-0.2 ms), and pinning
+0.1-0.9 ms of every 8-11 ms call, against under 0.1 ms on a core the workers may
+not use. Workers that only read bytes rarely take it (0.01-0.2 ms), and pinning
 then changed the loader's rate by -4% to +9%, within the runs' spread
 (``benchmarks/RESULTS.md``), so "auto" pins only with a share. ``DataLoader(decode_core=...)``
 chooses the core (``plan_decode_core``); the executor thread moves onto it when it
@@ -59,14 +59,12 @@ def plan_decode_core(setting: Any, share: float, num_workers: int) -> tuple[int 
         if share <= 0.0 or num_workers <= 0 or len(allowed) - len(top) < MIN_LEFT or rank >= len(top):
             return None, frozenset(allowed)
         return top[rank], frozenset(allowed - set(top))
-    else:
-        core = int(setting)
-        if core not in allowed:
-            raise ValueError(f"decode_core={core} is not among the CPUs this process may use "
-                             f"({sorted(allowed)})")
-        if len(allowed) < 2:
-            raise ValueError(f"decode_core={core}: this process may use only that CPU, none would be left "
-                             f"for the workers")
+    core = int(setting)
+    if core not in allowed:
+        raise ValueError(f"decode_core={core} is not among the CPUs this process may use ({sorted(allowed)})")
+    if len(allowed) < 2:
+        raise ValueError(f"decode_core={core}: this process may use only that CPU, none would be left "
+                         f"for the workers")
     return core, frozenset(allowed - {core})
 
 
