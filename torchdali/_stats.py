@@ -14,6 +14,7 @@ class EpochStats:
     wait_s: float = 0.0  # time the training loop spent blocked on the loader
     worker_s: float = 0.0  # summed worker time (read + pack, or decode + transform on the CPU path)
     executor_s: float = 0.0  # GPU path: host time of the executor thread per batch (all below)
+    executor_cpu_s: float = 0.0  # GPU path: the executor thread's CPU time in it (the rest: waits)
     fetch_s: float = 0.0  # GPU path: staging thread waiting for the workers' next batch
     stage_s: float = 0.0  # GPU path: copying the batch's bytes into pinned staging memory
     decode_s: float = 0.0  # GPU path: host time decoding (all below, the CPU fallback, on_error)
@@ -84,7 +85,7 @@ class LoaderStats:
         line = (f"epoch {e.epoch}: {e.samples} images in {e.wall_s:.2f}s ({d['images_per_s']:.0f}/s), "
                 f"waited {e.wait_s:.2f}s ({100 * e.wait_fraction:.1f}%), workers {e.worker_s:.2f}s")
         if e.executor_s:
-            line += (f"; fetch {e.fetch_s:.2f}s, staging {e.stage_s:.2f}s; executor {e.executor_s:.2f}s (decode "
+            line += (f"; fetch {e.fetch_s:.2f}s, staging {e.stage_s:.2f}s; executor {e.executor_s:.2f}s ({e.executor_cpu_s:.2f} CPU; decode "
                      f"{e.decode_s:.2f}, in nvJPEG {e.nvjpeg_s:.2f} ({e.nvjpeg_cpu_s:.2f} CPU), launch {e.launch_s:.2f}), kernel {e.kernel_s:.3f}s GPU")
         if e.executor_s:
             line += (f"; decoded: {e.decoded_hardware} hardware, {e.decoded_hybrid} hybrid, "

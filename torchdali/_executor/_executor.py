@@ -74,7 +74,7 @@ class BatchExecutor:
         have completed by then, so timing never waits on the GPU.
         """
         staging = self.staging
-        t0 = time.perf_counter()
+        t0, t0_cpu = time.perf_counter(), time.thread_time()
         if staging.ring is not None:
             staging.release_ready()
         ready = None
@@ -108,7 +108,8 @@ class BatchExecutor:
                 staging.hold(ready, batch.seq)
         t_end = time.perf_counter()
         kernel_s = self.launcher.previous_kernel_s(kernel_events)
-        stages = {"executor_s": t_end - t0, "decode_s": t_decoded - t0, "launch_s": t_end - t_decoded,
+        stages = {"executor_s": t_end - t0, "executor_cpu_s": time.thread_time() - t0_cpu,
+                  "decode_s": t_decoded - t0, "launch_s": t_end - t_decoded,
                   "kernel_s": kernel_s, "share_decoded": batch.share_decoded,
                   "share_decode_s": batch.share_decode_s, **counts}
         return ReadyBatch(batch, images, targets, ready, stages)
