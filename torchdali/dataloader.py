@@ -450,13 +450,14 @@ class DataLoader(tud.DataLoader):
         if self._inner is not None:
             return self._inner
         mode = "gpu" if self.device.type == "cuda" else "cpu"
+        # the largest CPU share this loader may decode (what the ring and the executor's CPU plan for)
+        share = self.max_cpu_decode_share if self.cpu_decode_share == "auto" else self.cpu_decode_share
         ring = None
         if mode == "gpu" and not isinstance(self.dataset, tud.IterableDataset) \
                 and os.environ.get("TORCHDALI_STAGING_RING", "1") != "0":
             from ._executor._ring import HostRing, plan_ring
 
             batch_size = self.batch_size or getattr(self.batch_sampler, "batch_size", None) or 256
-            share = self.max_cpu_decode_share if self.cpu_decode_share == "auto" else self.cpu_decode_share
             layout = plan_ring(self.dataset, batch_size, self.num_workers, self.prefetch_factor,
                                self.prefetch_depth, decoded_share=share)
             if layout is not None:
@@ -465,7 +466,6 @@ class DataLoader(tud.DataLoader):
         worker_init_fn = self.worker_init_fn
         core = None
         if mode == "gpu":
-            share = self.max_cpu_decode_share if self.cpu_decode_share == "auto" else self.cpu_decode_share
             core, rest = plan_decode_core(self.decode_core, share, self.num_workers)
             if core is not None:
                 worker_init_fn = KeepOff(rest, worker_init_fn)
