@@ -7,6 +7,9 @@
 * **Interpret mode.** On CPU tensors a kernel runs under Triton's interpreter when
   ``TRITON_INTERPRET`` is set (:func:`interpret_mode`); it is the CPU tests' way to
   run the very kernel code. Without it a clear error points at the reference.
+* **Metadata uploads.** A launch's small per-sample arrays go to the device in one
+  copy through pinned memory (:func:`upload`): a copy from pageable memory may make
+  the host wait for the stream's queued work first.
 * **Launch settings.** Tile shapes and warps of a launch are a :class:`LaunchSettings`,
   picked by :func:`tile_settings` and overridable per call (benchmarks sweep them
   through the launcher's ``launch=`` argument, never by editing module state).
@@ -20,11 +23,12 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
+import numpy as np
 import torch
 
-__all__ = ["LaunchSettings", "cdiv", "interpret_mode", "kernel", "next_power_of_2", "tile_settings"]
+__all__ = ["LaunchSettings", "cdiv", "interpret_mode", "kernel", "next_power_of_2", "tile_settings", "upload"]
 
 _TRUE = ("1", "true", "on", "yes")
 _kernels: dict[tuple[str, str, str], Any] = {}
@@ -103,3 +107,43 @@ def tile_settings(out_h: int, out_w: int) -> LaunchSettings:
     block_w = max(8, min(64, next_power_of_2(max(out_w, 1))))
     block_h = max(1, min(512 // block_w, next_power_of_2(max(out_h, 1))))
     return LaunchSettings(block_h, block_w, num_warps=2)
+
+
+_UPLOAD_ALIGN = 16  # bytes: every part starts aligned for any dtype it may be viewed as
+
+
+def upload(parts: Sequence[np.ndarray | torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """``parts`` (host arrays or tensors of any shape and real or bool dtype) as tensors
+    on ``device``, of the same shapes and dtypes, through one asynchronous copy on the
+    current stream.
+
+    CUDA may synchronise with the stream before copying from pageable memory ("API
+    synchronization behavior"), so a per-batch ``tensor.to(device)`` after queued work
+    (a decode) could make the host wait for that work. Here the parts are packed into
+    one pinned buffer from torch's caching host allocator, which keeps the buffer from
+    reuse until the copy is done. Parts already on ``device`` are returned as they are.
+    """
+    device = torch.device(device)
+    tensors = [p if isinstance(p, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(p)) for p in parts]
+    sizes, starts, total = [], [], 0
+    for t in tensors:
+        starts.append(total)
+        nbytes = t.numel() * t.element_size() if t.device.type == "cpu" else 0
+        sizes.append(nbytes)
+        total += -(-nbytes // _UPLOAD_ALIGN) * _UPLOAD_ALIGN
+    # on a CPU device the same packing runs (and is what the CPU tests check), unpinned
+    host = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=device.type == "cuda")
+    flat = host.numpy()
+    for t, start, nbytes in zip(tensors, starts, sizes):
+        if nbytes:
+            flat[start:start + nbytes] = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+    on_device = host.to(device, non_blocking=True) if device.type == "cuda" else host
+    out = []
+    for t, start, nbytes in zip(tensors, starts, sizes):
+        if t.device.type != "cpu":
+            out.append(t if t.device == device else t.to(device, non_blocking=True))
+        elif nbytes == 0:
+            out.append(torch.empty(t.shape, dtype=t.dtype, device=device))
+        else:
+            out.append(on_device[start:start + nbytes].view(t.dtype).view(t.shape))
+    return out

@@ -34,10 +34,6 @@ _BLOCK = 4096  # bytes per program
 _TABLES: dict = {}
 
 
-def _as_i64(x: Any, device: torch.device) -> torch.Tensor:
-    return torch.as_tensor(x, dtype=torch.int64).to(device, non_blocking=True).contiguous()
-
-
 def bad_scan_markers(data: torch.Tensor, offsets: Any, lengths: Any, starts: Any) -> torch.Tensor:
     """Per sample, True when its scan data holds a marker no scan can hold.
 
@@ -49,8 +45,8 @@ def bad_scan_markers(data: torch.Tensor, offsets: Any, lengths: Any, starts: Any
     """
     if data.dtype != torch.uint8 or data.dim() != 1:
         raise ValueError(f"data must be a 1-D uint8 tensor, got {data.dtype} with shape {tuple(data.shape)}")
-    lengths_np = np.asarray(lengths.cpu() if isinstance(lengths, torch.Tensor) else lengths, dtype=np.int64)
-    starts_np = np.asarray(starts.cpu() if isinstance(starts, torch.Tensor) else starts, dtype=np.int64)
+    offsets_np, lengths_np, starts_np = (
+        np.asarray(v.cpu() if isinstance(v, torch.Tensor) else v, dtype=np.int64) for v in (offsets, lengths, starts))
     n = int(lengths_np.shape[0])
     dev = data.device
     flags = torch.zeros(n, dtype=torch.uint8, device=dev)
@@ -65,8 +61,8 @@ def bad_scan_markers(data: torch.Tensor, offsets: Any, lengths: Any, starts: Any
     kernel = _triton.kernel("_scan_check_kernel", "scan_check_kernel", dev,
                             "bad_scan_markers", "bad_scan_markers_reference")
     grid = (n, _triton.cdiv(span, _BLOCK))
-    kernel[grid](data, data.numel(), _as_i64(offsets, dev), _as_i64(lengths_np, dev), _as_i64(starts_np, dev),
-                 ok, flags, BLOCK=_BLOCK)
+    meta, = _triton.upload([np.stack([offsets_np, lengths_np, starts_np])], dev)
+    kernel[grid](data, data.numel(), meta[0], meta[1], meta[2], ok, flags, BLOCK=_BLOCK)
     return flags.bool()
 
 

@@ -745,3 +745,26 @@ def test_reference_grayscale_replicates_channel() -> None:
     c = resized_crop_reference(*_pack([rgb]), _params([row]), (10, 12), *IDENTITY, quantize=False)
     assert torch.equal(g, c)
     assert not torch.equal(g[0, 0], g[0, 0].flip(-1))  # non-trivial content
+
+
+@pytest.mark.parametrize("device", [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_upload_gives_each_part_back_with_its_shape_dtype_and_values(device):
+    """Launch metadata packed into one copy (csrc_triton._triton.upload) arrives as it left:
+    numpy and torch parts, odd byte sizes next to 8-byte dtypes, a transposed view, a
+    0-d tensor and an empty array."""
+    import numpy as np
+
+    from csrc_triton._triton import upload
+
+    g = torch.Generator().manual_seed(0)
+    parts = [np.arange(15, dtype=np.int64).reshape(5, 3), torch.rand(7, 9, generator=g),
+             torch.tensor([True, False, True]), np.zeros((0, 3), dtype=np.int64),
+             torch.tensor(-7, dtype=torch.int16), torch.rand(4, 6, generator=g).t(),
+             torch.randint(0, 255, (13,), dtype=torch.uint8, generator=g), torch.rand(5, dtype=torch.float64)]
+    got = upload(parts, torch.device(device))
+    assert len(got) == len(parts)
+    for part, out in zip(parts, got):
+        want = torch.from_numpy(part) if isinstance(part, np.ndarray) else part
+        assert out.device.type == device
+        assert out.dtype == want.dtype and out.shape == want.shape
+        assert torch.equal(out.cpu(), want)

@@ -78,13 +78,17 @@ def kernel_source(shapes: np.ndarray) -> int:
     return layout.SOURCE_MIXED if (shapes[:, 2] >= layout.PLANAR).any() else layout.SOURCE_INTERLEAVED
 
 
-def decode_groups(shapes: np.ndarray, cap: int | None = None) -> list[tuple[int, int]]:
+def decode_groups(shapes: np.ndarray, cap: int | None = None,
+                  sizes: np.ndarray | None = None) -> list[tuple[int, int]]:
     """``[start, stop)`` ranges of consecutive samples whose decoded bytes stay within
-    ``cap`` (default ``DECODE_GROUP_BYTES``); one range for a batch that fits."""
+    ``cap`` (default ``DECODE_GROUP_BYTES``); one range for a batch that fits.
+    ``sizes``: ``decoded_sizes(shapes)`` when the caller has it."""
     cap = DECODE_GROUP_BYTES if cap is None else cap
-    sizes = decoded_sizes(shapes).tolist() if len(shapes) else []
-    if sum(sizes) <= cap:
+    if sizes is None:
+        sizes = decoded_sizes(shapes) if len(shapes) else np.zeros(0, dtype=np.int64)
+    if int(sizes.sum()) <= cap:
         return [(0, len(sizes))]
+    sizes = sizes.tolist()
     groups, start, held = [], 0, 0
     for i, size in enumerate(sizes):
         if i > start and held + size > cap:
@@ -236,20 +240,22 @@ class GpuDecoder:
                 buffer.release()
 
     def decode(self, batch: PackedBatch, pinned: torch.Tensor, stream: torch.cuda.Stream,
-               buffer: torch.Tensor | None = None) -> DecodedBatch:
+               buffer: torch.Tensor | None = None, numel: np.ndarray | None = None) -> DecodedBatch:
         """Decode every sample of ``batch`` (bytes staged in ``pinned``) into one GPU buffer.
 
         Runs with ``stream`` current on the executor's device: the buffer is the front
         of ``buffer`` when that is large enough, else of the decoder's own grow-only
         buffer (``GrowOnlyBuffer``); the work queued on ``stream`` before may still be
         using either, and every copy and decode is ordered on it. May replace samples under on_error, which
-        updates ``batch`` (indices, positions, paths, params, targets, skipped).
+        updates ``batch`` (indices, positions, paths, params, targets, skipped). ``numel``:
+        ``decoded_sizes(batch.shapes)`` when the caller has it.
         """
         n = len(batch.indices)
         self.counts = counts = dict.fromkeys(ROUTE_COUNTERS, 0)
-        counts["decoded_cpu"] = int((batch.kinds == RAW).sum())
+        raw = np.flatnonzero(batch.kinds == RAW)
+        counts["decoded_cpu"] = len(raw)
         shapes = batch.shapes.copy()
-        numel = decoded_sizes(shapes)
+        numel = decoded_sizes(shapes) if numel is None else numel
         out_offsets = np.zeros(n, dtype=np.int64)
         if n > 1:
             np.cumsum(numel[:-1], out=out_offsets[1:])
@@ -258,7 +264,7 @@ class GpuDecoder:
             decoded = buffer[: max(total, 1)]
         else:
             decoded = self.buffer.take(total)
-        for i in np.nonzero(batch.kinds == RAW)[0]:  # decoded in the worker (CPU fallback, external source)
+        for i in raw:  # decoded in the worker (CPU fallback, external source)
             src = pinned[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]]
             decoded[out_offsets[i]: out_offsets[i] + numel[i]].copy_(src, non_blocking=True)
         enc = np.nonzero(batch.kinds == ENCODED)[0]

@@ -80,17 +80,19 @@ class BatchExecutor:
         ready = None
         try:
             with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-                groups = decode_groups(batch.shapes)
+                numel = decoded_sizes(batch.shapes)
+                groups = decode_groups(batch.shapes, sizes=numel)
                 if len(groups) == 1:
-                    decoded = self.decoder.decode(batch, slot.view, self.stream)
+                    decoded = self.decoder.decode(batch, slot.view, self.stream, numel=numel)
                     counts = self.decoder.counts
                     t_decoded = time.perf_counter()
-                    images, kernel_events = self.launcher.launch(decoded, batch.batch_params, self.stream)
+                    images, kernel_events, targets = self.launcher.launch(decoded, batch.batch_params, self.stream,
+                                                                          batch.targets)
                 else:
                     images, kernel_events, decode_s, counts = self._process_groups(batch, slot, groups)
                     t_decoded = t0 + decode_s
-                targets = batch.targets
-                if isinstance(targets, torch.Tensor):
+                    targets = batch.targets
+                if isinstance(targets, torch.Tensor) and targets.device != self.device:
                     targets = targets.to(self.device, non_blocking=True)
                 if self.delivery.native is not None:  # ours only: foreign callables run in the loop's thread
                     key = _rng.batch_key(batch.seed, batch.epoch, batch.first_position)
@@ -139,7 +141,7 @@ class BatchExecutor:
             decode_s += time.perf_counter() - t
             for k, v in self.decoder.counts.items():
                 counts[k] += v
-            part, events = self.launcher.launch(decoded, sub.batch_params, self.stream)
+            part, events, _ = self.launcher.launch(decoded, sub.batch_params, self.stream)
             merge_sub_batch(batch, sub, start, stop)
             if images is None:
                 layout = torch.channels_last if self.launcher.channels_last and part.dim() == 4 \

@@ -11,10 +11,16 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import torch
+from csrc_triton._triton import upload
 
 from ..transforms._execute import KERNEL, execute
 from ..transforms._plan import BatchParams
 from ._decode import DecodedBatch
+
+
+# targets of these dtypes travel with the batch's metadata (``upload``); others on their own
+_PLAIN_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                 torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 class KernelEvents(NamedTuple):
@@ -36,23 +42,32 @@ class KernelLauncher:
         self.bias = torch.tensor(plan.bias, dtype=torch.float32, device=device)
         self._previous: KernelEvents | None = None
 
-    def launch(self, decoded: DecodedBatch, params: BatchParams,
-               stream: torch.cuda.Stream) -> tuple[torch.Tensor, KernelEvents]:
-        """(output images, timing events) of the batch's kernels.
+    def launch(self, decoded: DecodedBatch, params: BatchParams, stream: torch.cuda.Stream,
+               targets: Any = None) -> tuple[torch.Tensor, KernelEvents, Any]:
+        """(output images, timing events, ``targets`` on the device when they are a
+        tensor) of the batch's kernels.
 
-        Runs with ``stream`` current on the executor's device: the parameter copies
-        and the kernels are ordered on it after the decode. The events span every
-        kernel of the batch (kernel 1, the program's slots, the finishing kernel).
+        Runs with ``stream`` current on the executor's device: the metadata goes over
+        in one copy through pinned memory (``upload``: a copy from pageable memory
+        could make the host wait for the decode queued before it), and the kernels are
+        ordered on the stream after the decode. The events span every kernel of the
+        batch (kernel 1, the program's slots, the finishing kernel).
         """
-        shapes_d = torch.from_numpy(decoded.shapes).to(self.device, non_blocking=True)
-        offsets_d = torch.from_numpy(decoded.offsets).to(self.device, non_blocking=True)
+        parts = [decoded.shapes, decoded.offsets, params.params]
+        send_targets = isinstance(targets, torch.Tensor) and targets.dtype in _PLAIN_DTYPES
+        if send_targets:
+            parts.append(targets)
+        shapes_d, offsets_d, params_d, *rest = upload(parts, self.device)
+        if send_targets:
+            targets = rest[0]
+        params = params._replace(params=params_d)
         k_start, k_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         k_start.record(stream)
         images = execute(self.plan, decoded.buffer, offsets_d, shapes_d, params, KERNEL,
                          channels_last=self.channels_last, scale=self.scale, bias=self.bias,
                          source=decoded.source)
         k_end.record(stream)
-        return images, KernelEvents(k_start, k_end)
+        return images, KernelEvents(k_start, k_end), targets
 
     def previous_kernel_s(self, events: KernelEvents) -> float:
         """GPU seconds of the previously launched kernel (0.0 while its end event has not

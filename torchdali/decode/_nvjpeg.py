@@ -191,6 +191,9 @@ class NvjpegDecoder:
         self._routes: Dict[int, bool] = {}
         self._routes_ex: Dict[Tuple[int, bool], bool] = {}  # the same for windowed calls (BatchedEx)
         self._call_hints: Optional[List[int]] = None
+        # where grayscale images' chroma planes go in planar decodes; never read, so calls
+        # share it (each call's state set holds it until its work is done)
+        self._gray_scratch: Optional[torch.Tensor] = None
         lib = self._lib
         self._has_ex = hasattr(lib, "nvjpegDecodeBatchedEx") and hasattr(lib, "nvjpegDecodeBatchedSupportedEx")
         wanted_flags = NVJPEG_FLAGS_DEFAULT
@@ -726,8 +729,11 @@ class NvjpegDecoder:
         rows[:, 4], rows[:, 5], rows[:, 6] = w, cw, cw
         gray = np.flatnonzero(ch == 0)
         if len(gray):
-            with torch.cuda.stream(stream):
-                tmp = self._empty(int(2 * luma[gray].sum()))
+            need = int(2 * luma[gray].sum())
+            tmp = self._gray_scratch
+            if tmp is None or tmp.numel() < need:
+                with torch.cuda.stream(stream):
+                    tmp = self._gray_scratch = self._empty(2 * need)
             scratch.append(tmp)
             pos = tmp.data_ptr() + np.concatenate([[0], np.cumsum(2 * luma[gray])[:-1]]).astype(np.uint64)
             rows[gray, 1] = pos
@@ -843,6 +849,7 @@ class NvjpegDecoder:
 
     def _release(self) -> None:
         self._closed = True
+        self._gray_scratch = None
         lib = getattr(self, "_lib", None)
         sets = getattr(self, "_sets", [])
         objects = []

@@ -38,6 +38,7 @@ and its value is mapped through their affine).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterator, NamedTuple, Sequence
 
@@ -68,6 +69,12 @@ STAGES = ("source", "geometry", "colour", "epilogue", "program", "meta")
 RunSlot = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+@functools.lru_cache(maxsize=16)
+def _no_slots(batch: int) -> torch.Tensor:
+    """An empty ``[batch, 0, SLOT_WIDTH]`` slots tensor (it holds nothing, so it is shared)."""
+    return torch.zeros(batch, 0, layout.SLOT_WIDTH, dtype=torch.float32)
+
+
 class BatchParams(NamedTuple):
     """Everything drawn for one batch: what ``_execute.execute`` needs besides the pixels."""
 
@@ -81,7 +88,7 @@ class BatchParams(NamedTuple):
     @classmethod
     def without_program(cls, params: torch.Tensor) -> BatchParams:
         """Kernel parameters alone (a plan with no program)."""
-        return cls(params, torch.zeros(params.shape[0], 0, layout.SLOT_WIDTH, dtype=torch.float32), {})
+        return cls(params, _no_slots(params.shape[0]), {})
 
 
 class Transform:
