@@ -84,7 +84,8 @@ def _affine_values(name: str, v: Sequence[float] | torch.Tensor, device: torch.d
 
 # scale/bias tensors already on the device -> their [6] affine: a loader passes the same two
 # for every batch, and building the affine is a device op per launch
-_AFFINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# (keyed by id, checked through weak references: tensors do not compare as dictionary keys)
+_AFFINES: dict[int, tuple] = {}
 
 
 def _affine(scale: Sequence[float] | torch.Tensor, bias: Sequence[float] | torch.Tensor,
@@ -93,14 +94,16 @@ def _affine(scale: Sequence[float] | torch.Tensor, bias: Sequence[float] | torch
     cacheable = (isinstance(scale, torch.Tensor) and isinstance(bias, torch.Tensor) and device.type == "cuda"
                  and scale.device == device and bias.device == device)
     if cacheable:
-        hit = _AFFINES.get(scale)
-        if hit is not None and hit[0]() is bias and hit[1] == (scale._version, bias._version):
-            affine = hit[2]
+        hit = _AFFINES.get(id(scale))
+        if hit is not None and hit[0]() is scale and hit[1]() is bias and hit[2] == (scale._version, bias._version):
+            affine = hit[3]
             affine.record_stream(torch.cuda.current_stream(device))  # it outlives this launch's stream work
             return affine
     affine = torch.cat([_affine_values("scale", scale, device), _affine_values("bias", bias, device)])
     if cacheable:
-        _AFFINES[scale] = (weakref.ref(bias), (scale._version, bias._version), affine)
+        if len(_AFFINES) >= 64:
+            _AFFINES.clear()
+        _AFFINES[id(scale)] = (weakref.ref(scale), weakref.ref(bias), (scale._version, bias._version), affine)
     return affine
 
 

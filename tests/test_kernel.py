@@ -768,3 +768,27 @@ def test_upload_gives_each_part_back_with_its_shape_dtype_and_values(device):
         assert out.device.type == device
         assert out.dtype == want.dtype and out.shape == want.shape
         assert torch.equal(out.cpu(), want)
+
+
+@pytest.mark.cuda
+def test_kernel_device_affine_is_reused_until_it_changes() -> None:
+    """scale/bias tensors on the device (as a loader passes them for every batch): a second
+    launch with the same pair gives the same output, and one after an in-place change to
+    either follows the new values, as the reference does."""
+    images = _images([(26, 31, 3), (14, 19, 3)], seed=5)
+    out_size = (9, 11)
+    rows = [_geom(26, 31, out_size, (1, 2, 20, 25)), _geom(14, 19, out_size)]
+    data, offsets, shapes = _pack(images)
+    params = _params(rows)
+    scale = torch.tensor(IMAGENET_SCALE, device="cuda")
+    bias = torch.tensor(IMAGENET_BIAS, device="cuda")
+    args = (data.cuda(), offsets.cuda(), shapes.cuda(), params.cuda(), out_size)
+    first = fused_resized_crop(*args, scale, bias)
+    again = fused_resized_crop(*args, scale, bias)
+    assert torch.equal(first, again)
+    for t, k in ((scale, 2.0), (bias, -3.0)):
+        t.mul_(k) if t is scale else t.add_(k)
+        got = fused_resized_crop(*args, scale, bias).cpu()
+        exp = resized_crop_reference(data, offsets, shapes, params, out_size, scale.cpu(), bias.cpu())
+        _assert_close(got, exp, scale.cpu().tolist(), quantized=True)
+        assert not torch.equal(got, first.cpu())
