@@ -239,8 +239,6 @@ class PrepareBatch:
     def load(self, data: Any, idx: int, path: str | None, on_cpu: bool = False) -> LoadedSample:
         """One sample's data, classified (and decoded here when the GPU cannot, or when
         ``on_cpu``: the CPU's share of the decoding); raises SampleError naming it."""
-        from ..decode import DecodeError, decode_cpu
-
         try:
             kind, payload = classify(data)
         except (TypeError, ValueError) as e:
@@ -252,7 +250,8 @@ class PrepareBatch:
             if probe is not None:
                 shape, hint, scan_start = probe
                 return LoadedSample(kind, payload, shape, hint, scan_start)
-            kind, payload = RAW, _decode_or_raise(decode_cpu, DecodeError, payload, idx, path)
+            dec = _decoders()
+            kind, payload = RAW, _decode_or_raise(dec.decode_cpu, dec.DecodeError, payload, idx, path)
         return LoadedSample(kind, payload, tuple(payload.shape), -1, -1)
 
     def replace(self, err: SampleError, spares: list[SampleTag], used: set[SampleTag]) -> Replacement:
@@ -434,12 +433,11 @@ def _decode_or_raise(decode_cpu: Callable, decode_error: type, payload: torch.Te
 def _checked_header(payload: torch.Tensor, max_pixels: int | None, idx: int, path: str | None) -> Any:
     """The size the sample's header claims (``decode._limits.HeaderSize``); raises SampleError,
     before anything is decoded, for an image over ``max_pixels`` or a header its data cannot fill."""
-    from ..decode._limits import ImageTooLarge, ImplausibleHeader, check_header, header_size
-
-    header = header_size(payload)
+    dec = _decoders()
+    header = dec.header_size(payload)
     try:
-        check_header(header, payload.numel(), max_pixels)
-    except (ImageTooLarge, ImplausibleHeader) as e:
+        dec.check_header(header, payload.numel(), max_pixels)
+    except (dec.ImageTooLarge, dec.ImplausibleHeader) as e:
         raise SampleError.for_sample(idx, path, "refused before decoding", e) from None
     return header
 
@@ -473,22 +471,42 @@ def _gpu_decodable_shape(payload: torch.Tensor, info: Any,
     ``info`` is the parsed JPEG header (None: not a JPEG, or a corrupt header, which
     the CPU decoder reports precisely).
     """
-    from ..decode._jpeg_header import header_code, planar_chroma, scan_header
-
     if info is None or info.height <= 0 or info.width <= 0:
         return None
-    if (info.num_components not in (1, 3) or info.lossless or info.arithmetic or info.precision != 8
-            or info.is_cmyk or info.is_ycck or info.is_rgb_coded):
+    if (info.ncomp not in (1, 3) or info.lossless or info.arithmetic or info.precision != 8
+            or info.is_rgb_coded):  # (4 components, CMYK or YCCK, are out with the count)
         return None
-    tail = payload[-2:].numpy() if payload.numel() >= 2 else None
-    if tail is None or tail[0] != 0xFF or tail[1] != 0xD9:
+    data = payload.numpy()
+    if len(data) < 2 or data[-2] != 0xFF or data[-1] != 0xD9:
         return None
-    defect, start = scan_header(payload.numpy())  # one walk over the segments: defects and the scan start
+    dec = _decoders()
+    defect, start = dec.scan_header(data)  # one walk over the segments: defects and the scan start
     if defect is not None:
         return None
     channels = 3
     if planar:
-        chroma = planar_chroma(info)
+        chroma = dec.planar_chroma(info)
         if chroma is not None:
             channels = layout.PLANAR + layout.SUBSAMPLINGS[chroma[0]]
-    return (info.height, info.width, channels), header_code(info), start
+    return (info.height, info.width, channels), dec.header_code(info), start
+
+
+_DECODERS: Any = None
+
+
+def _decoders() -> Any:
+    """The ``decode`` package's header checks and CPU decoder, imported on first use (in the
+    workers; ``import torchdali`` does not load the decode package), then looked up once."""
+    global _DECODERS
+    if _DECODERS is None:
+        from types import SimpleNamespace
+
+        from ..decode import DecodeError, decode_cpu
+        from ..decode._jpeg_header import header_code, planar_chroma, scan_header
+        from ..decode._limits import ImageTooLarge, ImplausibleHeader, check_header, header_size
+
+        _DECODERS = SimpleNamespace(
+            DecodeError=DecodeError, decode_cpu=decode_cpu, header_code=header_code, planar_chroma=planar_chroma,
+            scan_header=scan_header, ImageTooLarge=ImageTooLarge, ImplausibleHeader=ImplausibleHeader,
+            check_header=check_header, header_size=header_size)
+    return _DECODERS

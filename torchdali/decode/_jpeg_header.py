@@ -611,8 +611,9 @@ def scan_header(buf: Buffer) -> Tuple[Optional[str], int]:
     """
     if isinstance(buf, (bytes, bytearray, memoryview)):
         buf = np.frombuffer(buf, dtype=np.uint8)
-    arr = np.ascontiguousarray(np.asarray(buf, dtype=np.uint8).reshape(-1))
-    b = memoryview(arr)  # indexing a memoryview gives Python ints, several times faster than numpy's
+    if not (isinstance(buf, np.ndarray) and buf.dtype == np.uint8 and buf.ndim == 1 and buf.flags.c_contiguous):
+        buf = np.ascontiguousarray(np.asarray(buf, dtype=np.uint8).reshape(-1))
+    b = memoryview(buf)  # indexing a memoryview gives Python ints, several times faster than numpy's
     n = len(b)
     if n < 4 or b[0] != 0xFF or b[1] != 0xD8:
         return "no SOI marker", -1

@@ -150,12 +150,15 @@ def _jpeg_min_bytes(info: JpegInfo) -> int:
     """
     if info.arithmetic or not info.sampling:
         return 0
-    hmax = max(h for h, _ in info.sampling)
-    vmax = max(v for _, v in info.sampling)
-    if min(min(h, v) for h, v in info.sampling) <= 0:
-        return 0  # libjpeg rejects a zero sampling factor itself
-    blocks = min(_ceil_div(_ceil_div(info.width * h, hmax), 8) * _ceil_div(_ceil_div(info.height * v, vmax), 8)
-                 for h, v in info.sampling)
+    hmax = vmax = 0
+    for h, v in info.sampling:
+        if h <= 0 or v <= 0:
+            return 0  # libjpeg rejects a zero sampling factor itself
+        hmax, vmax = max(hmax, h), max(vmax, v)
+    blocks = None
+    for h, v in info.sampling:
+        n = _ceil_div(_ceil_div(info.width * h, hmax), 8) * _ceil_div(_ceil_div(info.height * v, vmax), 8)
+        blocks = n if blocks is None or n < blocks else blocks
     return blocks // 8 // _SLACK
 
 
