@@ -136,7 +136,7 @@ def upload(parts: Sequence[np.ndarray | torch.Tensor], device: torch.device) -> 
     flat = host.numpy()
     for t, start, nbytes in zip(tensors, starts, sizes):
         if nbytes:
-            flat[start:start + nbytes] = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+            flat[start:start + nbytes] = _host_bytes(t)
     on_device = host.to(device, non_blocking=True) if device.type == "cuda" else host
     out = []
     for t, start, nbytes in zip(tensors, starts, sizes):
@@ -147,3 +147,12 @@ def upload(parts: Sequence[np.ndarray | torch.Tensor], device: torch.device) -> 
         else:
             out.append(on_device[start:start + nbytes].view(t.dtype).view(t.shape))
     return out
+
+
+def _host_bytes(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's elements in row-major order, as bytes (numpy views where it can)."""
+    try:
+        a = t.detach().numpy()  # shares the tensor's memory; numpy has no bfloat16
+    except TypeError:
+        return t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)

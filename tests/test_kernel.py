@@ -751,7 +751,7 @@ def test_reference_grayscale_replicates_channel() -> None:
 def test_upload_gives_each_part_back_with_its_shape_dtype_and_values(device):
     """Launch metadata packed into one copy (csrc_triton._triton.upload) arrives as it left:
     numpy and torch parts, odd byte sizes next to 8-byte dtypes, a transposed view, a
-    0-d tensor and an empty array."""
+    0-d tensor, an empty array and bfloat16 (which numpy lacks)."""
     import numpy as np
 
     from csrc_triton._triton import upload
@@ -760,7 +760,8 @@ def test_upload_gives_each_part_back_with_its_shape_dtype_and_values(device):
     parts = [np.arange(15, dtype=np.int64).reshape(5, 3), torch.rand(7, 9, generator=g),
              torch.tensor([True, False, True]), np.zeros((0, 3), dtype=np.int64),
              torch.tensor(-7, dtype=torch.int16), torch.rand(4, 6, generator=g).t(),
-             torch.randint(0, 255, (13,), dtype=torch.uint8, generator=g), torch.rand(5, dtype=torch.float64)]
+             torch.randint(0, 255, (13,), dtype=torch.uint8, generator=g), torch.rand(5, dtype=torch.float64),
+             torch.rand(2, 3, generator=g).to(torch.bfloat16)]
     got = upload(parts, torch.device(device))
     assert len(got) == len(parts)
     for part, out in zip(parts, got):

@@ -281,8 +281,8 @@ def test_planar_loader_decodes_what_nvjpeg_rejects_on_the_cpu(tmp_path, monkeypa
     real = _decode.GpuDecoder._check_scans
 
     def flag_first(self, batch, pinned, enc):  # as if the scan check flagged the first JPEG
-        real(self, batch, pinned, enc)
-        return lambda: [int(enc[0])]
+        check = real(self, batch, pinned, enc)
+        return check._replace(flagged=lambda: [int(enc[0])])
 
     monkeypatch.setattr(_decode.GpuDecoder, "_check_scans", flag_first)
     loader = td.DataLoader(ds, device="cuda", **kw)

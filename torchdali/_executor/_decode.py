@@ -17,6 +17,7 @@ cap and its largest image.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -128,7 +129,7 @@ def sub_batch(batch: PackedBatch, start: int, stop: int) -> PackedBatch:
         paths=batch.paths[start:stop], params=batch.params[start:stop], slots=part(batch.slots), targets=targets,
         kinds=part(batch.kinds), offsets=part(batch.offsets), lengths=part(batch.lengths),
         shapes=part(batch.shapes), hints=part(batch.hints), scan_starts=part(batch.scan_starts),
-        rois=part(batch.rois), frames=part(batch.frames), spares=batch.spares, skipped=[])
+        rois=part(batch.rois), frames=part(batch.frames), spares=batch.spares, skipped=[], scan_check=None)
 
 
 def merge_sub_batch(batch: PackedBatch, sub: PackedBatch, start: int, stop: int) -> None:
@@ -190,6 +191,14 @@ class GrowOnlyBuffer:
         self.tensor = None
 
 
+class ScanCheck(NamedTuple):
+    """A batch's scan-marker check, queued on the decoder's check stream (``GpuDecoder.scan_check``)."""
+
+    samples: np.ndarray  # the batch's sample numbers it checks (its JPEGs)
+    flagged: Callable[[], list]  # waits for the check; the flagged sample numbers
+    done: torch.cuda.Event | None  # recorded on the check stream after it (None: nothing queued)
+
+
 class DecodedBatch(NamedTuple):
     """A batch's pixels on the GPU, as the kernel reads them."""
 
@@ -222,7 +231,10 @@ class GpuDecoder:
             self.nvjpeg = NvjpegDecoder(device, pipeline_depth=2, fancy_upsampling=True)
             # the scan check runs beside the decode (see _check_scans)
             self.check_stream = torch.cuda.Stream(device)
-        self._flags_host = torch.empty(0, dtype=torch.bool)
+        self.check_done: torch.cuda.Event | None = None  # the last decode's scan check, on check_stream
+        # checks are queued from the staging and the executor thread; each one's copy into the
+        # shared scan buffer and its kernel must stay together on the check stream
+        self._check_lock = threading.Lock()
         self.buffer = GrowOnlyBuffer(device)  # the batch decode buffer, on the executor's stream
         self.scan_buffer = GrowOnlyBuffer(device)  # the batch's bytes for the scan check, on check_stream
         # the decode buffer with the CPU's images appended (fallbacks, replacements), on the executor's stream
@@ -278,7 +290,10 @@ class GpuDecoder:
         check flags), then the on_error policy."""
         from ..decode import decode_cpu
 
-        suspects = self._check_scans(batch, pinned, enc)
+        check = batch.scan_check
+        if check is None or not np.array_equal(check.samples, enc):
+            check = self._check_scans(batch, pinned, enc)
+        self.check_done = check.done
         reasons: dict[int, str] = {}
         # One nvJPEG call per output format: planar Y/Cb/Cr (layout.PLANAR + S) or RGB.
         planar = shapes[enc, 2] >= layout.PLANAR
@@ -304,7 +319,7 @@ class GpuDecoder:
             self.counts["decoded_one_by_one"] += routed.get("hardware_retried", 0)
             reasons.update((int(part[k]), self.nvjpeg.describe(st, k)) for k, st in enumerate(status) if st != 0)
         t = time.perf_counter()
-        flagged = suspects()
+        flagged = check.flagged()
         self.counts["scan_wait_s"] += time.perf_counter() - t
         for i in flagged:
             reasons.setdefault(int(i), "decoded, but its compressed data holds a marker no JPEG scan can hold")
@@ -338,25 +353,33 @@ class GpuDecoder:
             decoded = self._replace(batch, failed, decoded, shapes, out_offsets)
         return decoded
 
-    def _check_scans(self, batch: PackedBatch, pinned: torch.Tensor, enc: np.ndarray) -> Callable[[], Any]:
-        """Start the scan-marker check of the batch's JPEGs on a side stream; returns a
-        function giving the flagged sample numbers once the check is done.
+    def scan_check(self, batch: PackedBatch, pinned: torch.Tensor) -> ScanCheck:
+        """Start the scan-marker check of ``batch``'s JPEGs (bytes staged in ``pinned``).
+
+        The staging thread starts it as soon as a batch is staged, so the executor
+        thread, which decodes the batch after it, has less to do between nvJPEG's
+        calls; ``decode`` uses it (``batch.scan_check``) or starts its own.
+        """
+        with torch.cuda.device(self.device):
+            return self._check_scans(batch, pinned, np.flatnonzero(batch.kinds == ENCODED))
+
+    def _check_scans(self, batch: PackedBatch, pinned: torch.Tensor, enc: np.ndarray) -> ScanCheck:
+        """Start the scan-marker check of the batch's JPEGs ``enc`` on the check stream.
 
         The engines decode a JPEG with an overwritten scan without an error; the
         check copies the batch's bytes to the GPU and looks at every 0xFF there,
         while the decoder works. Waiting for it costs nothing: the batched hardware
-        decode holds the host far longer.
+        decode holds the host far longer. Each check has its own pinned flags, so
+        checks of later batches may be queued before this one is read.
         """
         starts = batch.scan_starts
         if starts is None or not len(enc) or (starts[enc] < 0).all():
-            return lambda: ()
-        with torch.cuda.stream(self.check_stream):
+            return ScanCheck(enc, lambda: (), None)
+        with self._check_lock, torch.cuda.stream(self.check_stream):
             on_gpu = self.scan_buffer.take(pinned.numel())
             on_gpu.copy_(pinned, non_blocking=True)
             flags = bad_scan_markers(on_gpu, batch.offsets[enc], batch.lengths[enc], starts[enc])
-            if self._flags_host.numel() < len(enc):
-                self._flags_host = torch.empty(max(len(enc), 256), dtype=torch.bool, pin_memory=True)
-            host = self._flags_host[: len(enc)]
+            host = torch.empty(len(enc), dtype=torch.bool, pin_memory=True)
             host.copy_(flags, non_blocking=True)
             done = torch.cuda.Event()
             done.record(self.check_stream)
@@ -365,7 +388,7 @@ class GpuDecoder:
             done.synchronize()
             return enc[host.numpy().nonzero()[0]].tolist()
 
-        return flagged
+        return ScanCheck(enc, flagged, done)
 
     def _replace(self, batch: PackedBatch, failed: list[tuple[int, SampleError]], decoded: torch.Tensor,
                  shapes: np.ndarray, out_offsets: np.ndarray) -> torch.Tensor:

@@ -58,6 +58,15 @@ class BatchExecutor:
         """Release the nvJPEG handles; idempotent."""
         self.decoder.close()
 
+    def prepare(self, batch: PackedBatch, slot: Slot) -> Any:
+        """Staging thread, once ``batch`` is staged in ``slot``: its ``decoded_sizes``, and,
+        when it decodes in one group, its scan check started (``batch.scan_check``), so the
+        executor thread does less between nvJPEG's calls."""
+        numel = decoded_sizes(batch.shapes)
+        if len(decode_groups(batch.shapes, sizes=numel)) == 1:
+            batch.scan_check = self.decoder.scan_check(batch, slot.view)
+        return numel
+
     def release_all(self, last_seq: int) -> None:
         """After a stop: wait for the GPU, then free every ring slot up to ``last_seq``.
         See Note [torchdali iterator shutdown] in ``_iterators.py``."""
@@ -65,10 +74,12 @@ class BatchExecutor:
             return
         with torch.cuda.device(self.device):
             self.stream.synchronize()
+            self.decoder.check_stream.synchronize()  # checks of staged batches never decoded
         self.staging.release_all(last_seq)
 
-    def process(self, batch: PackedBatch, slot: Slot) -> ReadyBatch:
-        """Decode and transform one staged batch (executor thread).
+    def process(self, batch: PackedBatch, slot: Slot, numel: Any = None) -> ReadyBatch:
+        """Decode and transform one staged batch (executor thread); ``numel``: its
+        ``decoded_sizes`` when the staging thread has them.
 
         The kernel's GPU time is read from the previous batch's events, which
         have completed by then, so timing never waits on the GPU.
@@ -80,7 +91,8 @@ class BatchExecutor:
         ready = None
         try:
             with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-                numel = decoded_sizes(batch.shapes)
+                if numel is None:
+                    numel = decoded_sizes(batch.shapes)
                 groups = decode_groups(batch.shapes, sizes=numel)
                 if len(groups) == 1:
                     decoded = self.decoder.decode(batch, slot.view, self.stream, numel=numel)
@@ -97,7 +109,11 @@ class BatchExecutor:
                 if self.delivery.native is not None:  # ours only: foreign callables run in the loop's thread
                     key = _rng.batch_key(batch.seed, batch.epoch, batch.first_position)
                     images, targets = self.delivery.run_native(images, targets, batch.has_target, key)
-                self.stream.wait_stream(self.decoder.check_stream)  # it read the staged bytes too
+                # the scan check read the staged bytes too
+                if len(groups) == 1 and self.decoder.check_done is not None:
+                    self.stream.wait_event(self.decoder.check_done)
+                elif len(groups) > 1:
+                    self.stream.wait_stream(self.decoder.check_stream)
                 ready = torch.cuda.Event()
                 ready.record(self.stream)
                 slot.event = ready

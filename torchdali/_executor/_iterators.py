@@ -33,8 +33,8 @@ this order:
    GPU work on the staged bytes and releases ring slots.
 4. Retire the sampler pass (``TaggedBatchSampler.retire``), which returns the
    last batch number handed out, *then* release ring slots up to it
-   (``BatchExecutor.release_all``: wait for the executor's stream, so the GPU
-   is done reading, then ``HostRing.release_upto``). Workers may be writing
+   (``BatchExecutor.release_all``: wait for the executor's stream and the scan
+   check's, so the GPU is done reading, then ``HostRing.release_upto``). Workers may be writing
    (or waiting to write) batches this iterator dispatched and will never
    consume; after the release every slot is theirs, so they never block. The
    staging thread may still be inside torch's iterator, which refills its
@@ -130,6 +130,7 @@ class StagedBatch(NamedTuple):
     slot: Slot
     fetch_s: float  # staging thread waiting for the workers' batch
     stage_s: float  # copying its bytes into pinned memory
+    numel: Any  # its decoded sizes (``BatchExecutor.prepare``)
 
 
 class GpuIterator:
@@ -208,9 +209,11 @@ class GpuIterator:
                     raise RuntimeError(f"DataLoader timed out after {user_timeout} seconds") from None
 
     def _stage_loop(self) -> None:
-        """Staging thread: workers' batches -> pinned memory -> ``_staged``."""
+        """Staging thread: workers' batches -> pinned memory (and the scan check started:
+        ``BatchExecutor.prepare``) -> ``_staged``."""
         staging = self._executor.staging
         try:
+            torch.cuda.set_device(self._device)
             t_fetch = time.perf_counter()
             while True:
                 try:
@@ -221,8 +224,13 @@ class GpuIterator:
                 if self._stop.is_set():  # Note [torchdali iterator shutdown]
                     return
                 slot, seconds = staging.stage(batch, self._stop)
+                try:
+                    numel = self._executor.prepare(batch, slot)
+                except BaseException:
+                    staging.give_back(slot)
+                    raise
                 t_fetch = time.perf_counter()
-                if not self._put(self._staged, StagedBatch(batch, slot, fetch_s, seconds)):
+                if not self._put(self._staged, StagedBatch(batch, slot, fetch_s, seconds, numel)):
                     staging.give_back(slot)
                     return
             self._put(self._staged, _END)
@@ -254,7 +262,7 @@ class GpuIterator:
                 batch = item.batch
                 self._busy = (time.monotonic(), k, batch)  # the consumer's watchdog: _stall_error
                 try:
-                    done = ex.process(batch, item.slot)
+                    done = ex.process(batch, item.slot, item.numel)
                 except SampleError:
                     raise
                 except Exception as e:

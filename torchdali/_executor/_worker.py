@@ -139,6 +139,7 @@ class PackedBatch:
     rois: np.ndarray | None = None
     frames: np.ndarray | None = None
     scan_starts: np.ndarray | None = None  # where each JPEG's scan data starts (-1: not checked)
+    scan_check: Any = None  # main process only: the scan check the staging thread started (``_decode.ScanCheck``)
     seq: int = -1  # the loader-wide batch number (-1: not numbered, e.g. an IterableDataset)
     ring_seq: int = -1  # >= 0: the bytes are in slot ``ring_seq`` of the staging ring, not in ``blob``
     first_position: int = -1  # epoch position of the batch's first sample as sampled: keys its batch-level draws
