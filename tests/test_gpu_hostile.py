@@ -338,10 +338,10 @@ def test_a_batch_that_hangs_the_executor_ends_in_decoder_stalled(watchdog, monke
     release = threading.Event()
     real = BatchExecutor.process
 
-    def process(self, batch, slot):
+    def process(self, batch, slot, numel=None):
         if 8 in batch.indices.tolist():
             release.wait(120)
-        return real(self, batch, slot)
+        return real(self, batch, slot, numel)
 
     monkeypatch.setattr(BatchExecutor, "process", process)
     before = {t.ident for t in threading.enumerate()}
