@@ -25,7 +25,6 @@ benchmarks/RESULTS.md.
 """
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -80,31 +79,6 @@ def _affine_values(name: str, v: Sequence[float] | torch.Tensor, device: torch.d
     if len(vals) != 3:
         raise ValueError(f"{name} must have 3 values (one per output channel), got {len(vals)}")
     return torch.tensor(vals, dtype=torch.float32, device=device)
-
-
-# scale/bias tensors already on the device -> their [6] affine: a loader passes the same two
-# for every batch, and building the affine is a device op per launch
-# (keyed by id, checked through weak references: tensors do not compare as dictionary keys)
-_AFFINES: dict[int, tuple] = {}
-
-
-def _affine(scale: Sequence[float] | torch.Tensor, bias: Sequence[float] | torch.Tensor,
-            device: torch.device) -> torch.Tensor:
-    """``scale`` then ``bias`` as one float32 [6] tensor on ``device``."""
-    cacheable = (isinstance(scale, torch.Tensor) and isinstance(bias, torch.Tensor) and device.type == "cuda"
-                 and scale.device == device and bias.device == device)
-    if cacheable:
-        hit = _AFFINES.get(id(scale))
-        if hit is not None and hit[0]() is scale and hit[1]() is bias and hit[2] == (scale._version, bias._version):
-            affine = hit[3]
-            affine.record_stream(torch.cuda.current_stream(device))  # it outlives this launch's stream work
-            return affine
-    affine = torch.cat([_affine_values("scale", scale, device), _affine_values("bias", bias, device)])
-    if cacheable:
-        if len(_AFFINES) >= 64:
-            _AFFINES.clear()
-        _AFFINES[id(scale)] = (weakref.ref(scale), weakref.ref(bias), (scale._version, bias._version), affine)
-    return affine
 
 
 def _check_values(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor, params: torch.Tensor,
@@ -246,7 +220,7 @@ def _prepare(
         if out.device != device:
             raise ValueError(f"out is on {out.device} but data is on {device}")
 
-    affine = _affine(scale, bias, device)
+    affine = torch.cat([_affine_values("scale", scale, device), _affine_values("bias", bias, device)])
     offsets = offsets.to(torch.int64).contiguous()
     shapes = shapes.contiguous()
     params = params.contiguous()

@@ -772,7 +772,7 @@ def test_upload_gives_each_part_back_with_its_shape_dtype_and_values(device):
 
 
 @pytest.mark.cuda
-def test_kernel_device_affine_is_reused_until_it_changes() -> None:
+def test_kernel_device_affine_follows_in_place_changes() -> None:
     """scale/bias tensors on the device (as a loader passes them for every batch): a second
     launch with the same pair gives the same output, and one after an in-place change to
     either follows the new values, as the reference does."""

@@ -150,15 +150,12 @@ def _jpeg_min_bytes(info: JpegInfo) -> int:
     """
     if info.arithmetic or not info.sampling:
         return 0
-    hmax = vmax = 0
-    for h, v in info.sampling:
-        if h <= 0 or v <= 0:
-            return 0  # libjpeg rejects a zero sampling factor itself
-        hmax, vmax = max(hmax, h), max(vmax, v)
-    blocks = None
-    for h, v in info.sampling:
-        n = _ceil_div(_ceil_div(info.width * h, hmax), 8) * _ceil_div(_ceil_div(info.height * v, vmax), 8)
-        blocks = n if blocks is None or n < blocks else blocks
+    if any(h <= 0 or v <= 0 for h, v in info.sampling):
+        return 0  # libjpeg rejects a zero sampling factor itself
+    hmax = max(h for h, _ in info.sampling)
+    vmax = max(v for _, v in info.sampling)
+    blocks = min([_ceil_div(_ceil_div(info.width * h, hmax), 8) * _ceil_div(_ceil_div(info.height * v, vmax), 8)
+                  for h, v in info.sampling])
     return blocks // 8 // _SLACK
 
 
