@@ -319,3 +319,33 @@ def test_the_users_timeout_still_holds_and_a_slow_worker_is_waited_for(folder):
     for _ in range(2):
         assert sum(images.shape[0] for images, _ in loader) == len(ds)
     loader.close()
+
+
+@pytest.mark.parametrize("persistent,share", [(False, 0.0), (True, 0.0), (True, 0.25)])
+def test_an_epochs_first_batches_in_parts_give_the_same_batches(folder, monkeypatch, persistent, share):
+    """The first batches of every epoch go to the workers in parts and are put back together
+    on the staging thread: the output is the one of whole batches, epoch after epoch."""
+    from torchdali._executor import _tags
+
+    ds = td.datasets.ImageFolder(folder)
+    kw = dict(batch_size=8, shuffle=True, num_workers=3, transforms=RECIPE, seed=4, persistent_workers=persistent,
+              cpu_decode_share=share, on_error="skip")
+    monkeypatch.setattr(_tags, "START_PART_SAMPLES", 2)
+
+    def epochs(rounds):
+        monkeypatch.setattr(_tags, "START_ROUNDS", rounds)
+        loader = td.DataLoader(ds, generator=torch.Generator().manual_seed(1), **kw)
+        start = loader._inner_loader().batch_sampler.start
+        out = [b for _ in range(3) for b in _batches(loader)]
+        first = [e.first_batch_s for e in loader._stats.epochs]
+        loader.close()
+        return out, start, first
+
+    expected, start, _ = epochs(0)
+    assert start.parts == 1
+    got, start, first = epochs(2)
+    assert start == _tags.EpochStart(4, 3)  # 4 of the 5 batches of an epoch, in 3 parts each
+    assert len(got) == len(expected) == 15
+    for k, (a, b) in enumerate(zip(got, expected)):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]), k
+    assert all(f > 0 for f in first) and len(first) == 3

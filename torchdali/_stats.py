@@ -11,6 +11,7 @@ class EpochStats:
     batches: int = 0
     samples: int = 0
     wall_s: float = 0.0  # from the first request to the end of the epoch
+    first_batch_s: float = 0.0  # from the first request to the first batch handed to the loop
     wait_s: float = 0.0  # time the training loop spent blocked on the loader
     worker_s: float = 0.0  # summed worker time (read + pack, or decode + transform on the CPU path)
     executor_s: float = 0.0  # GPU path: host time of the executor thread per batch (all below)
@@ -65,6 +66,8 @@ class LoaderStats:
 
     def add_batch(self, n: int, wait: float, worker: float = 0.0, stages: dict | None = None) -> None:
         e = self.epochs[-1]
+        if not e.batches:
+            e.first_batch_s = time.perf_counter() - self._t0
         e.batches += 1
         e.samples += n
         e.wait_s += wait
@@ -83,7 +86,8 @@ class LoaderStats:
             return "no epoch run yet"
         d = e.as_dict()
         line = (f"epoch {e.epoch}: {e.samples} images in {e.wall_s:.2f}s ({d['images_per_s']:.0f}/s), "
-                f"waited {e.wait_s:.2f}s ({100 * e.wait_fraction:.1f}%), workers {e.worker_s:.2f}s")
+                f"first batch after {1e3 * e.first_batch_s:.0f} ms, waited {e.wait_s:.2f}s "
+                f"({100 * e.wait_fraction:.1f}%), workers {e.worker_s:.2f}s")
         if e.executor_s:
             line += (f"; fetch {e.fetch_s:.2f}s, staging {e.stage_s:.2f}s; executor {e.executor_s:.2f}s ({e.executor_cpu_s:.2f} CPU; decode "
                      f"{e.decode_s:.2f}, in nvJPEG {e.nvjpeg_s:.2f} ({e.nvjpeg_cpu_s:.2f} CPU), launch {e.launch_s:.2f}), kernel {e.kernel_s:.3f}s GPU")

@@ -28,7 +28,8 @@ from ._executor._iterators import CpuIterator, GpuIterator
 from ._executor._records import EndRecord, WorkerRecords
 from ._executor._cores import KeepOff, plan_decode_core
 from ._executor._share import AUTO_START, next_cpu_share
-from ._executor._tags import EpochState, TaggedBatchSampler, TaggedDataset, TaggedIterable
+from ._executor._tags import (EpochStart, EpochState, TaggedBatchSampler, TaggedDataset, TaggedIterable,
+                             plan_epoch_start)
 from ._executor._worker import PrepareBatch, check_on_error
 from ._fork import keep_in_children
 from ._stats import LoaderStats
@@ -495,8 +496,12 @@ class DataLoader(tud.DataLoader):
             inner = tud.DataLoader(TaggedIterable(self.dataset, self._epoch_state), batch_size=self.batch_size,
                                    drop_last=self.drop_last, **kwargs)
         else:
+            start = EpochStart()
+            if mode == "gpu" and (not _HAS_IN_ORDER or self.in_order):  # parts are put together in order
+                start = plan_epoch_start(self.batch_size or getattr(self.batch_sampler, "batch_size", None),
+                                         self.num_workers, self.prefetch_factor)
             inner = tud.DataLoader(TaggedDataset(self.dataset, records),
-                                   batch_sampler=TaggedBatchSampler(self.batch_sampler, self._epoch_state),
+                                   batch_sampler=TaggedBatchSampler(self.batch_sampler, self._epoch_state, start),
                                    **kwargs)
         self.__dict__["_inner"] = inner
         return inner

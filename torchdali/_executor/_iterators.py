@@ -104,7 +104,7 @@ from ._executor import executor_for
 from ._records import LISTED, worker_died
 from ._staging import Slot, Stopped
 from ._tags import sample_path
-from ._worker import PackedBatch
+from ._worker import PackedBatch, merge_parts
 
 QUEUE_POLL_S = 0.1  # how often a blocked put, or the executor's wait for a staged batch, checks the stop event
 RING_POLL_S = 0.002  # that wait's step while ring slots wait for the GPU: a worker may be waiting for one
@@ -220,6 +220,8 @@ class GpuIterator:
                     batch = self._next_inner()
                 except StopIteration:
                     break
+                if batch.parts > 1:  # an epoch's first batches come in parts (_tags.EpochStart)
+                    batch = self._whole(batch)
                 fetch_s = time.perf_counter() - t_fetch
                 if self._stop.is_set():  # Note [torchdali iterator shutdown]
                     return
@@ -239,6 +241,23 @@ class GpuIterator:
         except BaseException as e:  # re-raised in the consumer's thread
             if not self._stop.is_set():
                 self._put(self._staged, _Failure(e))
+
+    def _whole(self, first: PackedBatch) -> PackedBatch:
+        """The batch whose first part is ``first``: its other parts are the workers' next
+        ``first.parts - 1`` batches (torch hands batches over in order)."""
+        parts = [first]
+        while len(parts) < first.parts:
+            try:
+                part = self._next_inner()
+            except StopIteration:
+                raise RuntimeError(f"torchdali: the epoch ended after {len(parts)} of the {first.parts} parts of "
+                                   f"the batch at position {first.first_position}") from None
+            prev = parts[-1]
+            if part.parts != first.parts or part.first_position != prev.first_position + len(prev.indices):
+                raise RuntimeError(f"torchdali: a part of the batch at position {first.first_position} arrived "
+                                   f"out of order (at position {part.first_position}, {part.parts} parts)")
+            parts.append(part)
+        return merge_parts(parts, self._loader._delivery)
 
     def _exec_loop(self) -> None:
         """Executor thread: ``_staged`` -> decode + kernel -> the prefetch queue."""

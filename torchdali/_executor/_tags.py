@@ -39,7 +39,9 @@ class SampleTag(NamedTuple):
     loader has dispatched (all epochs) and picks their staging-ring slot (-1: not
     numbered, e.g. an IterableDataset's samples). ``cpu_share`` is the epoch's
     fraction of JPEGs the workers decode on the CPU (GPU path; see
-    ``_worker.cpu_share_member``).
+    ``_worker.cpu_share_member``). ``parts`` is the number of parts the sample's
+    batch was split into at the start of an epoch (1: sent whole; see
+    ``TaggedBatchSampler``).
     """
 
     seed: int
@@ -49,6 +51,7 @@ class SampleTag(NamedTuple):
     spare: bool
     seq: int = -1
     cpu_share: float = 0.0
+    parts: int = 1
 
 
 @dataclass(slots=True)
@@ -69,20 +72,22 @@ class TagBatch:
     spare_positions: Sequence[int] = ()
     spare_indices: Sequence[int] = ()
     cpu_share: float = 0.0
+    parts: int = 1  # > 1: this is one of that many consecutive parts of one batch
 
     def __reduce__(self) -> tuple:
         return TagBatch, (self.seed, self.epoch, self.seq, self.first_position, self.indices,
-                          self.spare_positions, self.spare_indices, self.cpu_share)
+                          self.spare_positions, self.spare_indices, self.cpu_share, self.parts)
 
     def __len__(self) -> int:
         return len(self.indices) + len(self.spare_indices)
 
     def __iter__(self) -> Iterator[SampleTag]:
-        seed, epoch, seq, pos, share = self.seed, self.epoch, self.seq, self.first_position, self.cpu_share
+        seed, epoch, seq, pos, share, parts = (self.seed, self.epoch, self.seq, self.first_position,
+                                               self.cpu_share, self.parts)
         for i, idx in enumerate(self.indices):
-            yield SampleTag(seed, epoch, pos + i, idx, False, seq, share)
+            yield SampleTag(seed, epoch, pos + i, idx, False, seq, share, parts)
         for p, idx in zip(self.spare_positions, self.spare_indices):
-            yield SampleTag(seed, epoch, p, idx, True, seq, share)
+            yield SampleTag(seed, epoch, p, idx, True, seq, share, parts)
 
     def __getitem__(self, k: int) -> SampleTag:
         n = len(self.indices)
@@ -92,9 +97,9 @@ class TagBatch:
             raise IndexError(f"TagBatch index {k} out of range for {len(self)} tags")
         if k < n:
             return SampleTag(self.seed, self.epoch, self.first_position + k, self.indices[k], False, self.seq,
-                             self.cpu_share)
+                             self.cpu_share, self.parts)
         return SampleTag(self.seed, self.epoch, self.spare_positions[k - n], self.spare_indices[k - n], True,
-                         self.seq, self.cpu_share)
+                         self.seq, self.cpu_share, self.parts)
 
 
 class TaggedSample(NamedTuple):
@@ -134,6 +139,48 @@ class EpochState:
     cpu_share: float = 0.0  # GPU path: the fraction of JPEGs the workers decode this epoch
 
 
+START_PART_SAMPLES = 16  # the smallest part an epoch's first batches are split into
+START_ROUNDS = 1  # an epoch's first batches in parts fill this many rounds of the workers' prefetch
+
+
+class EpochStart(NamedTuple):
+    """How the first batches of an epoch go to the workers: the first ``batches`` of
+    them in ``parts`` parts each (``parts`` 1: every batch whole).
+
+    A worker builds a batch alone, and an epoch's first batch can only be decoded once
+    a worker has read and packed all of it (about 35 ms for 256 photographs, with every
+    worker starting at once), while the GPU waits. Sent in parts to several workers,
+    the first batches are ready when their slowest part is; the staging thread puts
+    the parts back together (``_worker.merge_parts``). Later batches go whole: by then
+    the workers are ahead of the GPU, and a whole batch costs the main process one
+    hand-over instead of ``parts``.
+    """
+
+    batches: int = 0
+    parts: int = 1
+
+
+def plan_epoch_start(batch_size: int | None, num_workers: int, prefetch_factor: int | None,
+                     rounds: int | None = None) -> EpochStart:
+    """Parts of at least ``START_PART_SAMPLES`` samples, one per worker, for as many
+    batches as fill ``rounds`` (default ``START_ROUNDS``) rounds of the workers'
+    prefetch (``num_workers * prefetch_factor`` tasks each)."""
+    if not batch_size or num_workers < 2:
+        return EpochStart()
+    parts = min(num_workers, batch_size // START_PART_SAMPLES)
+    if parts < 2:
+        return EpochStart()
+    rounds = START_ROUNDS if rounds is None else rounds
+    tasks = max(rounds, 0) * num_workers * (prefetch_factor or 2)
+    return EpochStart(-(-tasks // parts), parts) if tasks else EpochStart()
+
+
+def split_sizes(n: int, parts: int) -> list[int]:
+    """Sizes of ``parts`` consecutive parts of ``n`` samples, differing by at most one."""
+    q, r = divmod(n, parts)
+    return [q + (j < r) for j in range(parts)]
+
+
 class TaggedBatchSampler:
     """Wraps the loader's batch sampler; yields ``TagBatch``es.
 
@@ -141,11 +188,18 @@ class TaggedBatchSampler:
     ``num_spares(batch size)`` spare tags: samples drawn, deterministically from ``(seed,
     epoch, batch)``, out of the same epoch order. Spares are not read unless a
     sample of the batch fails.
+
+    The first ``start.batches`` batches of an epoch (counted from its start, so a
+    resumed epoch splits the same batches) go out in ``start.parts`` consecutive
+    parts (``EpochStart``); the parts carry no batch number (they travel outside
+    the staging ring), each has ``num_spares(part size)`` spares of its own, and
+    the batches after them are numbered as without parts.
     """
 
-    def __init__(self, batch_sampler: Any, state: EpochState) -> None:
+    def __init__(self, batch_sampler: Any, state: EpochState, start: EpochStart = EpochStart()) -> None:
         self.batch_sampler = batch_sampler
         self.state = state
+        self.start = start
         self._lock = threading.Lock()
         self._generation = 0
 
@@ -189,20 +243,31 @@ class TaggedBatchSampler:
             if b < skip:
                 pos += len(batch)
                 continue
-            with self._lock:
-                if self._generation != generation:
-                    return  # retired: its iterator was closed
-                seq = self.state.next_seq
-                self.state.next_seq += 1
-            tags = TagBatch(seed, epoch, seq, pos, batch, cpu_share=share)
+            parts = min(self.start.parts, len(batch) // START_PART_SAMPLES) if b < self.start.batches else 1
+            sizes = split_sizes(len(batch), parts) if parts > 1 else [len(batch)]
+            spares = num_spares(sizes[-1]) if parts > 1 else num_spares(len(batch))
+            picks: list[int] = []
             if order:
-                picks = _rng.uniform(_rng.sample_keys(seed, epoch, np.array([b])), 1 << 20,
-                                     num_spares(len(batch)))[0]
-                picks = [int(p) for p in (picks * len(order)).astype(np.int64)]
-                # spare positions live past the epoch's so their params differ from the original's
-                tags.spare_positions = [len(order) + p for p in picks]
-                tags.spare_indices = [order[p] for p in picks]
-            yield tags
+                drawn = _rng.uniform(_rng.sample_keys(seed, epoch, np.array([b])), 1 << 20, spares * len(sizes))[0]
+                picks = [int(p) for p in (drawn * len(order)).astype(np.int64)]
+            start = 0
+            for j, size in enumerate(sizes):
+                with self._lock:
+                    if self._generation != generation:
+                        return  # retired: its iterator was closed
+                    seq = -1
+                    if parts == 1:
+                        seq = self.state.next_seq
+                        self.state.next_seq += 1
+                tags = TagBatch(seed, epoch, seq, pos + start, batch[start:start + size], cpu_share=share,
+                                parts=parts if parts > 1 else 1)
+                if order:
+                    mine = picks[j * spares:(j + 1) * spares]
+                    # spare positions live past the epoch's so their params differ from the original's
+                    tags.spare_positions = [len(order) + p for p in mine]
+                    tags.spare_indices = [order[p] for p in mine]
+                yield tags
+                start += size
             pos += len(batch)
 
 

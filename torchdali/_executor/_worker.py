@@ -152,6 +152,9 @@ class PackedBatch:
     share_decode_s: float = 0.0
     slots: torch.Tensor | None = None  # [B, K, SLOT_WIDTH] augment program slots (None: no program)
     batch_values: dict = field(default_factory=dict)  # batch-level drawn values
+    # > 1: one of that many consecutive parts of a batch (``_tags.EpochStart``), its bytes in
+    # ``blob`` and its targets not collated yet; ``merge_parts`` puts the batch together
+    parts: int = 1
 
     # Small tensors cross the worker queue as numpy arrays, pickled inline: a torch
     # tensor would travel as a shared-memory segment plus a file descriptor, whose
@@ -326,11 +329,15 @@ class PrepareBatch:
         windows = None
         if self.mode == "gpu" and self.roi:
             windows = decode_windows(drawn.params, shapes, (kinds == ENCODED) & (shapes[:, 2] < layout.PLANAR))
-        collated = self.delivery.collate_targets(targets) if has_target else None
+        parts = samples[0].tag.parts if self.mode == "gpu" else 1
+        if parts > 1:  # collated once the batch is whole again (merge_parts)
+            collated = targets
+        else:
+            collated = self.delivery.collate_targets(targets) if has_target else None
         batch = PackedBatch(seed=seed, epoch=epoch, indices=indices, positions=positions, paths=paths,
                             params=drawn.params, targets=collated, has_target=has_target,
                             first_position=samples[0].tag.position,
-                            spares=[t for t in spares if t not in used], skipped=skipped)
+                            spares=[t for t in spares if t not in used], skipped=skipped, parts=parts)
         batch.set_params(drawn)
         if self.mode == "cpu":
             batch.images = run_reference(self.plan, payloads, drawn, channels_last=self.channels_last)
@@ -369,6 +376,45 @@ class PrepareBatch:
         key = _rng.batch_key(batch.seed, batch.epoch, batch.first_position)
         batch.output = d.finish(batch.images, batch.targets, batch.has_target, key)
         batch.has_output, batch.images, batch.targets = True, None, None
+
+
+def merge_parts(parts: Sequence[PackedBatch], delivery: Delivery) -> PackedBatch:
+    """One batch from its consecutive parts (GPU path; ``_tags.EpochStart``), as the batch
+    would have been packed whole: samples, parameters and bytes in order, the targets
+    collated, the unused spares and replaced samples of every part.
+
+    Parts travel with their bytes in ``blob`` (they take no staging-ring slot), so the
+    batch's bytes are one ``blob`` too.
+    """
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    if any(p.images is not None or p.blob is None for p in parts):
+        raise ValueError("merge_parts takes packed parts of a GPU-path batch, with their bytes in blob")
+    if any(p.batch_values for p in parts):
+        raise ValueError("merge_parts: batch-level values are drawn per batch and cannot be merged from parts")
+    cat = np.concatenate
+    lengths = cat([p.lengths for p in parts])
+    offsets = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=offsets[1:])
+    has_target = all(p.has_target for p in parts)
+    targets = delivery.collate_targets([t for p in parts for t in p.targets]) if has_target else None
+    batch = PackedBatch(
+        seed=first.seed, epoch=first.epoch, indices=cat([p.indices for p in parts]),
+        positions=cat([p.positions for p in parts]), paths=[x for p in parts for x in p.paths],
+        params=torch.cat([p.params for p in parts]), targets=targets, has_target=has_target,
+        blob=torch.cat([p.blob for p in parts]), kinds=cat([p.kinds for p in parts]), offsets=offsets,
+        lengths=lengths, shapes=cat([p.shapes for p in parts]), hints=cat([p.hints for p in parts]),
+        scan_starts=cat([p.scan_starts for p in parts]), first_position=first.first_position,
+        spares=[t for p in parts for t in p.spares], skipped=[s for p in parts for s in p.skipped],
+        seconds=sum(p.seconds for p in parts), share_decoded=sum(p.share_decoded for p in parts),
+        share_decode_s=sum(p.share_decode_s for p in parts),
+        slots=None if first.slots is None else torch.cat([p.slots for p in parts]))
+    if any(p.rois is not None for p in parts):  # a part without windows decodes its images whole
+        batch.rois = cat([p.rois if p.rois is not None else np.tile(np.array([0, 0, -1, -1], dtype=np.int64),
+                                                                    (len(p.indices), 1)) for p in parts])
+        batch.frames = cat([p.frames if p.frames is not None else p.shapes[:, :2].copy() for p in parts])
+    return batch
 
 
 ROI_MARGIN = 16  # pixels kept around the clamp region: chroma upsampling reads 1-2 beyond a pixel

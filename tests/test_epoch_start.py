@@ -1,0 +1,216 @@
+"""An epoch's first batches go to the workers in parts (``_tags.EpochStart``), and the
+staging thread puts them back together (``_worker.merge_parts``): the batch must be
+the one a worker would have packed whole."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import torchdali as td
+from torchdali import transforms as T
+from torchdali._executor import _tags
+from torchdali._executor._deliver import Delivery
+from torchdali._executor._tags import (EpochStart, EpochState, TagBatch, TaggedBatchSampler, TaggedDataset,
+                                       num_spares, plan_epoch_start, split_sizes)
+from torchdali._executor._worker import PrepareBatch, merge_parts
+from torchdali.transforms._plan import compile_transforms
+
+from ._helpers import make_folder
+
+
+def test_plan_epoch_start_gives_each_worker_a_part_of_the_first_batches():
+    assert plan_epoch_start(256, 16, 2) == EpochStart(2, 16)  # the workers' first 32 tasks are parts
+    assert plan_epoch_start(256, 16, 2, rounds=2) == EpochStart(4, 16)
+    assert plan_epoch_start(256, 3, 2) == EpochStart(2, 3)
+    assert plan_epoch_start(64, 16, 4) == EpochStart(16, 4)  # parts of at least 16 samples
+    assert plan_epoch_start(256, 16, 2, rounds=0) == EpochStart()
+    for args in [(256, 1, 2), (256, 0, None), (16, 8, 2), (None, 8, 2)]:
+        assert plan_epoch_start(*args).parts == 1, args
+
+
+def test_split_sizes():
+    assert split_sizes(256, 16) == [16] * 16
+    assert split_sizes(50, 3) == [17, 17, 16]
+    assert sum(split_sizes(1001, 7)) == 1001
+
+
+def _tags_of(sampler):
+    return [list(tb) for tb in sampler]
+
+
+def test_the_first_batches_go_in_parts_and_cover_the_same_samples():
+    batches = torch.utils.data.BatchSampler(torch.randperm(200, generator=torch.Generator().manual_seed(0)).tolist(),
+                                            64, False)
+    whole = list(TaggedBatchSampler(batches, EpochState()))
+    split = list(TaggedBatchSampler(batches, EpochState(), EpochStart(2, 4)))
+    assert [len(tb) for tb in whole] == [64, 64, 64, 8]
+    assert [(len(tb), tb.parts, tb.seq) for tb in split] == [(16, 4, -1)] * 8 + [(64, 1, 0), (8, 1, 1)]
+    flat = [(t.position, t.index) for tb in split for t in tb]
+    assert flat == [(t.position, t.index) for tb in whole for t in tb]
+    assert all(t.parts == 4 for tb in split[:8] for t in tb)
+    # parts carry no batch number: the ring's numbering goes on after them as without parts
+    state = EpochState()
+    sampler = TaggedBatchSampler(batches, state, EpochStart(2, 4))
+    list(sampler)
+    assert state.next_seq == 2
+
+
+def test_a_short_batch_is_split_into_fewer_parts_or_none():
+    batches = torch.utils.data.BatchSampler(range(40), 32, False)  # 32 and 8
+    got = list(TaggedBatchSampler(batches, EpochState(), EpochStart(4, 16)))
+    assert [(len(tb), tb.parts) for tb in got] == [(16, 2), (16, 2), (8, 1)]
+
+
+def test_parts_have_spares_of_their_own_and_whole_batches_keep_theirs():
+    batches = torch.utils.data.BatchSampler(range(300), 64, False)
+    whole = list(TaggedBatchSampler(batches, EpochState(seed=5, spares=True)))
+    split = list(TaggedBatchSampler(batches, EpochState(seed=5, spares=True), EpochStart(2, 4)))
+    parts = split[:8]
+    assert all(len(tb.spare_indices) == num_spares(16) for tb in parts)
+    for b in range(2):  # the parts of one batch never share a spare draw
+        picks = [p for tb in parts[4 * b:4 * b + 4] for p in tb.spare_positions]
+        assert len(picks) == 4 * num_spares(16)
+    rest_whole, rest_split = whole[2:], split[8:]
+    assert [(tb.spare_positions, tb.spare_indices) for tb in rest_split] == \
+        [(tb.spare_positions, tb.spare_indices) for tb in rest_whole]
+    # a resumed epoch splits (and draws for) the same batches: batch 1 is still in parts
+    resumed = list(TaggedBatchSampler(batches, EpochState(seed=5, spares=True, skip_batches=1), EpochStart(2, 4)))
+    assert [(list(tb.indices), tb.spare_indices, tb.parts) for tb in resumed] == \
+        [(list(tb.indices), tb.spare_indices, tb.parts) for tb in split[4:]]
+
+
+def test_a_tag_batch_pickles_with_its_parts():
+    import pickle
+
+    tb = TagBatch(1, 2, -1, 16, [3, 4, 5], [900], [7], 0.25, parts=4)
+    back = pickle.loads(pickle.dumps(tb))
+    assert list(back) == list(tb) and back.parts == 4 and back[3].spare and back[0].parts == 4
+
+
+FIELDS = ("seed", "epoch", "indices", "positions", "paths", "params", "targets", "has_target", "blob", "kinds",
+          "offsets", "lengths", "shapes", "hints", "rois", "frames", "scan_starts", "first_position", "slots",
+          "batch_values", "skipped", "share_decoded", "images")
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype \
+            and torch.equal(a, b)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype \
+            and np.array_equal(a, b)
+    return a == b
+
+
+def _pack(prepare, ds, tb):
+    return prepare(TaggedDataset(ds).__getitems__(tb))
+
+
+@pytest.mark.parametrize("recipe,options", [
+    ("train", dict()),
+    ("train", dict(roi=True)),  # windows: the RGB path's region decode
+    ("colour", dict(planar=True)),
+    ("val", dict(planar=True)),
+])
+def test_merged_parts_equal_the_batch_packed_whole(tmp_path, recipe, options):
+    """Every field the executor reads, compared with a worker packing the batch whole;
+    the folder mixes 4:2:0 and 4:4:4 JPEGs, odd sizes and a PNG (decoded in the worker)."""
+    from PIL import Image
+
+    folder = make_folder(tmp_path, n=50, lo=40, hi=300, every_444=3)
+    Image.fromarray(np.full((37, 41, 3), 90, np.uint8)).save(os.path.join(folder, "c0", "0100.png"))
+    tf = {"train": T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip()]),
+          "colour": T.Compose([T.RandomResizedCrop(32), T.ColorJitter(0.4, 0.4, 0.4)]),
+          "val": T.Compose([T.Resize(36), T.CenterCrop(32)])}[recipe]
+    ds = td.datasets.ImageFolder(folder)
+    prepare = PrepareBatch(compile_transforms(tf), "gpu", delivery=Delivery(), **options)
+    batches = torch.utils.data.BatchSampler(torch.randperm(len(ds), generator=torch.Generator().manual_seed(2)).tolist(),
+                                            48, False)
+    state = dict(seed=9, epoch=3, cpu_share=0.25)
+    whole = next(iter(TaggedBatchSampler(batches, EpochState(**state))))
+    parts = [tb for tb in TaggedBatchSampler(batches, EpochState(**state), EpochStart(1, 3)) if tb.parts > 1]
+    assert [len(tb) for tb in parts] == [16, 16, 16]
+    expected = _pack(prepare, ds, whole)
+    packed = [_pack(prepare, ds, tb) for tb in parts]
+    assert all(p.parts == 3 and isinstance(p.targets, list) and p.blob is not None for p in packed)
+    got = merge_parts(packed, Delivery())
+    assert got.parts == 1
+    assert expected.share_decoded > 0 and 1 in expected.kinds.tolist()  # the CPU's share and the PNG: pixels
+    for name in FIELDS:
+        assert _equal(getattr(got, name), getattr(expected, name)), name
+    if options.get("roi"):
+        assert got.rois is not None  # some RandomResizedCrop windows were small enough to decode alone
+
+
+def test_a_user_collate_fn_gets_the_targets_of_every_part(tmp_path):
+    folder = make_folder(tmp_path, n=12, lo=40, hi=80)
+    ds = td.datasets.ImageFolder(folder)
+    prepare = PrepareBatch(compile_transforms(T.Compose([T.CenterCrop(16)])), "gpu",
+                           delivery=Delivery(collate_fn=lambda samples: samples))
+    batches = torch.utils.data.BatchSampler(range(12), 12, False)
+    parts = list(TaggedBatchSampler(batches, EpochState(), EpochStart(1, 3)))
+    got = merge_parts([_pack(prepare, ds, tb) for tb in parts], Delivery(collate_fn=lambda samples: samples))
+    assert got.targets == [ds.samples[i][1] for i in range(12)]  # left for the user's collate_fn, in order
+
+
+def test_a_bad_file_in_a_part_is_replaced_from_that_parts_spares(tmp_path):
+    folder = make_folder(tmp_path, n=40, lo=40, hi=80)
+    ds = td.datasets.ImageFolder(folder)
+    bad = 20  # in the second part
+    with open(ds.samples[bad][0], "wb") as f:
+        f.write(b"\xff\xd8 not a jpeg")
+    prepare = PrepareBatch(compile_transforms(T.Compose([T.CenterCrop(16)])), "gpu", on_error="skip", dataset=ds)
+    batches = torch.utils.data.BatchSampler(range(40), 32, False)
+    parts = [tb for tb in TaggedBatchSampler(batches, EpochState(spares=True), EpochStart(1, 2)) if tb.parts > 1]
+    packed = [_pack(prepare, ds, tb) for tb in parts]
+    got = merge_parts(packed, Delivery())
+    assert len(got.indices) == 32 and bad not in got.indices.tolist()
+    assert [s.index for s in got.skipped] == [bad] and got.skipped[0].path == ds.samples[bad][0]
+    replacement = got.indices[bad]
+    assert replacement in parts[1].spare_indices
+    assert got.positions[bad] >= len(ds)  # the spare's own position: its params differ from the original's
+    used = next(t for t in parts[1] if t.spare and t.position == got.positions[bad])
+    assert got.spares == [t for tb in parts for t in tb if t.spare and t != used]  # the unused ones, in order
+
+
+def test_merge_refuses_what_it_cannot_put_together(tmp_path):
+    folder = make_folder(tmp_path, n=32, lo=40, hi=80)
+    ds = td.datasets.ImageFolder(folder)
+    plan = compile_transforms(T.Compose([T.CenterCrop(16)]))
+    parts = list(TaggedBatchSampler(torch.utils.data.BatchSampler(range(32), 32, False), EpochState(),
+                                    EpochStart(1, 2)))
+    assert len(parts) == 2
+    cpu = [_pack(PrepareBatch(plan, "cpu"), ds, tb) for tb in parts]
+    with pytest.raises(ValueError, match="GPU-path batch"):
+        merge_parts(cpu, Delivery())
+
+
+def test_the_loader_plans_parts_only_where_the_staging_thread_merges_them(tmp_path, monkeypatch):
+    folder = make_folder(tmp_path, n=8, lo=40, hi=80)
+    ds = td.datasets.ImageFolder(folder)
+    tf = T.Compose([T.CenterCrop(16)])
+    monkeypatch.setattr(_tags, "START_PART_SAMPLES", 2)
+    cpu = td.DataLoader(ds, batch_size=8, num_workers=2, transforms=tf, device="cpu")
+    assert cpu._inner_loader().batch_sampler.start == EpochStart()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the plan only: nothing runs
+    gpu = td.DataLoader(ds, batch_size=8, num_workers=2, transforms=tf, device="cuda")
+    assert gpu._inner_loader().batch_sampler.start == EpochStart(2, 2)
+    one = td.DataLoader(ds, batch_size=8, num_workers=1, transforms=tf, device="cuda")
+    assert one._inner_loader().batch_sampler.start == EpochStart()
+    for loader in (cpu, gpu, one):
+        loader.close()
+
+
+def test_every_field_of_a_packed_batch_is_compared_or_known_to_differ():
+    import dataclasses
+
+    from torchdali._executor._worker import PackedBatch
+
+    differ = {"spares",  # dealt per part: compared in the spares tests above
+              "seq", "ring_seq", "parts",  # a merged batch has no ring slot of its own
+              "seconds", "share_decode_s",  # timings
+              "scan_check", "output", "has_output"}  # set later, in the main process or on the CPU path
+    assert {f.name for f in dataclasses.fields(PackedBatch)} == set(FIELDS) | differ
