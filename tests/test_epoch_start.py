@@ -21,13 +21,15 @@ from torchdali.transforms._plan import compile_transforms
 from ._helpers import make_folder
 
 
-def test_plan_epoch_start_gives_each_worker_a_part_of_the_first_batches():
-    assert plan_epoch_start(256, 16, 2) == EpochStart(2, 16)  # the workers' first 32 tasks are parts
-    assert plan_epoch_start(256, 16, 2, rounds=2) == EpochStart(4, 16)
-    assert plan_epoch_start(256, 3, 2) == EpochStart(2, 3)
-    assert plan_epoch_start(64, 16, 4) == EpochStart(16, 4)  # parts of at least 16 samples
-    assert plan_epoch_start(256, 16, 2, rounds=0) == EpochStart()
-    for args in [(256, 1, 2), (256, 0, None), (16, 8, 2), (None, 8, 2)]:
+def test_plan_epoch_start_spreads_the_first_batches_over_the_workers_first_round():
+    assert plan_epoch_start(256, 16) == EpochStart(4, 4)  # 16 parts of 64: one per worker
+    assert plan_epoch_start(256, 16, batches=2) == EpochStart(2, 8)
+    assert plan_epoch_start(256, 32) == EpochStart(4, 8)
+    assert plan_epoch_start(256, 8) == EpochStart(4, 2)
+    assert plan_epoch_start(256, 3) == EpochStart(1, 3)  # too few workers for more batches
+    assert plan_epoch_start(32, 16) == EpochStart(4, 2)  # parts of at least 16 samples
+    assert plan_epoch_start(256, 16, batches=0) == EpochStart()
+    for args in [(256, 1), (256, 0), (16, 8), (None, 8)]:
         assert plan_epoch_start(*args).parts == 1, args
 
 
@@ -47,15 +49,13 @@ def test_the_first_batches_go_in_parts_and_cover_the_same_samples():
     whole = list(TaggedBatchSampler(batches, EpochState()))
     split = list(TaggedBatchSampler(batches, EpochState(), EpochStart(2, 4)))
     assert [len(tb) for tb in whole] == [64, 64, 64, 8]
-    assert [(len(tb), tb.parts, tb.seq) for tb in split] == [(16, 4, -1)] * 8 + [(64, 1, 0), (8, 1, 1)]
+    # the parts of a batch share its number, and so its staging-ring slot
+    assert [(len(tb), tb.parts, tb.part, tb.seq) for tb in split] == \
+        [(16, 4, j, b) for b in range(2) for j in range(4)] + [(64, 1, 0, 2), (8, 1, 0, 3)]
+    assert [tb.seq for tb in whole] == [0, 1, 2, 3]
     flat = [(t.position, t.index) for tb in split for t in tb]
     assert flat == [(t.position, t.index) for tb in whole for t in tb]
-    assert all(t.parts == 4 for tb in split[:8] for t in tb)
-    # parts carry no batch number: the ring's numbering goes on after them as without parts
-    state = EpochState()
-    sampler = TaggedBatchSampler(batches, state, EpochStart(2, 4))
-    list(sampler)
-    assert state.next_seq == 2
+    assert all(t.parts == 4 and t.part == k % 4 for k, tb in enumerate(split[:8]) for t in tb)
 
 
 def test_a_short_batch_is_split_into_fewer_parts_or_none():
@@ -85,12 +85,13 @@ def test_parts_have_spares_of_their_own_and_whole_batches_keep_theirs():
 def test_a_tag_batch_pickles_with_its_parts():
     import pickle
 
-    tb = TagBatch(1, 2, -1, 16, [3, 4, 5], [900], [7], 0.25, parts=4)
+    tb = TagBatch(1, 2, 6, 16, [3, 4, 5], [900], [7], 0.25, parts=4, part=2)
     back = pickle.loads(pickle.dumps(tb))
-    assert list(back) == list(tb) and back.parts == 4 and back[3].spare and back[0].parts == 4
+    assert list(back) == list(tb) and (back.parts, back.part) == (4, 2) and back[3].spare
+    assert (back[0].parts, back[0].part, back[3].part) == (4, 2, 2)
 
 
-FIELDS = ("seed", "epoch", "indices", "positions", "paths", "params", "targets", "has_target", "blob", "kinds",
+FIELDS = ("seed", "epoch", "seq", "indices", "positions", "paths", "params", "targets", "has_target", "blob", "kinds",
           "offsets", "lengths", "shapes", "hints", "rois", "frames", "scan_starts", "first_position", "slots",
           "batch_values", "skipped", "share_decoded", "images")
 
@@ -137,7 +138,7 @@ def test_merged_parts_equal_the_batch_packed_whole(tmp_path, recipe, options):
     packed = [_pack(prepare, ds, tb) for tb in parts]
     assert all(p.parts == 3 and isinstance(p.targets, list) and p.blob is not None for p in packed)
     got = merge_parts(packed, Delivery())
-    assert got.parts == 1
+    assert got.parts == 1 and got.ring_seq == expected.ring_seq == -1
     assert expected.share_decoded > 0 and 1 in expected.kinds.tolist()  # the CPU's share and the PNG: pixels
     for name in FIELDS:
         assert _equal(getattr(got, name), getattr(expected, name)), name
@@ -197,7 +198,7 @@ def test_the_loader_plans_parts_only_where_the_staging_thread_merges_them(tmp_pa
     assert cpu._inner_loader().batch_sampler.start == EpochStart()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the plan only: nothing runs
     gpu = td.DataLoader(ds, batch_size=8, num_workers=2, transforms=tf, device="cuda")
-    assert gpu._inner_loader().batch_sampler.start == EpochStart(2, 2)
+    assert gpu._inner_loader().batch_sampler.start == EpochStart(1, 2)
     one = td.DataLoader(ds, batch_size=8, num_workers=1, transforms=tf, device="cuda")
     assert one._inner_loader().batch_sampler.start == EpochStart()
     for loader in (cpu, gpu, one):
@@ -210,7 +211,59 @@ def test_every_field_of_a_packed_batch_is_compared_or_known_to_differ():
     from torchdali._executor._worker import PackedBatch
 
     differ = {"spares",  # dealt per part: compared in the spares tests above
-              "seq", "ring_seq", "parts",  # a merged batch has no ring slot of its own
+              "ring_seq", "parts",  # compared in the ring tests
               "seconds", "share_decode_s",  # timings
               "scan_check", "output", "has_output"}  # set later, in the main process or on the CPU path
     assert {f.name for f in dataclasses.fields(PackedBatch)} == set(FIELDS) | differ
+
+
+def _ring_case(tmp_path, n, batch, parts, slot_bytes=None):
+    from torchdali._executor._ring import HostRing
+
+    folder = make_folder(tmp_path, n=n, lo=40, hi=300, seed=4)
+    ds = td.datasets.ImageFolder(folder)
+    plan = compile_transforms(T.Compose([T.RandomResizedCrop(32)]))
+    batches = torch.utils.data.BatchSampler(range(n), batch, False)
+    whole = next(iter(TaggedBatchSampler(batches, EpochState())))
+    split = [tb for tb in TaggedBatchSampler(batches, EpochState(), EpochStart(1, parts)) if tb.parts > 1]
+    expected = _pack(PrepareBatch(plan, "gpu"), ds, whole)  # a blob
+    ring = HostRing(3, slot_bytes or 2 * int(expected.blob.numel()))
+    packed = [_pack(PrepareBatch(plan, "gpu", ring=ring), ds, tb) for tb in split]
+    return ds, ring, expected, packed
+
+
+def test_parts_write_into_their_share_of_the_batchs_ring_slot(tmp_path):
+    from torchdali._executor._worker import RING_PART_ALIGN
+
+    ds, ring, expected, packed = _ring_case(tmp_path, n=48, batch=48, parts=3)
+    region = ring.slot_bytes // 3 // RING_PART_ALIGN * RING_PART_ALIGN
+    assert [(p.seq, p.ring_seq, p.blob) for p in packed] == [(0, 0, None)] * 3
+    assert [int(p.offsets[0]) for p in packed] == [0, region, 2 * region]
+    got = merge_parts(packed, Delivery(), ring)
+    assert got.ring_seq == got.seq == 0 and got.blob is None
+    slot = ring.slot(0)
+    for i in range(len(got.indices)):  # every image's bytes where the offsets say, as packed whole
+        o, n, eo = int(got.offsets[i]), int(got.lengths[i]), int(expected.offsets[i])
+        assert torch.equal(slot[o:o + n], expected.blob[eo:eo + n]), i
+    for name in set(FIELDS) - {"offsets", "blob"}:
+        assert _equal(getattr(got, name), getattr(expected, name)), name
+    ring.close()
+
+
+def test_a_part_too_large_for_its_share_travels_as_a_blob_and_the_batch_as_one(tmp_path):
+    ds, ring, expected, packed = _ring_case(tmp_path, n=32, batch=32, parts=2)
+    totals = sorted(int(p.lengths.sum()) for p in packed)
+    ring.close()
+    # a share between the two parts' sizes: the smaller part fits, the larger does not
+    ds, ring, expected, packed = _ring_case(tmp_path / "again", n=32, batch=32, parts=2,
+                                            slot_bytes=2 * (totals[0] + totals[1]) // 2 + 8192)
+    region = ring.slot_bytes // 2 // 4096 * 4096
+    assert totals[0] <= region < totals[1], (totals, region)
+    assert sorted(p.ring_seq for p in packed) == [-1, 0]
+    got = merge_parts(packed, Delivery(), ring)
+    assert got.seq == 0 and got.ring_seq == -1  # one blob; the slot is still the batch's, released in turn
+    for name in FIELDS:
+        assert _equal(getattr(got, name), getattr(expected, name)), name
+    with pytest.raises(ValueError, match="no ring"):
+        merge_parts(packed, Delivery())
+    ring.close()

@@ -499,7 +499,7 @@ class DataLoader(tud.DataLoader):
             start = EpochStart()
             if mode == "gpu" and (not _HAS_IN_ORDER or self.in_order):  # parts are put together in order
                 start = plan_epoch_start(self.batch_size or getattr(self.batch_sampler, "batch_size", None),
-                                         self.num_workers, self.prefetch_factor)
+                                         self.num_workers)
             inner = tud.DataLoader(TaggedDataset(self.dataset, records),
                                    batch_sampler=TaggedBatchSampler(self.batch_sampler, self._epoch_state, start),
                                    **kwargs)

@@ -253,11 +253,12 @@ class GpuIterator:
                 raise RuntimeError(f"torchdali: the epoch ended after {len(parts)} of the {first.parts} parts of "
                                    f"the batch at position {first.first_position}") from None
             prev = parts[-1]
-            if part.parts != first.parts or part.first_position != prev.first_position + len(prev.indices):
+            if part.parts != first.parts or part.seq != first.seq \
+                    or part.first_position != prev.first_position + len(prev.indices):
                 raise RuntimeError(f"torchdali: a part of the batch at position {first.first_position} arrived "
                                    f"out of order (at position {part.first_position}, {part.parts} parts)")
             parts.append(part)
-        return merge_parts(parts, self._loader._delivery)
+        return merge_parts(parts, self._loader._delivery, self._executor.staging.ring)
 
     def _exec_loop(self) -> None:
         """Executor thread: ``_staged`` -> decode + kernel -> the prefetch queue."""

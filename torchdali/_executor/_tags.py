@@ -41,7 +41,7 @@ class SampleTag(NamedTuple):
     fraction of JPEGs the workers decode on the CPU (GPU path; see
     ``_worker.cpu_share_member``). ``parts`` is the number of parts the sample's
     batch was split into at the start of an epoch (1: sent whole; see
-    ``TaggedBatchSampler``).
+    ``TaggedBatchSampler``), ``part`` which of them holds it.
     """
 
     seed: int
@@ -52,6 +52,7 @@ class SampleTag(NamedTuple):
     seq: int = -1
     cpu_share: float = 0.0
     parts: int = 1
+    part: int = 0
 
 
 @dataclass(slots=True)
@@ -72,22 +73,23 @@ class TagBatch:
     spare_positions: Sequence[int] = ()
     spare_indices: Sequence[int] = ()
     cpu_share: float = 0.0
-    parts: int = 1  # > 1: this is one of that many consecutive parts of one batch
+    parts: int = 1  # > 1: this is part ``part`` of that many consecutive parts of one batch
+    part: int = 0
 
     def __reduce__(self) -> tuple:
         return TagBatch, (self.seed, self.epoch, self.seq, self.first_position, self.indices,
-                          self.spare_positions, self.spare_indices, self.cpu_share, self.parts)
+                          self.spare_positions, self.spare_indices, self.cpu_share, self.parts, self.part)
 
     def __len__(self) -> int:
         return len(self.indices) + len(self.spare_indices)
 
     def __iter__(self) -> Iterator[SampleTag]:
-        seed, epoch, seq, pos, share, parts = (self.seed, self.epoch, self.seq, self.first_position,
-                                               self.cpu_share, self.parts)
+        seed, epoch, seq, pos, share, parts, part = (self.seed, self.epoch, self.seq, self.first_position,
+                                                     self.cpu_share, self.parts, self.part)
         for i, idx in enumerate(self.indices):
-            yield SampleTag(seed, epoch, pos + i, idx, False, seq, share, parts)
+            yield SampleTag(seed, epoch, pos + i, idx, False, seq, share, parts, part)
         for p, idx in zip(self.spare_positions, self.spare_indices):
-            yield SampleTag(seed, epoch, p, idx, True, seq, share, parts)
+            yield SampleTag(seed, epoch, p, idx, True, seq, share, parts, part)
 
     def __getitem__(self, k: int) -> SampleTag:
         n = len(self.indices)
@@ -97,9 +99,9 @@ class TagBatch:
             raise IndexError(f"TagBatch index {k} out of range for {len(self)} tags")
         if k < n:
             return SampleTag(self.seed, self.epoch, self.first_position + k, self.indices[k], False, self.seq,
-                             self.cpu_share, self.parts)
+                             self.cpu_share, self.parts, self.part)
         return SampleTag(self.seed, self.epoch, self.spare_positions[k - n], self.spare_indices[k - n], True,
-                         self.seq, self.cpu_share, self.parts)
+                         self.seq, self.cpu_share, self.parts, self.part)
 
 
 class TaggedSample(NamedTuple):
@@ -140,39 +142,42 @@ class EpochState:
 
 
 START_PART_SAMPLES = 16  # the smallest part an epoch's first batches are split into
-START_ROUNDS = 1  # an epoch's first batches in parts fill this many rounds of the workers' prefetch
+START_BATCHES = 4  # an epoch starts with this many batches in parts (with at least 2 workers per batch)
 
 
 class EpochStart(NamedTuple):
     """How the first batches of an epoch go to the workers: the first ``batches`` of
     them in ``parts`` parts each (``parts`` 1: every batch whole).
 
-    A worker builds a batch alone, and an epoch's first batch can only be decoded once
-    a worker has read and packed all of it (about 35 ms for 256 photographs, with every
-    worker starting at once), while the GPU waits. Sent in parts to several workers,
-    the first batches are ready when their slowest part is; the staging thread puts
-    the parts back together (``_worker.merge_parts``). Later batches go whole: by then
-    the workers are ahead of the GPU, and a whole batch costs the main process one
-    hand-over instead of ``parts``.
+    A worker builds a batch alone, and at the start of an epoch every worker starts
+    one at once: the first batch can only be decoded once a worker has read and
+    packed all of it (about 35 ms for 256 photographs alone, up to 70 ms with every
+    worker busy), while the GPU waits. Instead, the workers' first round of tasks
+    (one each) builds the first ``batches`` batches in parts, so they are ready when
+    a part is; the workers' next tasks are whole batches, which are ready by the
+    time the executor is through the first ones (about 11 ms a batch). The parts
+    write their bytes into their batch's staging-ring slot, each into its own
+    ``1 / parts`` of it, and the staging thread puts the batch back together from
+    the parts' metadata (``_worker.merge_parts``). Later batches go whole: a whole
+    batch costs the main process one hand-over instead of ``parts``.
     """
 
     batches: int = 0
     parts: int = 1
 
 
-def plan_epoch_start(batch_size: int | None, num_workers: int, prefetch_factor: int | None,
-                     rounds: int | None = None) -> EpochStart:
-    """Parts of at least ``START_PART_SAMPLES`` samples, one per worker, for as many
-    batches as fill ``rounds`` (default ``START_ROUNDS``) rounds of the workers'
-    prefetch (``num_workers * prefetch_factor`` tasks each)."""
-    if not batch_size or num_workers < 2:
+def plan_epoch_start(batch_size: int | None, num_workers: int, batches: int | None = None) -> EpochStart:
+    """``batches`` (default ``START_BATCHES``) in as many parts each as spreads them over
+    the workers' first round, each part of at least ``START_PART_SAMPLES`` samples and
+    each batch in 2 parts at least; fewer batches where the workers are too few."""
+    batches = START_BATCHES if batches is None else batches
+    if not batch_size or num_workers < 2 or batches <= 0:
         return EpochStart()
-    parts = min(num_workers, batch_size // START_PART_SAMPLES)
+    batches = min(batches, num_workers // 2)
+    parts = min(num_workers // batches, batch_size // START_PART_SAMPLES)
     if parts < 2:
         return EpochStart()
-    rounds = START_ROUNDS if rounds is None else rounds
-    tasks = max(rounds, 0) * num_workers * (prefetch_factor or 2)
-    return EpochStart(-(-tasks // parts), parts) if tasks else EpochStart()
+    return EpochStart(batches, parts)
 
 
 def split_sizes(n: int, parts: int) -> list[int]:
@@ -191,9 +196,8 @@ class TaggedBatchSampler:
 
     The first ``start.batches`` batches of an epoch (counted from its start, so a
     resumed epoch splits the same batches) go out in ``start.parts`` consecutive
-    parts (``EpochStart``); the parts carry no batch number (they travel outside
-    the staging ring), each has ``num_spares(part size)`` spares of its own, and
-    the batches after them are numbered as without parts.
+    parts (``EpochStart``); the parts of a batch share its number (and so its
+    staging-ring slot), and each has ``num_spares(part size)`` spares of its own.
     """
 
     def __init__(self, batch_sampler: Any, state: EpochState, start: EpochStart = EpochStart()) -> None:
@@ -251,16 +255,16 @@ class TaggedBatchSampler:
                 drawn = _rng.uniform(_rng.sample_keys(seed, epoch, np.array([b])), 1 << 20, spares * len(sizes))[0]
                 picks = [int(p) for p in (drawn * len(order)).astype(np.int64)]
             start = 0
+            seq = -1
             for j, size in enumerate(sizes):
                 with self._lock:
                     if self._generation != generation:
                         return  # retired: its iterator was closed
-                    seq = -1
-                    if parts == 1:
+                    if j == 0:
                         seq = self.state.next_seq
                         self.state.next_seq += 1
                 tags = TagBatch(seed, epoch, seq, pos + start, batch[start:start + size], cpu_share=share,
-                                parts=parts if parts > 1 else 1)
+                                parts=len(sizes), part=j)
                 if order:
                     mine = picks[j * spares:(j + 1) * spares]
                     # spare positions live past the epoch's so their params differ from the original's

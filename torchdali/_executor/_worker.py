@@ -22,6 +22,8 @@ from ..transforms._plan import BatchParams, Plan, run_reference, to_hwc
 from ._deliver import Delivery
 from ._tags import SampleTag, TaggedSample, sample_path
 
+RING_PART_ALIGN = 4096  # where a part of a batch starts in its batch's staging-ring slot
+
 # Sample kinds inside a packed batch.
 ENCODED = 0  # encoded image bytes, to be decoded (GPU path)
 RAW = 1  # already decoded HWC uint8 pixels
@@ -353,8 +355,13 @@ class PrepareBatch:
             # blob): slot ownership passes from batch to batch in order, so a release can
             # never free a slot that an earlier batch is still being decoded from.
             slot = self.ring.acquire(seq) if self.ring is not None and seq >= 0 else None
-            if slot is not None and 0 < total <= self.ring.slot_bytes:
-                torch.cat(flat, out=slot[:total])
+            base, room = 0, self.ring.slot_bytes if slot is not None else 0
+            if parts > 1 and slot is not None:  # a part of a batch: its own share of the batch's slot
+                room = self.ring.slot_bytes // parts // RING_PART_ALIGN * RING_PART_ALIGN
+                base = samples[0].tag.part * room
+            if slot is not None and 0 < total <= room:
+                torch.cat(flat, out=slot[base:base + total])
+                offsets += base
                 batch.ring_seq = seq
             else:
                 batch.blob = torch.cat(flat) if n else torch.empty(0, dtype=torch.uint8)
@@ -378,34 +385,54 @@ class PrepareBatch:
         batch.has_output, batch.images, batch.targets = True, None, None
 
 
-def merge_parts(parts: Sequence[PackedBatch], delivery: Delivery) -> PackedBatch:
+def merge_parts(parts: Sequence[PackedBatch], delivery: Delivery, ring: Any = None) -> PackedBatch:
     """One batch from its consecutive parts (GPU path; ``_tags.EpochStart``), as the batch
     would have been packed whole: samples, parameters and bytes in order, the targets
     collated, the unused spares and replaced samples of every part.
 
-    Parts travel with their bytes in ``blob`` (they take no staging-ring slot), so the
-    batch's bytes are one ``blob`` too.
+    The parts share their batch's number and staging-ring slot, each with its bytes in
+    its own share of the slot, where they stay: the batch is the parts' metadata put
+    together. A part too large for its share travels as a blob; then the batch's bytes
+    are copied into one blob (the batch keeps its number, so its slot is released in
+    turn).
     """
     if len(parts) == 1:
         return parts[0]
     first = parts[0]
-    if any(p.images is not None or p.blob is None for p in parts):
-        raise ValueError("merge_parts takes packed parts of a GPU-path batch, with their bytes in blob")
+    if any(p.images is not None or p.kinds is None for p in parts):
+        raise ValueError("merge_parts takes packed parts of a GPU-path batch")
+    if any(p.seq != first.seq for p in parts):
+        raise ValueError(f"merge_parts: the parts belong to batches {sorted({p.seq for p in parts})}, not one")
     if any(p.batch_values for p in parts):
         raise ValueError("merge_parts: batch-level values are drawn per batch and cannot be merged from parts")
     cat = np.concatenate
     lengths = cat([p.lengths for p in parts])
-    offsets = np.zeros(len(lengths), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=offsets[1:])
+    blob, ring_seq = None, first.seq
+    if all(p.ring_seq >= 0 for p in parts):
+        offsets = cat([p.offsets for p in parts])
+    else:
+        chunks = []
+        for p in parts:
+            if p.ring_seq < 0:
+                chunks.append(p.blob)
+            elif len(p.offsets):
+                if ring is None:
+                    raise ValueError("merge_parts: a part's bytes are in the staging ring, and no ring was given")
+                chunks.append(ring.slot(p.ring_seq)[int(p.offsets[0]): int(p.offsets[-1] + p.lengths[-1])])
+        blob = torch.cat(chunks) if chunks else torch.empty(0, dtype=torch.uint8)
+        offsets = np.zeros(len(lengths), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=offsets[1:])
+        ring_seq = -1
     has_target = all(p.has_target for p in parts)
     targets = delivery.collate_targets([t for p in parts for t in p.targets]) if has_target else None
     batch = PackedBatch(
         seed=first.seed, epoch=first.epoch, indices=cat([p.indices for p in parts]),
         positions=cat([p.positions for p in parts]), paths=[x for p in parts for x in p.paths],
         params=torch.cat([p.params for p in parts]), targets=targets, has_target=has_target,
-        blob=torch.cat([p.blob for p in parts]), kinds=cat([p.kinds for p in parts]), offsets=offsets,
+        blob=blob, kinds=cat([p.kinds for p in parts]), offsets=offsets,
         lengths=lengths, shapes=cat([p.shapes for p in parts]), hints=cat([p.hints for p in parts]),
-        scan_starts=cat([p.scan_starts for p in parts]), first_position=first.first_position,
+        scan_starts=cat([p.scan_starts for p in parts]), seq=first.seq, ring_seq=ring_seq,
+        first_position=first.first_position,
         spares=[t for p in parts for t in p.spares], skipped=[s for p in parts for s in p.skipped],
         seconds=sum(p.seconds for p in parts), share_decoded=sum(p.share_decoded for p in parts),
         share_decode_s=sum(p.share_decode_s for p in parts),
