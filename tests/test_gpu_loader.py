@@ -349,3 +349,36 @@ def test_an_epochs_first_batches_in_parts_give_the_same_batches(folder, monkeypa
     for k, (a, b) in enumerate(zip(got, expected)):
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]), k
     assert all(f > 0 for f in first) and len(first) == 3
+
+
+def test_files_found_bad_on_the_gpu_in_a_batch_made_of_parts_are_replaced(tmp_path, monkeypatch):
+    """Overwritten scan data (found by the GPU's scan check, after the parts were put together)
+    in a batch sent in parts and in a whole batch: both replaced from the batch's spares, every
+    other sample as in a loader that sends every batch whole."""
+    from torchdali._executor import _tags
+
+    root = make_folder(tmp_path / "c", n=40, classes=1, lo=60, hi=140)
+    ds = td.datasets.ImageFolder(root)
+    bad = [3, 30]  # batch 0 (in parts) and batch 3 (whole); no shuffle: position == index
+    for i in bad:
+        _overwrite_scan_middle(ds.samples[i][0])
+    monkeypatch.setattr(_tags, "START_PART_SAMPLES", 2)
+
+    def run(batches):
+        monkeypatch.setattr(_tags, "START_BATCHES", batches)
+        loader = td.DataLoader(ds, batch_size=8, num_workers=6, transforms=T.Resize((48, 48)), on_error="skip",
+                               persistent_workers=True)
+        start = loader._inner_loader().batch_sampler.start
+        out = [torch.cat([images.cpu() for images, _ in loader]) for _ in range(2)]
+        skipped = [e.skipped for e in loader.stats().epochs]
+        loader.close()
+        return out, start, skipped
+
+    whole, start, skipped = run(0)
+    assert start.parts == 1 and skipped == [2, 2]
+    split, start, skipped = run(2)
+    assert start == _tags.EpochStart(2, 3) and skipped == [2, 2]
+    keep = [i for i in range(40) if i not in bad]
+    for a, b in zip(split, whole):
+        assert a.shape == b.shape == (40, 3, 48, 48)
+        assert torch.equal(a[keep], b[keep])
