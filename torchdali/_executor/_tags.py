@@ -249,7 +249,7 @@ class TaggedBatchSampler:
                 continue
             parts = min(self.start.parts, len(batch) // START_PART_SAMPLES) if b < self.start.batches else 1
             sizes = split_sizes(len(batch), parts) if parts > 1 else [len(batch)]
-            spares = num_spares(sizes[-1]) if parts > 1 else num_spares(len(batch))
+            spares = num_spares(sizes[-1])  # per part (the last is the smallest)
             picks: list[int] = []
             if order:
                 drawn = _rng.uniform(_rng.sample_keys(seed, epoch, np.array([b])), 1 << 20, spares * len(sizes))[0]

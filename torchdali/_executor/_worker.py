@@ -155,7 +155,8 @@ class PackedBatch:
     slots: torch.Tensor | None = None  # [B, K, SLOT_WIDTH] augment program slots (None: no program)
     batch_values: dict = field(default_factory=dict)  # batch-level drawn values
     # > 1: one of that many consecutive parts of a batch (``_tags.EpochStart``), its bytes in
-    # ``blob`` and its targets not collated yet; ``merge_parts`` puts the batch together
+    # its own share of the batch's ring slot, its targets not collated yet; ``merge_parts``
+    # puts the batch together
     parts: int = 1
 
     # Small tensors cross the worker queue as numpy arrays, pickled inline: a torch
@@ -355,10 +356,12 @@ class PrepareBatch:
             # blob): slot ownership passes from batch to batch in order, so a release can
             # never free a slot that an earlier batch is still being decoded from.
             slot = self.ring.acquire(seq) if self.ring is not None and seq >= 0 else None
-            base, room = 0, self.ring.slot_bytes if slot is not None else 0
-            if parts > 1 and slot is not None:  # a part of a batch: its own share of the batch's slot
-                room = self.ring.slot_bytes // parts // RING_PART_ALIGN * RING_PART_ALIGN
-                base = samples[0].tag.part * room
+            base, room = 0, 0
+            if slot is not None:
+                room = self.ring.slot_bytes
+                if parts > 1:  # a part of a batch: its own share of the batch's slot
+                    room = room // parts // RING_PART_ALIGN * RING_PART_ALIGN
+                    base = samples[0].tag.part * room
             if slot is not None and 0 < total <= room:
                 torch.cat(flat, out=slot[base:base + total])
                 offsets += base
