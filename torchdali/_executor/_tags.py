@@ -248,7 +248,7 @@ class TaggedBatchSampler:
                 pos += len(batch)
                 continue
             parts = min(self.start.parts, len(batch) // START_PART_SAMPLES) if b < self.start.batches else 1
-            sizes = split_sizes(len(batch), parts) if parts > 1 else [len(batch)]
+            sizes = split_sizes(len(batch), max(parts, 1))  # [len(batch)]: sent whole
             spares = num_spares(sizes[-1])  # per part (the last is the smallest)
             picks: list[int] = []
             if order:
