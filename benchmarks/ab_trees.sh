@@ -44,6 +44,8 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "*", "recipes.json"))):
         per = {k: round(1e3 * s[k] / s["batches"], 2) for k in ("executor_s", "executor_cpu_s", "nvjpeg_s", "launch_s") if k in s}
         if "first_batch_s" in s:  # the last epoch's first batch, ms after iter()
             per["first_ms"] = round(1e3 * s["first_batch_s"], 1)
+        if "ran_ahead" in s:  # the last epoch started with batches the one before prepared
+            per["ran_ahead"] = s["ran_ahead"]
         print(tag, key, round(r["images_per_s"]), round(r.get("steady_images_per_s") or 0),
               round(r.get("cpu_s_per_1000") or 0, 3), per)
 PY

@@ -382,3 +382,83 @@ def test_files_found_bad_on_the_gpu_in_a_batch_made_of_parts_are_replaced(tmp_pa
     for a, b in zip(split, whole):
         assert a.shape == b.shape == (40, 3, 48, 48)
         assert torch.equal(a[keep], b[keep])
+
+
+def _run_ahead_epochs(ds, monkeypatch, run_ahead, n=4, between=lambda loader, e: None, **kw):
+    monkeypatch.setenv("TORCHDALI_RUN_AHEAD", "1" if run_ahead else "0")
+    opts = dict(batch_size=4, shuffle=True, num_workers=2, transforms=RECIPE, device="cuda", seed=3,
+                persistent_workers=True)
+    opts.update(kw)
+    torch.manual_seed(0)
+    loader = td.DataLoader(ds, **opts)
+    out = []
+    for e in range(n):
+        between(loader, e)
+        out.append(_batches(loader))
+    ahead = [s.ran_ahead for s in loader.stats().epochs]
+    loader.close()
+    return out, ahead
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(cpu_decode_share=0.25, on_error="skip"), dict(shuffle=False)])
+def test_run_ahead_gives_the_batches_of_a_loader_that_does_not(folder, monkeypatch, kw):
+    """Note [torchdali run-ahead]: each epoch after the first starts with batches the epoch
+    before prepared; they are the batches a loader that starts every epoch at its iter() gives."""
+    ds = td.datasets.ImageFolder(folder)
+    expected, off = _run_ahead_epochs(ds, monkeypatch, False, **kw)
+    got, on = _run_ahead_epochs(ds, monkeypatch, True, **kw)
+    assert off == [False] * 4 and on == [False, True, True, True]
+    assert len(got) == 4 and all(len(e) == 10 for e in got)
+    for e, (a, b) in enumerate(zip(got, expected)):
+        for k, (x, y) in enumerate(zip(a, b)):
+            assert torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]), (e, k)
+    assert not all(torch.equal(x[1], y[1]) for x, y in zip(got[0], got[1]))  # shuffled anew each epoch
+
+
+def test_an_epoch_drawn_ahead_that_is_not_asked_for_is_dropped(folder, monkeypatch):
+    """A draw from torch's generator between epochs, set_epoch back to 0, and a loop that leaves
+    an epoch early: the parked pipeline is dropped and the epoch is the one asked for."""
+    ds = td.datasets.ImageFolder(folder)
+
+    def between(loader, e):
+        if e == 2:
+            torch.rand(1)  # the order of epoch 2 is not the one drawn ahead
+        if e == 4:
+            loader.set_epoch(0)
+        if e == 5:  # leave an epoch that was run ahead after one batch
+            it = iter(loader)
+            next(it)
+            it.close()
+
+    expected, off = _run_ahead_epochs(ds, monkeypatch, False, n=7, between=between)
+    got, on = _run_ahead_epochs(ds, monkeypatch, True, n=7, between=between)
+    assert on == [False, True, False, True, False, True, False, True]
+    for e, (a, b) in enumerate(zip(got, expected)):
+        assert len(a) == len(b) == 10
+        for k, (x, y) in enumerate(zip(a, b)):
+            assert torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]), (e, k)
+
+
+def test_a_loader_dropped_with_an_epoch_run_ahead_is_collected_and_ends_its_threads(folder):
+    import gc
+    import threading
+    import time
+    import weakref
+
+    ds = td.datasets.ImageFolder(folder)
+    loader = td.DataLoader(ds, batch_size=4, shuffle=True, num_workers=2, transforms=RECIPE, device="cuda",
+                           persistent_workers=True)
+    assert len(_batches(loader)) == 10
+    running = loader._running
+    assert running is not None and running.parked
+    workers = list(loader._inner._iterator._workers)
+    ref = weakref.ref(loader)
+    del loader, running
+    gc.collect()
+    assert ref() is None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and ([t for t in threading.enumerate() if t.name.startswith("torchdali")]
+                                           or any(w.is_alive() for w in workers)):
+        time.sleep(0.1)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("torchdali")]
+    assert not any(w.is_alive() for w in workers)

@@ -12,6 +12,9 @@ class EpochStats:
     samples: int = 0
     wall_s: float = 0.0  # from the first request to the end of the epoch
     first_batch_s: float = 0.0  # from the first request to the first batch handed to the loop
+    # GPU path: the epoch's first batches were prepared while the epoch before ran
+    # (Note [torchdali run-ahead] in dataloader.py)
+    ran_ahead: bool = False
     wait_s: float = 0.0  # time the training loop spent blocked on the loader
     worker_s: float = 0.0  # summed worker time (read + pack, or decode + transform on the CPU path)
     executor_s: float = 0.0  # GPU path: host time of the executor thread per batch (all below)
@@ -86,7 +89,7 @@ class LoaderStats:
             return "no epoch run yet"
         d = e.as_dict()
         line = (f"epoch {e.epoch}: {e.samples} images in {e.wall_s:.2f}s ({d['images_per_s']:.0f}/s), "
-                f"first batch after {1e3 * e.first_batch_s:.0f} ms, waited {e.wait_s:.2f}s "
+                f"first batch after {1e3 * e.first_batch_s:.0f} ms{' (prepared ahead)' if e.ran_ahead else ''}, waited {e.wait_s:.2f}s "
                 f"({100 * e.wait_fraction:.1f}%), workers {e.worker_s:.2f}s")
         if e.executor_s:
             line += (f"; fetch {e.fetch_s:.2f}s, staging {e.stage_s:.2f}s; executor {e.executor_s:.2f}s ({e.executor_cpu_s:.2f} CPU; decode "

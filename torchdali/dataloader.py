@@ -11,6 +11,55 @@ samples with their images decoded and transformed.
 A torchvision folder dataset passed without ``transforms=`` has its own
 ``transform`` lifted onto the GPU when it converts (``_lift``), and otherwise runs
 exactly as under torch.
+
+Note [torchdali run-ahead]
+==========================
+
+An epoch's start costs time that the rest of the epoch does not: until the
+workers have read and packed the first batch and nvJPEG has decoded it, the
+training loop waits (tens of milliseconds; ``stats().last.first_batch_s``).
+NVIDIA DALI's pipeline does not stop at an epoch's end, so its next epoch starts
+with batches ready. On the GPU path, with persistent workers, torchdali's does
+the same when it can be sure which samples the next epoch holds:
+
+* At ``iter()`` (``_offer_next_epoch``), once the epoch's own batch order is
+  drawn, the loader draws the next epoch's too: its batch sampler's next pass,
+  first batch taken, so that a shuffling sampler has made its random draw
+  (``EpochPlan.draw``). The loader's generator (torch's global one by default) is
+  then set back, so the loop sees the state it would see without run-ahead. The
+  plan is offered to the inner sampler's pass (``TaggedBatchSampler.offer``).
+* When the epoch's batches run out, the pass goes on into the plan instead of
+  ending: the workers, the staging thread and the executor carry on with the next
+  epoch's batches, as far as the ring and the prefetch queue let them. The pass
+  notes the epoch's last batch number (``ends``); after that batch the staging
+  thread sends ``_EPOCH_END`` down the queues. The training loop's iterator
+  stops there (``StopIteration``) and parks itself on the loader (``_running``),
+  holding the loader only weakly, so that a loader dropped without ``close()``
+  is still collected and closes it.
+* The next ``iter()`` takes the parked iterator (``resume_epoch``) only if
+  everything the draw depended on is still what it was (``_continue``): no
+  ``load_state_dict`` in between, the same seed, epoch number (``set_epoch``),
+  CPU share, number of batches, the generator's state and a DistributedSampler's
+  epoch. Then it sets the generator to its state after the draw, as the draw at
+  this ``iter()`` would have left it, and offers the epoch after. Batches,
+  ``state_dict()`` and the generator's state are the same as without run-ahead.
+* Otherwise the parked iterator is closed (Note [torchdali iterator shutdown]
+  in ``_executor/_iterators.py``; the persistent workers stay, and torch's reset
+  drops what they built ahead) and the epoch starts from scratch. After
+  ``RUN_AHEAD_MISSES`` such epochs in a row the loader runs ahead no more: a
+  loop that draws from torch's global generator between its epochs (another
+  DataLoader's ``iter()`` without persistent workers does) would pay for work
+  thrown away at each. A ``DistributedSampler`` does not draw from it.
+
+The draw is only known to depend on nothing else for torch's ``BatchSampler``
+over a ``SequentialSampler``, a ``RandomSampler`` without a ``generator`` (it
+seeds a generator of its own from torch's global one, once per epoch; one it is
+given, it draws from again as its pass ends, after the next epoch was drawn),
+or a ``DistributedSampler``, whose next epoch is taken to follow the
+loader's (``set_epoch`` each epoch) if it did this epoch, and otherwise to stay.
+Other samplers, ``cpu_decode_share="auto"`` (its share is chosen at ``iter()``
+from the epoch before), workers that are not persistent and out-of-order delivery
+never run ahead; nor does anything when ``TORCHDALI_RUN_AHEAD=0``.
 """
 from __future__ import annotations
 
@@ -28,8 +77,8 @@ from ._executor._iterators import CpuIterator, GpuIterator
 from ._executor._records import EndRecord, WorkerRecords
 from ._executor._cores import KeepOff, plan_decode_core
 from ._executor._share import AUTO_START, next_cpu_share
-from ._executor._tags import (EpochStart, EpochState, TaggedBatchSampler, TaggedDataset, TaggedIterable,
-                             plan_epoch_start)
+from ._executor._tags import (EpochPlan, EpochStart, EpochState, TaggedBatchSampler, TaggedDataset,
+                             TaggedIterable, plan_epoch_start)
 from ._executor._worker import PrepareBatch, check_on_error
 from ._fork import keep_in_children
 from ._stats import LoaderStats
@@ -43,6 +92,7 @@ _log = logging.getLogger("torchdali")
 _HAS_IN_ORDER = "in_order" in inspect.signature(tud.DataLoader.__init__).parameters
 GPU_DECODE_OUTPUTS = ("planar", "rgb")  # gpu_decode: what nvJPEG outputs
 _PIL_LIMIT = object()  # max_image_pixels default: Pillow's Image.MAX_IMAGE_PIXELS
+RUN_AHEAD_MISSES = 2  # epochs in a row not drawn as run ahead, after which a loader stops (Note [torchdali run-ahead])
 
 
 def _resolve_device(device: Any) -> torch.device:
@@ -312,6 +362,8 @@ class DataLoader(tud.DataLoader):
         self.__dict__["_epochs_started"] = 0
         self.__dict__["_inner"] = None
         self.__dict__["_stats"] = LoaderStats()
+        self.__dict__["_running"] = None  # a GpuIterator parked with the next epoch under way
+        self.__dict__["_run_ahead_misses"] = 0  # epochs in a row not as drawn ahead (Note [torchdali run-ahead])
 
     # -- torch hooks -------------------------------------------------------
     def __iter__(self):
@@ -327,6 +379,17 @@ class DataLoader(tud.DataLoader):
                                "build a new DataLoader, without the files named there") from self._stalled
         state = self._epoch_state
         resume, self.__dict__["_resume"] = self._resume, None
+        running, self.__dict__["_running"] = self._running, None
+        if running is not None and running.parked:  # Note [torchdali run-ahead]
+            if resume is None and self._continue(running):
+                self.__dict__["_run_ahead_misses"] = 0
+                return running
+            running.close()
+            self.__dict__["_run_ahead_misses"] = self._run_ahead_misses + 1
+            if self._run_ahead_misses == RUN_AHEAD_MISSES:
+                _log.info("torchdali: %d epochs in a row were not the ones drawn ahead; this loader no longer "
+                          "starts an epoch before its iter() (Note [torchdali run-ahead] in torchdali/dataloader.py)",
+                          RUN_AHEAD_MISSES)
         last = self._stats.last
         if self.cpu_decode_share == "auto" and self.device.type == "cuda" and last is not None:
             epochs = self._stats.epochs
@@ -348,6 +411,82 @@ class DataLoader(tud.DataLoader):
         if self.device.type == "cuda":
             return GpuIterator(self, inner)
         return CpuIterator(self, inner)
+
+    def _continue(self, running: Any) -> bool:
+        """Hand ``running`` the next epoch if it is the one its threads went on to
+        (Note [torchdali run-ahead])."""
+        sampler = self._inner.batch_sampler
+        plan: EpochPlan | None = sampler.ahead
+        if plan is None or self._run_ahead_blocker() is not None:
+            return False
+        if (plan.epoch != self._epochs_started or plan.seed != self._effective_seed()
+                or plan.cpu_share != self._cpu_share or plan.count != len(self.batch_sampler)
+                or (plan.sampler_epoch is not None and getattr(self.sampler, "epoch", None) != plan.sampler_epoch)
+                or not torch.equal(self._rng_state(), plan.rng_before)):
+            return False
+        sampler.ahead = None
+        state = self._epoch_state
+        self.__dict__["_epoch_rng_state"] = plan.rng_before
+        self._restore_rng(plan.rng_after)
+        state.seed, state.epoch, state.cpu_share = plan.seed, plan.epoch, plan.cpu_share
+        self.__dict__["_batches_done"] = 0
+        self.__dict__["_epochs_started"] = plan.epoch + 1
+        running.resume_epoch(self)
+        self._offer_next_epoch()
+        return True
+
+    def _run_ahead_blocker(self) -> str | None:
+        """Why this loader would not run ahead into its next epoch on the GPU path (None: it would)."""
+        if os.environ.get("TORCHDALI_RUN_AHEAD", "1") == "0":
+            return "TORCHDALI_RUN_AHEAD=0"
+        if self._run_ahead_misses >= RUN_AHEAD_MISSES:
+            return f"{RUN_AHEAD_MISSES} epochs in a row were not the ones drawn ahead"
+        if isinstance(self.dataset, tud.IterableDataset):
+            return "an IterableDataset"
+        if not self.persistent_workers or self.num_workers < 1:
+            return "workers are not persistent"
+        if _HAS_IN_ORDER and not self.in_order:
+            return "in_order=False"
+        if self.cpu_decode_share == "auto":
+            return "cpu_decode_share='auto' picks each epoch's share at its iter()"
+        sampler = self.sampler
+        if type(self.batch_sampler) is not tud.BatchSampler:
+            return "a batch_sampler of the user's"
+        if type(sampler) is tud.RandomSampler:
+            if sampler.generator is not None or self.generator is not None:
+                # torch's RandomSampler draws from a generator it was given again as the pass ends
+                return "a RandomSampler with a generator"
+            return None
+        if type(sampler) in (tud.SequentialSampler, tud.DistributedSampler):
+            return None
+        return f"a sampler of the user's ({type(sampler).__name__})"
+
+    def _offer_next_epoch(self) -> None:
+        """Draw the next epoch now and offer it to the inner sampler's pass, or offer nothing
+        (Note [torchdali run-ahead]). Called once this epoch's own order is drawn."""
+        sampler = self._inner.batch_sampler
+        if not isinstance(sampler, TaggedBatchSampler):
+            return
+        plan = None
+        if self._run_ahead_blocker() is None and len(self) > 0:
+            state = self._epoch_state
+            before = self._rng_state()
+            dist = self.sampler if isinstance(self.sampler, tud.DistributedSampler) else None
+            sampler_epoch = None
+            if dist is not None:  # it follows the loader's epoch, or stays where it is
+                sampler_epoch = self._epochs_started if dist.epoch == state.epoch else dist.epoch
+                current, dist.epoch = dist.epoch, sampler_epoch
+            try:
+                batches = EpochPlan.draw(self.batch_sampler)
+                after = self._rng_state()
+            finally:
+                if dist is not None:
+                    dist.epoch = current
+                self._restore_rng(before)
+            if batches is not None:
+                plan = EpochPlan(self._effective_seed(), self._epochs_started, state.cpu_share, batches,
+                                 len(self.batch_sampler), before, after, sampler_epoch)
+        sampler.offer(plan)
 
     # -- public ------------------------------------------------------------
     def stats(self) -> LoaderStats:
@@ -389,6 +528,10 @@ class DataLoader(tud.DataLoader):
         """Release GPU state (nvJPEG handles, streams, threads) and persistent workers. Idempotent;
         also runs when the loader is garbage-collected."""
         # what outlives iterators: Note [torchdali iterator shutdown] in _executor/_iterators.py
+        running = self.__dict__.get("_running")
+        if running is not None:  # Note [torchdali run-ahead]
+            self.__dict__["_running"] = None
+            running.close()
         executors = self.__dict__.pop("_executors", {})
         inner = self.__dict__.get("_inner")
         it = getattr(inner, "_iterator", None) if inner is not None else None

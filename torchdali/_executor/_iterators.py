@@ -12,7 +12,9 @@ Note [torchdali iterator shutdown]
 
 A GPU iterator ends in one of three ways: the epoch ends (the staging thread
 meets StopIteration and sends ``_END`` down the queues; ``__next__`` closes the
-iterator), the user leaves early (``close()``, garbage collection,
+iterator; when the pass went on into the next epoch, ``_EPOCH_END`` instead
+parks the iterator, open, on the loader: Note [torchdali run-ahead] in
+``dataloader.py``; it ends later, in one of these ways), the user leaves early (``close()``, garbage collection,
 ``DataLoader.close``), or something fails (a background thread sends a
 ``_Failure``; or the user's own wait is interrupted, by Ctrl-C or by torch's
 SIGCHLD handler when a worker dies). Every path ends in ``_close``, which is
@@ -48,6 +50,9 @@ this order:
    left half-way, when the staging thread may still be inside torch's iterator
    and the workers cannot be reset safely) the workers are shut down, and the
    inner loader forgets its persistent iterator so the next epoch starts anew.
+   A parked iterator's staging thread is inside the next epoch: it is joined
+   first, and the workers stay when it has ended (torch's reset then drops the
+   batches they built ahead).
    On the error path (``wait_for_workers=False``) the shutdown runs on a
    background thread (``torchdali-worker-shutdown``): a stuck worker (the
    reason for a timeout) must not hold the error back, and torch's shutdown
@@ -92,6 +97,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import weakref
 from typing import Any, NamedTuple
 
 import torch
@@ -108,12 +114,13 @@ from ._worker import PackedBatch, merge_parts
 
 QUEUE_POLL_S = 0.1  # how often a blocked put, or the executor's wait for a staged batch, checks the stop event
 RING_POLL_S = 0.002  # that wait's step while ring slots wait for the GPU: a worker may be waiting for one
-WORKER_POLL_S = 0.2  # the staging thread waits for the workers' next batch in steps this long
+WORKER_POLL_S = 0.05  # the staging thread waits for the workers' next batch in steps this long
 EXEC_JOIN_S = 2.0  # close waits this long for the executor thread before it releases ring slots
 THREAD_JOIN_S = 5.0  # close waits this long for each background thread at the end
 CONSUMER_POLL_S = 1.0  # the training loop's wait for a batch checks this often that the threads are alive
 
-_END = object()  # end of the epoch, sent down both queues
+_END = object()  # end of the epoch and of the workers' pass, sent down both queues
+_EPOCH_END = object()  # end of the epoch, with the next one under way behind it (Note [torchdali run-ahead])
 
 
 class _Failure:
@@ -146,12 +153,22 @@ class GpuIterator:
         device = loader.device
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
-        self._loader = loader
+        # While an epoch runs, ``_loader``; parked after it with the next epoch under way
+        # (Note [torchdali run-ahead]), only a weak reference, so that a loader dropped
+        # without close() is still collected and closes this iterator.
+        self._loader: Any = loader
+        self._loader_ref = weakref.ref(loader)
+        self._parked = False
+        # what the background threads and _close read, so that they never need the loader
+        self._user_timeout = float(loader.timeout or 0)
+        self._delivery = loader._delivery
+        self._decode_core = loader.__dict__.get("_decode_core")
+        self._persistent = bool(loader.persistent_workers)
+        self._epoch_state = loader._epoch_state
         self._device = device
         self._executor = executor_for(loader, device)
         self._stats = loader._stats
-        self._stats.start_epoch(loader._epoch_state.epoch)
-        self._stats.last.cpu_share = loader._epoch_state.cpu_share
+        self._start_stats(loader, ran_ahead=False)
         self._queue: queue.Queue = queue.Queue(maxsize=loader.prefetch_depth)  # ReadyBatch, _END or _Failure
         self._staged: queue.Queue = queue.Queue(maxsize=1)  # StagedBatch, _END or _Failure
         self._stop = threading.Event()
@@ -165,10 +182,30 @@ class GpuIterator:
             # persistent workers' reset for this epoch: Note [torchdali iterator shutdown], step 5
             previous._timeout = float(loader.timeout or 0)
         self._inner_it = iter(inner)
+        loader._offer_next_epoch()  # before the threads start: the pass has not left this epoch yet
         self._threads = [threading.Thread(target=self._stage_loop, name="torchdali-stage", daemon=True),
                          threading.Thread(target=self._exec_loop, name="torchdali-executor", daemon=True)]
         for t in self._threads:
             t.start()
+
+    def _start_stats(self, loader: Any, ran_ahead: bool) -> None:
+        self._stats.start_epoch(loader._epoch_state.epoch)
+        self._stats.last.cpu_share = loader._epoch_state.cpu_share
+        self._stats.last.ran_ahead = ran_ahead
+
+    def resume_epoch(self, loader: Any) -> GpuIterator:
+        """Hand the parked iterator the epoch its threads went on to (Note [torchdali run-ahead])."""
+        self._loader = loader
+        self._parked = False
+        self._finished = False
+        self._start_stats(loader, ran_ahead=True)
+        return self
+
+    @property
+    def parked(self) -> bool:
+        """Whether the epoch ended with the next one under way behind it, and this iterator is
+        open, waiting for ``resume_epoch``."""
+        return self._parked and not self._closed
 
     # -- producers -------------------------------------------------------------
     def _put(self, q: queue.Queue, item: Any) -> bool:
@@ -193,7 +230,7 @@ class GpuIterator:
         it = self._inner_it
         if not hasattr(it, "_timeout") or not hasattr(it, "_workers"):
             return next(it)
-        user_timeout = float(self._loader.timeout or 0)
+        user_timeout = self._user_timeout
         it._timeout = WORKER_POLL_S if not user_timeout else min(WORKER_POLL_S, user_timeout)
         waited = 0.0
         while True:
@@ -212,6 +249,7 @@ class GpuIterator:
         """Staging thread: workers' batches -> pinned memory (and the scan check started:
         ``BatchExecutor.prepare``) -> ``_staged``."""
         staging = self._executor.staging
+        ends = getattr(self._inner.batch_sampler, "ends", None)  # Note [torchdali run-ahead]
         try:
             torch.cuda.set_device(self._device)
             t_fetch = time.perf_counter()
@@ -235,6 +273,10 @@ class GpuIterator:
                 if not self._put(self._staged, StagedBatch(batch, slot, fetch_s, seconds, numel)):
                     staging.give_back(slot)
                     return
+                if ends and batch.seq == ends[0]:  # the epoch's last batch; the next epoch follows
+                    ends.popleft()
+                    if not self._put(self._staged, _EPOCH_END):
+                        return
             self._put(self._staged, _END)
         except Stopped:
             return
@@ -258,13 +300,13 @@ class GpuIterator:
                 raise RuntimeError(f"torchdali: a part of the batch at position {first.first_position} arrived "
                                    f"out of order (at position {part.first_position}, {part.parts} parts)")
             parts.append(part)
-        return merge_parts(parts, self._loader._delivery, self._executor.staging.ring)
+        return merge_parts(parts, self._delivery, self._executor.staging.ring)
 
     def _exec_loop(self) -> None:
         """Executor thread: ``_staged`` -> decode + kernel -> the prefetch queue."""
         try:
             torch.cuda.set_device(self._device)
-            pin_this_thread(self._loader.__dict__.get("_decode_core"))  # _cores.py
+            pin_this_thread(self._decode_core)  # _cores.py
             k = 0
             ex = self._executor
             staging = ex.staging
@@ -279,6 +321,11 @@ class GpuIterator:
                 if item is _END or isinstance(item, _Failure):
                     self._put(self._queue, item)
                     return
+                if item is _EPOCH_END:
+                    if not self._put(self._queue, item):
+                        return
+                    k = 0
+                    continue
                 batch = item.batch
                 self._busy = (time.monotonic(), k, batch)  # the consumer's watchdog: _stall_error
                 try:
@@ -304,10 +351,11 @@ class GpuIterator:
         return self
 
     def __len__(self) -> int:
-        return len(self._loader)
+        loader = self._loader_ref()
+        return len(loader) if loader is not None else 0
 
     def __next__(self) -> Any:
-        if self._closed:
+        if self._closed or self._parked:
             raise StopIteration
         t0 = time.perf_counter()
         try:
@@ -332,6 +380,13 @@ class GpuIterator:
             self._finished = True
             self._stats.end_epoch()
             self.close()
+            raise StopIteration
+        if item is _EPOCH_END:  # Note [torchdali run-ahead]: the threads go on into the next epoch
+            self._finished = True
+            self._stats.end_epoch()
+            loader, self._loader = self._loader, None
+            self._parked = True
+            loader.__dict__["_running"] = self
             raise StopIteration
         if isinstance(item, _Failure):
             died = self._worker_died(item.exc)  # Note [torchdali iterator shutdown], "A worker dies"
@@ -406,16 +461,20 @@ class GpuIterator:
                     self._executor.staging.give_back(item.slot)
         self._threads[1].join(timeout=EXEC_JOIN_S)  # step 3
         sampler = getattr(self._inner, "batch_sampler", None)  # step 4
-        last = sampler.retire() if hasattr(sampler, "retire") else self._loader._epoch_state.next_seq - 1
+        last = sampler.retire() if hasattr(sampler, "retire") else self._epoch_state.next_seq - 1
         if not self._stuck:  # a stuck executor's stream never finishes: its ring slots stay taken
             self._executor.release_all(last)
-        shutdown = getattr(self._inner_it, "_shutdown_workers", None)  # step 5
-        if shutdown is not None and (not self._loader.persistent_workers or not self._finished):
+        keep = self._persistent and self._finished  # step 5
+        if keep and self._parked:  # the staging thread went on into the next epoch: wait until it is out
+            self._threads[0].join(timeout=THREAD_JOIN_S)
+            keep = not self._threads[0].is_alive()
+        shutdown = getattr(self._inner_it, "_shutdown_workers", None)
+        if shutdown is not None and not keep:
             if wait_for_workers:
                 shutdown()
             else:
                 threading.Thread(target=shutdown, name="torchdali-worker-shutdown", daemon=True).start()
-            if self._loader.persistent_workers and getattr(self._inner, "_iterator", None) is self._inner_it:
+            if self._persistent and getattr(self._inner, "_iterator", None) is self._inner_it:
                 self._inner._iterator = None
         for t in self._threads:  # step 6
             t.join(timeout=THREAD_JOIN_S)

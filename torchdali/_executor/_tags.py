@@ -9,11 +9,12 @@ worker reads it. The dataset wrappers read the sample a tag names and hand
 """
 from __future__ import annotations
 
+import collections
+import itertools
 import math
-
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -186,6 +187,33 @@ def split_sizes(n: int, parts: int) -> list[int]:
     return [q + (j < r) for j in range(parts)]
 
 
+@dataclass
+class EpochPlan:
+    """The next epoch, drawn while the current one runs (Note [torchdali run-ahead] in
+    ``dataloader.py``): its batch sampler's pass with the first batch already drawn,
+    and what the draw depended on, which ``iter()`` compares before taking it."""
+
+    seed: int
+    epoch: int
+    cpu_share: float
+    batches: Iterator[list[int]]
+    count: int  # len(batch_sampler) when drawn
+    rng_before: torch.Tensor  # the loader's generator (torch's global one by default) before the draw ...
+    rng_after: torch.Tensor  # ... and after it
+    sampler_epoch: int | None = None  # the DistributedSampler epoch drawn with (None: not one)
+
+    @staticmethod
+    def draw(batch_sampler: Iterable[list[int]]) -> Iterator[list[int]] | None:
+        """``batch_sampler``'s next pass with its first batch drawn (so its random draw is done);
+        None for an empty pass."""
+        it = iter(batch_sampler)
+        try:
+            first = next(it)
+        except StopIteration:
+            return None
+        return itertools.chain([first], it)
+
+
 class TaggedBatchSampler:
     """Wraps the loader's batch sampler; yields ``TagBatch``es.
 
@@ -198,6 +226,12 @@ class TaggedBatchSampler:
     resumed epoch splits the same batches) go out in ``start.parts`` consecutive
     parts (``EpochStart``); the parts of a batch share its number (and so its
     staging-ring slot), and each has ``num_spares(part size)`` spares of its own.
+
+    A pass goes on into the epoch ``offer``-ed to it (an ``EpochPlan``) when the
+    current epoch's batches run out, instead of ending: ``ends`` then gets the
+    number of the epoch's last batch, and ``ahead`` the plan (Note [torchdali
+    run-ahead] in ``dataloader.py``). The epoch it goes on to is sent whole: the
+    workers are already busy when it starts.
     """
 
     def __init__(self, batch_sampler: Any, state: EpochState, start: EpochStart = EpochStart()) -> None:
@@ -206,10 +240,14 @@ class TaggedBatchSampler:
         self.start = start
         self._lock = threading.Lock()
         self._generation = 0
+        self._follow: EpochPlan | None = None  # where the pass goes on to when its epoch ends
+        self.ahead: EpochPlan | None = None  # the epoch it went on to, until iter() takes it
+        self.ends: collections.deque[int] = collections.deque()  # last batch numbers of epochs gone past
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         del state["_lock"]
+        state["_follow"] = state["ahead"] = None  # a pass's iterators stay in the main process
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -218,6 +256,11 @@ class TaggedBatchSampler:
 
     def __len__(self) -> int:
         return len(self.batch_sampler) - self.state.skip_batches
+
+    def offer(self, plan: EpochPlan | None) -> None:
+        """Go on into ``plan`` when the current epoch's batches run out (None: end the pass there)."""
+        with self._lock:
+            self._follow = plan
 
     def retire(self) -> int:
         """End every pass started so far and return the last batch number handed out.
@@ -228,15 +271,39 @@ class TaggedBatchSampler:
         """
         with self._lock:
             self._generation += 1
+            self._follow = self.ahead = None
+            self.ends.clear()
             return self.state.next_seq - 1
 
     def __iter__(self) -> Iterator[TagBatch]:
         return self._pass(self._generation)
 
     def _pass(self, generation: int) -> Iterator[TagBatch]:
-        seed, epoch, skip, share = self.state.seed, self.state.epoch, self.state.skip_batches, self.state.cpu_share
-        self.state.skip_batches = 0  # a resume offset applies to one epoch only
-        batches = self.batch_sampler
+        with self._lock:
+            self._follow = self.ahead = None  # offers are made to the pass that is running
+            self.ends.clear()
+        state = self.state
+        seed, epoch, skip, share = state.seed, state.epoch, state.skip_batches, state.cpu_share
+        state.skip_batches = 0  # a resume offset applies to one epoch only
+        batches: Iterable[list[int]] = self.batch_sampler
+        start = self.start
+        while True:
+            last = -1
+            for tags in self._epoch(seed, epoch, skip, share, batches, start, generation):
+                last = tags.seq
+                yield tags
+            with self._lock:
+                plan, self._follow = self._follow, None
+                if self._generation != generation or plan is None or last < 0:
+                    return
+                self.ends.append(last)
+                self.ahead = plan
+            seed, epoch, skip, share, batches, start = (plan.seed, plan.epoch, 0, plan.cpu_share, plan.batches,
+                                                        EpochStart())
+
+    def _epoch(self, seed: int, epoch: int, skip: int, share: float, batches: Iterable[list[int]],
+               start: EpochStart, generation: int) -> Iterator[TagBatch]:
+        """One epoch's ``TagBatch``es; stops early when the pass is retired."""
         order: list[int] | None = None
         if self.state.spares:
             batches = [list(b) for b in batches]
@@ -247,14 +314,14 @@ class TaggedBatchSampler:
             if b < skip:
                 pos += len(batch)
                 continue
-            parts = min(self.start.parts, len(batch) // START_PART_SAMPLES) if b < self.start.batches else 1
+            parts = min(start.parts, len(batch) // START_PART_SAMPLES) if b < start.batches else 1
             sizes = split_sizes(len(batch), max(parts, 1))  # [len(batch)]: sent whole
             spares = num_spares(sizes[-1])  # per part (the last is the smallest)
             picks: list[int] = []
             if order:
                 drawn = _rng.uniform(_rng.sample_keys(seed, epoch, np.array([b])), 1 << 20, spares * len(sizes))[0]
                 picks = [int(p) for p in (drawn * len(order)).astype(np.int64)]
-            start = 0
+            first = 0
             seq = -1
             for j, size in enumerate(sizes):
                 with self._lock:
@@ -263,7 +330,7 @@ class TaggedBatchSampler:
                     if j == 0:
                         seq = self.state.next_seq
                         self.state.next_seq += 1
-                tags = TagBatch(seed, epoch, seq, pos + start, batch[start:start + size], cpu_share=share,
+                tags = TagBatch(seed, epoch, seq, pos + first, batch[first:first + size], cpu_share=share,
                                 parts=len(sizes), part=j)
                 if order:
                     mine = picks[j * spares:(j + 1) * spares]
@@ -271,7 +338,7 @@ class TaggedBatchSampler:
                     tags.spare_positions = [len(order) + p for p in mine]
                     tags.spare_indices = [order[p] for p in mine]
                 yield tags
-                start += size
+                first += size
             pos += len(batch)
 
 
