@@ -171,6 +171,14 @@ class DataLoader(tud.DataLoader):
     the dataset's own transform and ``collate_fn`` produce, on the CPU), and a
     warning lists every reason.
 
+    With ``persistent_workers=True`` on the GPU path, the next epoch runs ahead: its order
+    is drawn at this epoch's ``iter()`` (torch's generator is set back), and the workers and
+    the executor go on into it when this epoch's batches run out, so the next epoch's first
+    batches are ready at its ``iter()``. That ``iter()`` takes them only when nothing the
+    order depends on changed in between; batches, ``state_dict()`` and the generator's state
+    are the same as without it (Note [torchdali run-ahead] in ``torchdali/dataloader.py``
+    says when it applies; ``TORCHDALI_RUN_AHEAD=0`` turns it off).
+
     Args (in addition to torch's):
         transforms: a ``torchdali.transforms.Compose`` (torchvision v1/v2 and timm
             objects, weights' ``transforms()`` and reference-script presets are
