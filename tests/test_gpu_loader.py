@@ -463,3 +463,22 @@ def test_a_loader_dropped_with_an_epoch_run_ahead_is_collected_and_ends_its_thre
         time.sleep(0.1)
     assert not [t.name for t in threading.enumerate() if t.name.startswith("torchdali")]
     assert not any(w.is_alive() for w in workers)
+
+
+def test_run_ahead_with_a_distributed_sampler_follows_set_epoch(folder, monkeypatch):
+    """A DistributedSampler's next epoch is drawn as following the loader's (set_epoch each
+    epoch): the batches are those of a loader that does not run ahead."""
+    ds = td.datasets.ImageFolder(folder)
+
+    def run(run_ahead):
+        sampler = torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=6)
+        return _run_ahead_epochs(ds, monkeypatch, run_ahead, n=3, shuffle=None, sampler=sampler,
+                                 between=lambda loader, e: loader.set_epoch(e))
+
+    (expected, off), (got, on) = run(False), run(True)
+    assert off == [False] * 3 and on == [False, True, True]
+    for e, (a, b) in enumerate(zip(got, expected)):
+        assert len(a) == len(b) == 5
+        for k, (x, y) in enumerate(zip(a, b)):
+            assert torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]), (e, k)
+    assert not all(torch.equal(x[1], y[1]) for x, y in zip(got[0], got[1]))
