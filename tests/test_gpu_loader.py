@@ -472,13 +472,13 @@ def test_run_ahead_with_a_distributed_sampler_follows_set_epoch(folder, monkeypa
 
     def run(run_ahead):
         sampler = torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=6)
-        return _run_ahead_epochs(ds, monkeypatch, run_ahead, n=3, shuffle=None, sampler=sampler,
+        return _run_ahead_epochs(ds, monkeypatch, run_ahead, n=3, shuffle=None, sampler=sampler, batch_size=2,
                                  between=lambda loader, e: loader.set_epoch(e))
 
     (expected, off), (got, on) = run(False), run(True)
     assert off == [False] * 3 and on == [False, True, True]
     for e, (a, b) in enumerate(zip(got, expected)):
-        assert len(a) == len(b) == 5
+        assert len(a) == len(b) == 10
         for k, (x, y) in enumerate(zip(a, b)):
             assert torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]), (e, k)
     assert not all(torch.equal(x[1], y[1]) for x, y in zip(got[0], got[1]))

@@ -43,6 +43,9 @@ the same when it can be sure which samples the next epoch holds:
   epoch. Then it sets the generator to its state after the draw, as the draw at
   this ``iter()`` would have left it, and offers the epoch after. Batches,
   ``state_dict()`` and the generator's state are the same as without run-ahead.
+  The offer comes late for an epoch the pipeline went through whole while
+  parked (one of at most about ``prefetch_factor * num_workers`` batches): the
+  epoch after it then starts at its own ``iter()``.
 * Otherwise the parked iterator is closed (Note [torchdali iterator shutdown]
   in ``_executor/_iterators.py``; the persistent workers stay, and torch's reset
   drops what they built ahead) and the epoch starts from scratch. After
