@@ -250,6 +250,7 @@ class GpuIterator:
         ``BatchExecutor.prepare``) -> ``_staged``."""
         staging = self._executor.staging
         ends = getattr(self._inner.batch_sampler, "ends", None)  # Note [torchdali run-ahead]
+        epoch = None  # the epoch being staged (None: the next batch starts one)
         try:
             torch.cuda.set_device(self._device)
             t_fetch = time.perf_counter()
@@ -260,6 +261,10 @@ class GpuIterator:
                     break
                 if batch.parts > 1:  # an epoch's first batches come in parts (_tags.EpochStart)
                     batch = self._whole(batch)
+                if epoch is not None and batch.epoch != epoch:  # never hand the loop another epoch's batch
+                    raise RuntimeError(f"torchdali: a batch of epoch {batch.epoch} arrived in epoch {epoch} "
+                                       "before the end of that epoch was noted")
+                epoch = batch.epoch
                 fetch_s = time.perf_counter() - t_fetch
                 if self._stop.is_set():  # Note [torchdali iterator shutdown]
                     return
@@ -275,6 +280,7 @@ class GpuIterator:
                     return
                 if ends and batch.seq == ends[0]:  # the epoch's last batch; the next epoch follows
                     ends.popleft()
+                    epoch = None
                     if not self._put(self._staged, _EPOCH_END):
                         return
             self._put(self._staged, _END)
