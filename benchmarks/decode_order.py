@@ -1,0 +1,162 @@
+"""Does the order of a batch's images change the nvJPEG hardware engines' rate?
+
+    python benchmarks/decode_order.py DATA_DIR [--batches 16] [--batch 256] [--reps 5]
+
+Decodes the same batches of DATA_DIR (files drawn at random, packed once into pinned
+memory) to planar Y/Cb/Cr with header codes, as the loader does, handing nvJPEG the
+images in different orders. The bytes stay where they were packed and every image is
+written to the same place in the output; only the order of the pointers in nvJPEG's
+call changes:
+
+- ``as drawn``: the loader's order (subsamplings mixed);
+- ``by subsampling``: sorted by chroma subsampling within each batch (a stable sort);
+- ``by subsampling, then size``: and by height and width within a subsampling;
+- ``one call per subsampling``: a ``decode_batch`` call per subsampling of each batch;
+- ``only <most common>``: batches made of that subsampling alone (a ceiling; other files).
+
+The variants alternate within each rep, so the machine's drift hits all of them alike.
+Each variant's output of the first batches is compared with the ``as drawn`` output,
+byte for byte, before anything is timed. Prints images/s (median of the reps, and the
+range) and the host milliseconds of a batch's calls.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from torchdali.decode import NvjpegDecoder, jpeg_info  # noqa: E402
+from torchdali.decode._jpeg_header import header_code, planar_chroma  # noqa: E402
+
+_KIND_ORDER = {"420": 0, "422": 1, "440": 2, "444": 3, "gray": 4}
+
+
+class Batch:
+    """One batch packed in pinned memory, with what ``decode_batch`` takes per image."""
+
+    def __init__(self, files: list[str]) -> None:
+        blobs = [open(f, "rb").read() for f in files]
+        infos = [jpeg_info(np.frombuffer(b, np.uint8)) for b in blobs]
+        planar = [planar_chroma(i) for i in infos]
+        if any(p is None for p in planar):
+            raise SystemExit("every file must be 4:2:0/4:2:2/4:4:0/4:4:4 or grayscale")
+        self.lengths = np.array([len(b) for b in blobs], dtype=np.int64)
+        self.offsets = np.zeros(len(blobs), dtype=np.int64)
+        self.offsets[1:] = np.cumsum(self.lengths)[:-1]
+        self.pinned = torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8).pin_memory()
+        self.sizes = np.array([[i.height, i.width] for i in infos], dtype=np.int64)
+        self.hints = np.array([header_code(i) for i in infos], dtype=np.int64)
+        self.chroma = np.array([p[1:] for p in planar], dtype=np.int64)
+        self.kind = np.array([_KIND_ORDER[p[0]] for p in planar], dtype=np.int64)
+        numel = self.sizes[:, 0] * self.sizes[:, 1] + 2 * self.chroma[:, 0] * self.chroma[:, 1]
+        self.out_offsets = np.zeros(len(blobs), dtype=np.int64)
+        self.out_offsets[1:] = np.cumsum(numel)[:-1]
+        self.out_bytes = int(numel.sum())
+
+    def calls(self, variant: str) -> list[np.ndarray]:
+        """The index arrays of the ``decode_batch`` calls that decode this batch."""
+        n = len(self.lengths)
+        if variant == "by subsampling":
+            return [np.argsort(self.kind, kind="stable")]
+        if variant == "by subsampling, then size":
+            return [np.lexsort((self.sizes[:, 1], self.sizes[:, 0], self.kind))]
+        if variant == "one call per subsampling":
+            return [np.flatnonzero(self.kind == k) for k in np.unique(self.kind)]
+        return [np.arange(n)]
+
+
+def decode(dec: NvjpegDecoder, bt: Batch, idx_list: list[np.ndarray], out: torch.Tensor,
+           stream: torch.cuda.Stream) -> None:
+    for idx in idx_list:
+        status = dec.decode_batch(bt.pinned, bt.offsets[idx], bt.lengths[idx], bt.sizes[idx], out,
+                                  bt.out_offsets[idx], stream, hints=bt.hints[idx], chroma=bt.chroma[idx])
+        if any(status):
+            raise SystemExit(f"decode failed: {dec.last_errors}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("data")
+    p.add_argument("--batches", type=int, default=16)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--reps", type=int, default=5)
+    args = p.parse_args()
+    every = sorted(glob.glob(os.path.join(args.data, "*", "*.jpg")))
+    pick = np.random.default_rng(0).permutation(len(every))
+    n = args.batches * args.batch
+    if len(every) < n:
+        raise SystemExit(f"{args.data} has {len(every)} JPEGs, {n} needed")
+    files = [every[i] for i in pick]
+    mixed = [Batch(files[k:k + args.batch]) for k in range(0, n, args.batch)]
+    kinds = {}
+    for f in files:
+        with open(f, "rb") as fh:
+            kinds.setdefault(jpeg_info(np.frombuffer(fh.read(), np.uint8)).subsampling, []).append(f)
+    main_kind = max(kinds, key=lambda k: len(kinds[k]))
+    one_kind = kinds[main_kind][:n]
+    alone = [Batch(one_kind[k:k + args.batch]) for k in range(0, len(one_kind) - args.batch + 1, args.batch)]
+    print(f"{len(every)} files; subsamplings: " + ", ".join(f"{k}: {len(v)}" for k, v in sorted(kinds.items())))
+    print(f"{torch.cuda.get_device_name(0)}, {os.cpu_count()} CPUs, torch {torch.__version__}")
+
+    variants = {"as drawn": mixed, "by subsampling": mixed, "by subsampling, then size": mixed,
+                "one call per subsampling": mixed, f"only {main_kind}": alone}
+    stream = torch.cuda.Stream()
+    biggest = max(bt.out_bytes for bt in mixed + alone)
+    # the loader's depth of 2, and for the per-subsampling calls enough state sets that the
+    # calls of one batch do not wait for each other's
+    decoders = {v: NvjpegDecoder(0, pipeline_depth=8 if v == "one call per subsampling" else 2)
+                for v in variants}
+
+    # the same bytes, whatever the order
+    check = [mixed[k] for k in range(min(2, len(mixed)))]
+    for bt in check:
+        outs = {}
+        for v in list(variants)[:4]:
+            out = torch.zeros(biggest, dtype=torch.uint8, device="cuda")
+            decode(decoders[v], bt, bt.calls(v), out, stream)
+            stream.synchronize()
+            outs[v] = out[: bt.out_bytes].cpu()
+        for v, o in outs.items():
+            if not torch.equal(o, outs["as drawn"]):
+                raise SystemExit(f"{v}: output differs from the loader's order")
+    print(f"outputs equal byte for byte in every order ({len(check)} batches)")
+
+    outs = [torch.empty(biggest, dtype=torch.uint8, device="cuda") for _ in range(2)]
+    rates: dict[str, list[float]] = {v: [] for v in variants}
+    host: dict[str, list[float]] = {v: [] for v in variants}
+    for rep in range(args.reps + 1):  # the first pass warms every variant up
+        for v, batches in variants.items():
+            dec = decoders[v]
+            plans = [bt.calls(v) for bt in batches]
+            stream.synchronize()
+            t0 = time.perf_counter()
+            for k, bt in enumerate(batches):
+                h = time.perf_counter()
+                decode(dec, bt, plans[k], outs[k % 2], stream)
+                if rep:
+                    host[v].append(1e3 * (time.perf_counter() - h))
+            stream.synchronize()
+            if rep:
+                rates[v].append(sum(len(bt.lengths) for bt in batches) / (time.perf_counter() - t0))
+    base = statistics.median(rates["as drawn"])
+    print(f"\n| order of the images in nvJPEG's call | images/s (median of {args.reps}) | range | "
+          f"host ms per batch | vs as drawn |")
+    print("|---|---|---|---|---|")
+    for v in variants:
+        r = statistics.median(rates[v])
+        print(f"| {v} | {r:,.0f} | {min(rates[v]):,.0f}-{max(rates[v]):,.0f} | "
+              f"{statistics.median(host[v]):.2f} | {r / base:.3f}x |")
+    for dec in decoders.values():
+        dec.close()
+
+
+if __name__ == "__main__":
+    main()
