@@ -662,6 +662,77 @@ def test_gpu_hybrid_backend_only():
             assert_close(img, decode_cpu(data))
 
 
+def test_engine_order_groups_kinds_then_sizes():
+    from torchdali.decode._nvjpeg import engine_order
+
+    rng = np.random.default_rng(3)
+    n = 300
+    kinds = rng.choice([7, 7, 7, 7, 3, 9], n)  # header codes, one of them common
+    heights = rng.integers(333, 337, n)
+    widths = rng.integers(400, 403, n)
+    order = engine_order(kinds, heights, widths)
+    # Python's sort is stable: equal keys keep the order drawn
+    assert order.tolist() == sorted(range(n), key=lambda i: (kinds[i], heights[i], widths[i]))
+    assert engine_order(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)).tolist() == []
+    assert engine_order([5], [10], [20]).tolist() == [0]
+
+
+@pytest.mark.cuda
+def test_gpu_hardware_call_takes_the_batch_in_engine_order(monkeypatch):
+    """The hardware call gets a mixed batch grouped by header code, then size; every image
+    still lands in its own place, byte for byte as when decoded alone."""
+    import ctypes
+
+    from torchdali.decode._jpeg_header import header_code
+    from torchdali.decode._nvjpeg import engine_order
+
+    # (height, width, PIL subsampling: 0 = 4:4:4, 1 = 4:2:2, 2 = 4:2:0), all taken by the engines
+    specs = [(64, 80, 2), (48, 48, 1), (64, 72, 0), (40, 80, 2), (64, 80, 0), (48, 40, 1), (40, 64, 2), (64, 72, 2)]
+    blobs = [jpeg(h, w, seed=i, subsampling=s) for i, (h, w, s) in enumerate(specs)]
+    infos = [jpeg_info(b) for b in blobs]
+    hints = np.array([header_code(i) for i in infos], dtype=np.int64)
+    sizes = np.array([(i.height, i.width) for i in infos], dtype=np.int64)
+    buf, offsets, lengths = pack(blobs)
+    buf = buf.pin_memory()
+    nbytes = sizes[:, 0] * sizes[:, 1] * 3
+    out_offsets = np.concatenate([[0], np.cumsum(nbytes)[:-1]]).astype(np.int64)
+    with NvjpegDecoder(0) as dec:
+        if not dec.has_hardware:
+            pytest.skip("no hardware JPEG engines: the order only applies to them")
+        alone = []
+        stream = torch.cuda.Stream(dec.device)
+        for b, (h, w) in zip(blobs, sizes.tolist()):
+            one, o1, l1 = pack([b])
+            out1 = torch.zeros(h * w * 3, dtype=torch.uint8, device=dec.device)
+            stream.wait_stream(torch.cuda.current_stream(dec.device))
+            assert dec.decode_batch(one.pin_memory(), o1, l1, [(h, w)], out1, [0], stream) == [STATUS_OK]
+            stream.synchronize()
+            alone.append(out1.cpu())
+        seen = []
+        real = dec._lib.nvjpegDecodeBatched
+
+        def record(handle, state, data, lens, images, strm):
+            if handle == dec._hw:
+                pointers = np.ctypeslib.as_array((ctypes.c_uint64 * len(blobs)).from_address(data)).copy()
+                seen.append([int(np.flatnonzero(offsets == p - buf.data_ptr())[0]) for p in pointers])
+            return real(handle, state, data, lens, images, strm)
+
+        monkeypatch.setattr(dec._lib, "nvjpegDecodeBatched", record)
+        out = torch.zeros(int(nbytes.sum()), dtype=torch.uint8, device=dec.device)
+        stream.wait_stream(torch.cuda.current_stream(dec.device))
+        status = dec.decode_batch(buf, offsets, lengths, sizes, out, out_offsets, stream, hints=hints)
+        stream.synchronize()
+        assert status == [STATUS_OK] * len(blobs), dec.last_errors
+        assert dec.last_stats["hardware"] == len(blobs)
+    assert seen == [engine_order(hints, sizes[:, 0], sizes[:, 1]).tolist()]
+    assert seen[0] != sorted(seen[0])  # the batch was not in that order already
+    host = out.cpu()
+    for i, (h, w) in enumerate(sizes.tolist()):
+        img = host[out_offsets[i]: out_offsets[i] + h * w * 3]
+        assert torch.equal(img, alone[i]), f"image {i}"
+        assert_close(img.view(h, w, 3), decode_cpu(blobs[i]), what=f"image {i}")
+
+
 @pytest.mark.cuda
 def test_gpu_fancy_upsampling():
     blobs = [jpeg(64, 80, seed=i, subsampling=s) for i, s in enumerate((2, 1, 0, 2))]

@@ -106,6 +106,20 @@ class _StateSet:
         self.inflight: tuple = ()  # objects the queued work reads or writes
 
 
+def engine_order(kinds: np.ndarray, heights: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """The order in which a batched call hands its images to the hardware engines: grouped
+    by ``kinds`` (header codes: chroma subsampling, SOF, ...), then by height, then width;
+    ties keep their order.
+
+    Every image keeps its own bytes and its own place in the output; only the order of the
+    call's arrays changes. On 4,096 photographs (90% 4:2:0, 7% 4:4:4, 3% grayscale, sizes
+    from 333 to 500 on the short side) an H200's engines decoded 5.0% more images per second
+    so ordered than in the order drawn, 2.9% with the kinds grouped alone
+    (``benchmarks/decode_order.py``; ``benchmarks/RESULTS.md``, tenth GPU run).
+    """
+    return np.lexsort((np.asarray(widths), np.asarray(heights), np.asarray(kinds)))
+
+
 class NvjpegDecoder:
     """Batched JPEG decoder on one GPU: nvJPEG hardware engines first, CUDA hybrid otherwise.
 
@@ -741,9 +755,25 @@ class NvjpegDecoder:
             rows[gray, 5] = rows[gray, 6] = w[gray]
         return rows
 
+    def _kinds(self, sel: np.ndarray, heights, widths, planes) -> np.ndarray:
+        """What groups images ``sel`` for :func:`engine_order`: the call's header codes, else
+        the chroma subsampling the planes' sizes tell (planar output), else nothing."""
+        if self._call_hints is not None:
+            return np.asarray(self._call_hints, dtype=np.int64)[sel]
+        if planes is not None:
+            ch, cw = planes[sel, 0], planes[sel, 1]
+            return (ch == 0) * 4 + (ch < heights[sel]) * 2 + (cw < widths[sel])
+        return np.zeros(len(sel), dtype=np.int64)
+
     def _decode(self, ss: _StateSet, ptrs, lens, heights, widths, roi, out, out_off, dst, status, stream,
                 scratch, planes=None) -> None:
         hw_idx, hw_params, hy_idx = self._classify(ss, ptrs, lens, heights, widths, roi, status, planes)
+        if len(hw_idx) > 1:
+            sel = np.asarray(hw_idx, dtype=np.int64)
+            order = engine_order(self._kinds(sel, heights, widths, planes), heights[sel], widths[sel])
+            hw_idx = sel[order].tolist()
+            if hw_params:
+                hw_params = [hw_params[k] for k in order.tolist()]
         errors = self.last_errors
         stats = self.last_stats
         stats["needs_cpu"] = int((status == STATUS_NEEDS_CPU).sum())
