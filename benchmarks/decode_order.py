@@ -8,7 +8,8 @@ images in different orders. The bytes stay where they were packed and every imag
 written to the same place in the output; only the order of the pointers in nvJPEG's
 call changes:
 
-- ``as drawn``: the loader's order (subsamplings mixed);
+- ``as drawn``: the order the files were drawn in (subsamplings mixed), which the engines got
+  before the decoder ordered its calls itself;
 - ``by subsampling``: sorted by chroma subsampling within each batch (a stable sort);
 - ``by subsampling, then size``: and by height and width within a subsampling;
 - ``one call per subsampling``: a ``decode_batch`` call per subsampling of each batch;
@@ -33,8 +34,14 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from torchdali.decode import NvjpegDecoder, jpeg_info  # noqa: E402
-from torchdali.decode._jpeg_header import header_code, planar_chroma  # noqa: E402
+from profile_decode import pack  # noqa: E402
+from torchdali.decode import NvjpegDecoder, _nvjpeg, jpeg_info  # noqa: E402
+from torchdali.decode._jpeg_header import planar_chroma  # noqa: E402
+
+# The decoder puts a call's images in its own order (``_nvjpeg.engine_order``); turned off
+# here, the engines get them in the order each variant gives. "by subsampling, then size" is
+# the decoder's grouping.
+_nvjpeg.engine_order = lambda kinds, heights, widths: np.arange(len(kinds))
 
 _KIND_ORDER = {"420": 0, "422": 1, "440": 2, "444": 3, "gray": 4}
 
@@ -43,17 +50,11 @@ class Batch:
     """One batch packed in pinned memory, with what ``decode_batch`` takes per image."""
 
     def __init__(self, files: list[str]) -> None:
-        blobs = [open(f, "rb").read() for f in files]
-        infos = [jpeg_info(np.frombuffer(b, np.uint8)) for b in blobs]
-        planar = [planar_chroma(i) for i in infos]
+        blobs, host, self.offsets, self.lengths, self.sizes, self.hints = pack(files)
+        self.pinned = host.pin_memory()
+        planar = [planar_chroma(jpeg_info(b)) for b in blobs]
         if any(p is None for p in planar):
             raise SystemExit("every file must be 4:2:0/4:2:2/4:4:0/4:4:4 or grayscale")
-        self.lengths = np.array([len(b) for b in blobs], dtype=np.int64)
-        self.offsets = np.zeros(len(blobs), dtype=np.int64)
-        self.offsets[1:] = np.cumsum(self.lengths)[:-1]
-        self.pinned = torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8).pin_memory()
-        self.sizes = np.array([[i.height, i.width] for i in infos], dtype=np.int64)
-        self.hints = np.array([header_code(i) for i in infos], dtype=np.int64)
         self.chroma = np.array([p[1:] for p in planar], dtype=np.int64)
         self.kind = np.array([_KIND_ORDER[p[0]] for p in planar], dtype=np.int64)
         numel = self.sizes[:, 0] * self.sizes[:, 1] + 2 * self.chroma[:, 0] * self.chroma[:, 1]
@@ -126,7 +127,7 @@ def main() -> None:
             outs[v] = out[: bt.out_bytes].cpu()
         for v, o in outs.items():
             if not torch.equal(o, outs["as drawn"]):
-                raise SystemExit(f"{v}: output differs from the loader's order")
+                raise SystemExit(f"{v}: output differs from the order drawn")
     print(f"outputs equal byte for byte in every order ({len(check)} batches)")
 
     outs = [torch.empty(biggest, dtype=torch.uint8, device="cuda") for _ in range(2)]

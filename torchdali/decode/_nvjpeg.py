@@ -205,6 +205,7 @@ class NvjpegDecoder:
         self._routes: Dict[int, bool] = {}
         self._routes_ex: Dict[Tuple[int, bool], bool] = {}  # the same for windowed calls (BatchedEx)
         self._call_hints: Optional[List[int]] = None
+        self._call_codes: Optional[np.ndarray] = None  # the same as an array
         # where grayscale images' chroma planes go in planar decodes; never read, so calls
         # share it (each call's state set holds it until its work is done)
         self._gray_scratch: Optional[torch.Tensor] = None
@@ -513,7 +514,8 @@ class NvjpegDecoder:
                                  f"which has {out.numel()}")
             self.last_errors = {}
             self.last_stats = {}
-            self._call_hints = None if hints is None else _as_int64(hints, "hints", (n,)).tolist()
+            self._call_codes = None if hints is None else _as_int64(hints, "hints", (n,))
+            self._call_hints = None if hints is None else self._call_codes.tolist()
             if n == 0:
                 return []
             if stream is None:
@@ -758,8 +760,8 @@ class NvjpegDecoder:
     def _kinds(self, sel: np.ndarray, heights, widths, planes) -> np.ndarray:
         """What groups images ``sel`` for :func:`engine_order`: the call's header codes, else
         the chroma subsampling the planes' sizes tell (planar output), else nothing."""
-        if self._call_hints is not None:
-            return np.asarray(self._call_hints, dtype=np.int64)[sel]
+        if self._call_codes is not None:
+            return self._call_codes[sel]
         if planes is not None:
             ch, cw = planes[sel, 0], planes[sel, 1]
             return (ch == 0) * 4 + (ch < heights[sel]) * 2 + (cw < widths[sel])
