@@ -109,7 +109,13 @@ def _lower_priority(worker_id: int) -> None:
 
 def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
                   mix: bool, gpu_decode: str = "planar", cpu_share: float | str = 0.0, roi: bool = False,
-                  nice: bool = False, switch_s: float | None = None, decode_core: Any = "auto") -> dict:
+                  nice: bool = False, switch_s: float | None = None, decode_core: Any = "auto",
+                  scan: str | None = None) -> dict:
+    from torchdali._executor import _decode
+
+    check = _decode.GpuDecoder._check_scans
+    if scan == "off":  # what the scan-marker check costs: no batch is checked (a measurement only)
+        _decode.GpuDecoder._check_scans = lambda self, batch, pinned, enc: _decode.ScanCheck(enc, lambda: (), None)
     if roi:  # nvJPEG decodes only the window of each image the kernel reads
         os.environ["TORCHDALI_ROI_DECODE"] = "1"
     interval = sys.getswitchinterval()
@@ -120,6 +126,7 @@ def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torc
     finally:
         os.environ.pop("TORCHDALI_ROI_DECODE", None)
         sys.setswitchinterval(interval)
+        _decode.GpuDecoder._check_scans = check
 
 
 def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool,
@@ -222,7 +229,9 @@ def main() -> int:
     p.add_argument("--variants", default="rgb,roi",
                    help="torchdali also decoding to RGB (rgb), to RGB windows (roi), with the workers at a lower "
                    "priority (nice), with a 0.5 ms GIL switch interval (switch), the CPU shares also unpinned (nopin), "
-                   "the executor thread on its own CPU without a share (core), DALI with hw_decoder_load=1 (hw1); "
+                   "the executor thread on its own CPU without a share (core), the scan-marker check not run "
+                   "(scan-off, a measurement of what it costs), "
+                   "DALI with hw_decoder_load=1 (hw1); "
                    "comma-separated, empty: none")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -262,6 +271,9 @@ def main() -> int:
                 if "core" in variants:  # the executor thread on the last CPU without a share
                     runs.append((recipe, "torchdali-core", lambda r=recipe: run_torchdali(
                         args.data, r, args, device, False, decode_core=max(os.sched_getaffinity(0)))))
+                if "scan-off" in variants:
+                    runs.append((recipe, "torchdali-scan-off", lambda r=recipe: run_torchdali(
+                        args.data, r, args, device, False, scan="off")))
                 if "switch" in variants:
                     runs.append((recipe, "torchdali-switch",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, False, switch_s=5e-4)))
