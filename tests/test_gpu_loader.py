@@ -482,3 +482,29 @@ def test_run_ahead_with_a_distributed_sampler_follows_set_epoch(folder, monkeypa
         for k, (x, y) in enumerate(zip(a, b)):
             assert torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]), (e, k)
     assert not all(torch.equal(x[1], y[1]) for x, y in zip(got[0], got[1]))
+
+
+def test_a_batch_is_not_overwritten_while_its_kernel_waits(folder, monkeypatch):
+    """nvJPEG's hardware engines write a decode buffer during the call, whatever is still
+    queued on the executor's stream: while a batch's kernel waits on the GPU, the next
+    batches must not be decoded into the buffer it reads."""
+    from torchdali._executor import _launch
+
+    ds = td.datasets.ImageFolder(folder)
+    kw = dict(batch_size=8, num_workers=2, transforms=RECIPE, seed=5, device="cuda")
+    want = _batches(td.DataLoader(ds, **kw))
+    real = _launch.KernelLauncher.launch
+
+    def late(self, decoded, params, stream, targets=None):
+        torch.cuda._sleep(50_000_000)  # about 25 ms of GPU time ahead of the kernel that reads the buffer
+        return real(self, decoded, params, stream, targets)
+
+    monkeypatch.setattr(_launch.KernelLauncher, "launch", late)
+    loader = td.DataLoader(ds, **kw)
+    got = _batches(loader)
+    if loader.stats().last.decoded_hardware == 0:
+        pytest.skip("no hardware JPEG engines: the CUDA decoder's writes are ordered on the stream")
+    assert len(got) == len(want) == len(loader)
+    for k, ((gi, gt), (wi, wt)) in enumerate(zip(got, want)):
+        assert torch.equal(gt, wt), k
+        assert torch.equal(gi, wi), f"batch {k}"

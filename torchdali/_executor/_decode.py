@@ -235,7 +235,14 @@ class GpuDecoder:
         # checks are queued from the staging and the executor thread; each one's copy into the
         # shared scan buffer and its kernel must stay together on the check stream
         self._check_lock = threading.Lock()
-        self.buffer = GrowOnlyBuffer(device)  # the batch decode buffer, on the executor's stream
+        # The batch decode buffers, used in turn, on the executor's stream. nvJPEG's hardware
+        # engines write a buffer during the call, not in the stream's order, so a batch is
+        # decoded into a buffer only once the batch before that read it has passed its
+        # ``readers`` event (``read_until``): with two, that batch is two batches back.
+        self.buffers = (GrowOnlyBuffer(device), GrowOnlyBuffer(device))
+        self.readers: list[torch.cuda.Event | None] = [None, None]
+        self._turn = 0  # the buffer the next batch is decoded into
+        self._last = 0  # the buffer the last batch was decoded into
         self.scan_buffer = GrowOnlyBuffer(device)  # the batch's bytes for the scan check, on check_stream
         # the decode buffer with the CPU's images appended (fallbacks, replacements), on the executor's stream
         self.grown_buffer = GrowOnlyBuffer(device)
@@ -247,7 +254,8 @@ class GpuDecoder:
         if nvjpeg is not None:
             nvjpeg.close()
             self.nvjpeg = None
-        for buffer in (getattr(self, name, None) for name in ("buffer", "scan_buffer", "grown_buffer")):
+        for buffer in (*getattr(self, "buffers", ()), getattr(self, "scan_buffer", None),
+                       getattr(self, "grown_buffer", None)):
             if buffer is not None:
                 buffer.release()
 
@@ -256,9 +264,11 @@ class GpuDecoder:
         """Decode every sample of ``batch`` (bytes staged in ``pinned``) into one GPU buffer.
 
         Runs with ``stream`` current on the executor's device: the buffer is the front
-        of ``buffer`` when that is large enough, else of the decoder's own grow-only
-        buffer (``GrowOnlyBuffer``); the work queued on ``stream`` before may still be
-        using either, and every copy and decode is ordered on it. May replace samples under on_error, which
+        of ``buffer`` when that is large enough (nvJPEG's engines then wait on the host
+        for the work queued on ``stream`` before them, which may still read it), else of
+        the next of the decoder's own grow-only buffers (``GrowOnlyBuffer``), once the
+        batch decoded there before has been read (``read_until``). Every copy is ordered
+        on ``stream``. May replace samples under on_error, which
         updates ``batch`` (indices, positions, paths, params, targets, skipped). ``numel``:
         ``decoded_sizes(batch.shapes)`` when the caller has it.
         """
@@ -274,18 +284,38 @@ class GpuDecoder:
         total = int(numel.sum())
         if buffer is not None and buffer.numel() >= max(total, 1):
             decoded = buffer[: max(total, 1)]
+            stream_order = True
         else:
-            decoded = self.buffer.take(total)
+            decoded = self.next_buffer(total)
+            stream_order = False
         for i in raw:  # decoded in the worker (CPU fallback, external source)
             src = pinned[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]]
             decoded[out_offsets[i]: out_offsets[i] + numel[i]].copy_(src, non_blocking=True)
         enc = np.nonzero(batch.kinds == ENCODED)[0]
         if len(enc):
-            decoded = self._decode_encoded(batch, pinned, enc, shapes, decoded, out_offsets, stream)
+            decoded = self._decode_encoded(batch, pinned, enc, shapes, decoded, out_offsets, stream, stream_order)
         return DecodedBatch(decoded, shapes, out_offsets)
 
+    def next_buffer(self, numel: int) -> torch.Tensor:
+        """The front ``numel`` bytes of the next decode buffer in turn, once the batch that
+        used it before has been read (``read_until``); nothing queued still reads it."""
+        k = self._turn
+        self._turn = (k + 1) % len(self.buffers)
+        reader = self.readers[k]
+        if reader is not None:
+            reader.synchronize()  # long passed in a running pipeline: it is two batches back
+            self.readers[k] = None
+        self._last = k
+        return self.buffers[k].take(numel)
+
+    def read_until(self, event: torch.cuda.Event) -> None:
+        """The last batch's decode buffer is read by work that has ended when ``event``
+        has passed: the next batch decoded into that buffer waits for it (``decode``)."""
+        self.readers[self._last] = event
+
     def _decode_encoded(self, batch: PackedBatch, pinned: torch.Tensor, enc: np.ndarray, shapes: np.ndarray,
-                        decoded: torch.Tensor, out_offsets: np.ndarray, stream: torch.cuda.Stream) -> torch.Tensor:
+                        decoded: torch.Tensor, out_offsets: np.ndarray, stream: torch.cuda.Stream,
+                        stream_order: bool = True) -> torch.Tensor:
         """nvJPEG on the encoded samples, then the CPU for what it rejects (or the scan
         check flags), then the on_error policy."""
         from ..decode import decode_cpu
@@ -310,7 +340,7 @@ class GpuDecoder:
             t, t_cpu = time.perf_counter(), time.thread_time()
             status = self.nvjpeg.decode_batch(pinned, batch.offsets[part], batch.lengths[part], sizes,
                                               decoded, out_offsets[part], stream, hints=hints, chroma=chroma,
-                                              rois=rois)
+                                              rois=rois, stream_order=stream_order)
             self.counts["nvjpeg_s"] += time.perf_counter() - t
             self.counts["nvjpeg_cpu_s"] += time.thread_time() - t_cpu
             routed = self.nvjpeg.last_stats

@@ -118,11 +118,12 @@ class BatchExecutor:
                 ready.record(self.stream)
                 slot.event = ready
         finally:
+            if ready is None:  # failed half-way: work may be queued that reads the slot or the buffer
+                ready = torch.cuda.Event()
+                ready.record(self.stream)
+            self.decoder.read_until(ready)  # the batch after next decodes into this buffer again
             staging.give_back(slot)  # the event guards the reuse of a pinned slot
             if staging.ring is not None and batch.seq >= 0:
-                if ready is None:  # failed half-way: work may be queued that reads the slot
-                    ready = torch.cuda.Event()
-                    ready.record(self.stream)
                 staging.hold(ready, batch.seq)
         t_end = time.perf_counter()
         kernel_s = self.launcher.previous_kernel_s(kernel_events)
@@ -139,17 +140,18 @@ class BatchExecutor:
         (``_decode.decode_groups``): (images, timing events, seconds spent decoding,
         decode route counters).
 
-        Every group is decoded into the front of the decoder's grow-only buffer, sized
-        for the largest group: the stream orders a group's decode after the previous
-        group's kernel, which read it. (Buffers freed and allocated in turn would not
-        do: nvJPEG keeps the buffers of its last calls referenced until their work is
-        done, and the caching allocator would keep a block per new size.)
+        Every group is decoded into the front of the decoder's next grow-only buffer,
+        sized for the largest group: a group's decode waits (on the host, before nvJPEG's
+        engines write) for the previous group's kernel, which read it. (Buffers freed and
+        allocated in turn would not do: nvJPEG keeps the buffers of its last calls
+        referenced until their work is done, and the caching allocator would keep a
+        block per new size.)
         """
         images = first = last = None
         decode_s = 0.0
         counts = dict.fromkeys(ROUTE_COUNTERS, 0)
         numel = decoded_sizes(batch.shapes)
-        buffer = self.decoder.buffer.take(int(max(numel[a:b].sum() for a, b in groups)))
+        buffer = self.decoder.next_buffer(int(max(numel[a:b].sum() for a, b in groups)))
         for start, stop in groups:
             sub = sub_batch(batch, start, stop)
             t = time.perf_counter()

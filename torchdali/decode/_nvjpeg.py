@@ -404,6 +404,7 @@ class NvjpegDecoder:
         rois=None,
         hints=None,
         chroma=None,
+        stream_order: bool = True,
     ) -> List[int]:
         """Decode a batch of encoded images into ``out`` as interleaved RGB, or as planar
         Y, Cb, Cr at each image's own chroma subsampling (``chroma``).
@@ -441,6 +442,14 @@ class NvjpegDecoder:
                 image's chroma factors; its Y plane is ``h x w`` (row pitch ``w``) and
                 its Cb and Cr planes hold the chroma samples that cover it,
                 ``window_chroma(...)`` of them (row pitch their width).
+            stream_order: the hardware engines write ``out`` while the call runs,
+                whatever work is still queued on ``stream`` before it (nvJPEG's batched
+                hardware decode does not wait for the stream). With True the call first
+                waits, on the host, until ``stream`` has done that work, so nothing queued
+                earlier still reads or writes ``out`` when the engines write it. Pass
+                False only when nothing queued before the call on any stream uses the
+                images' bytes of ``out`` (the loader waits for the batch that last read a
+                buffer before it decodes into it again).
 
         Returns:
             One status per image: STATUS_OK (0), STATUS_NEEDS_CPU (-1: decode it with
@@ -537,7 +546,7 @@ class NvjpegDecoder:
                 scratch: list = []
                 try:
                     self._decode(ss, ptrs, lens, heights, widths, roi, out, out_off, dst, status, stream, scratch,
-                                 planes)
+                                 planes, stream_order)
                 finally:
                     ss.event.record(stream)
                     ss.recorded = True
@@ -768,7 +777,7 @@ class NvjpegDecoder:
         return np.zeros(len(sel), dtype=np.int64)
 
     def _decode(self, ss: _StateSet, ptrs, lens, heights, widths, roi, out, out_off, dst, status, stream,
-                scratch, planes=None) -> None:
+                scratch, planes=None, stream_order: bool = True) -> None:
         hw_idx, hw_params, hy_idx = self._classify(ss, ptrs, lens, heights, widths, roi, status, planes)
         if len(hw_idx) > 1:
             sel = np.asarray(hw_idx, dtype=np.int64)
@@ -784,6 +793,10 @@ class NvjpegDecoder:
         step = self.max_batch
         fmt = NVJPEG_OUTPUT_RGBI if planes is None else NVJPEG_OUTPUT_YUV
         rows = self._image_rows(heights, widths, roi, dst, planes, stream, scratch)
+        if hw_idx and stream_order:
+            # The engines write the images during the call, not in the stream's order
+            # (the CUDA decoder's calls below are ordered): let earlier work finish first.
+            stream.synchronize()
         for start in range(0, len(hw_idx), step):
             chunk = hw_idx[start:start + step]
             sel = np.asarray(chunk, dtype=np.int64)
