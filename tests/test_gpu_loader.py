@@ -484,13 +484,14 @@ def test_run_ahead_with_a_distributed_sampler_follows_set_epoch(folder, monkeypa
     assert not all(torch.equal(x[1], y[1]) for x, y in zip(got[0], got[1]))
 
 
-def test_a_batch_is_not_overwritten_while_its_kernel_waits(folder, monkeypatch):
+def test_a_batch_is_not_overwritten_while_its_kernel_waits(tmp_path, monkeypatch):
     """nvJPEG's hardware engines write a decode buffer during the call, whatever is still
     queued on the executor's stream: while a batch's kernel waits on the GPU, the next
     batches must not be decoded into the buffer it reads."""
     from torchdali._executor import _launch
 
-    ds = td.datasets.ImageFolder(folder)
+    # one size and subsampling, so every batch's call reuses its initialised nvJPEG state
+    ds = td.datasets.ImageFolder(make_folder(tmp_path, n=96, lo=96, hi=97))
     kw = dict(batch_size=8, num_workers=2, transforms=RECIPE, seed=5, device="cuda")
     want = _batches(td.DataLoader(ds, **kw))
     real = _launch.KernelLauncher.launch
