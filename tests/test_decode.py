@@ -736,8 +736,9 @@ def test_gpu_hardware_call_takes_the_batch_in_engine_order(monkeypatch):
 @pytest.mark.cuda
 def test_gpu_hardware_decode_waits_for_work_queued_on_its_stream():
     """nvJPEG's batched hardware decode writes its output during the call, whatever is still
-    queued on the stream (only a state's first call, which initialises it, waits); decode_batch
-    first lets that work finish, so a copy queued before the decode reads the bytes from before it."""
+    queued on the stream (a decoder's first calls, which initialise its states, may wait);
+    decode_batch first lets that work finish, so a copy queued before the decode reads the
+    bytes from before it."""
     blobs = [jpeg(64, 80, seed=i) for i in range(4)]
     sizes = np.array([(64, 80)] * len(blobs), dtype=np.int64)
     buf, offsets, lengths = pack(blobs)
@@ -750,7 +751,7 @@ def test_gpu_hardware_decode_waits_for_work_queued_on_its_stream():
         stream = torch.cuda.Stream(dec.device)
         out = torch.zeros(len(blobs) * n, dtype=torch.uint8, device=dec.device)
         early = []
-        for call in range(6):  # the first call of each of the decoder's two state sets initialises it
+        for call in range(6):  # past the first call on each of the decoder's two state sets
             out.zero_()
             torch.cuda.synchronize()
             with torch.cuda.stream(stream):
