@@ -26,10 +26,8 @@ images/s and the decoding call's wall and CPU milliseconds per batch.
 from __future__ import annotations
 
 import argparse
-import glob
 import multiprocessing as mp
 import os
-import statistics
 import sys
 import threading
 import time
@@ -56,28 +54,24 @@ def _load(j: int, mode, active, files: list, cpus: list) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("data")
-    p.add_argument("--batches", type=int, default=12)
-    p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--reps", type=int, default=5)
-    args = p.parse_args()
-
-    import numpy as np
-    import torch
-
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from torchdali.decode import NvjpegDecoder, _nvjpeg
 
     engine_order = _nvjpeg.engine_order
-    from decode_order import Batch
+    from decode_order import add_batch_args, drawn_batches, drawn_files, print_rates
     _nvjpeg.engine_order = engine_order  # decode_order turns the decoder's own order off; the loader keeps it
 
-    every = sorted(glob.glob(os.path.join(args.data, "*", "*.jpg")))
-    pick = np.random.default_rng(0).permutation(len(every))
+    p = argparse.ArgumentParser()
+    add_batch_args(p, batches=12)
+    args = p.parse_args()
+
+    import numpy as np
+    import torch
+
     n = args.batches * args.batch
-    batches = [Batch([every[i] for i in pick[k:k + args.batch]]) for k in range(0, n, args.batch)]
+    every, _ = drawn_files(args.data, n)
+    batches = drawn_batches(args.data, args.batches, args.batch)
     ncpu = os.cpu_count() or 1
     last = ncpu - 1
     everywhere, others = list(range(ncpu)), [c for c in range(ncpu) if c != last]
@@ -184,14 +178,8 @@ def main() -> None:
     mode.value = -1
     for pr in procs:
         pr.join(5)
-    base = statistics.median(rates["alone"])
-    print(f"\n| beside the decoding thread | images/s (median of {args.reps}) | range | call ms per batch "
-          f"(wall) | its CPU ms | vs alone |")
-    print("|---|---|---|---|---|---|")
-    for name in kinds:
-        r = statistics.median(rates[name])
-        print(f"| {name} | {r:,.0f} | {min(rates[name]):,.0f}-{max(rates[name]):,.0f} | "
-              f"{statistics.median(wall[name]):.2f} | {statistics.median(cpu[name]):.2f} | {r / base:.3f}x |")
+    print_rates("beside the decoding thread", rates, "alone", args.reps,
+                (("call ms per batch (wall)", wall, ".2f"), ("its CPU ms", cpu, ".2f")))
     dec.close()
 
 

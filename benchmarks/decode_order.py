@@ -74,6 +74,43 @@ class Batch:
         return [np.arange(n)]
 
 
+def add_batch_args(p: argparse.ArgumentParser, batches: int = 16) -> None:
+    """The arguments the decoder-alone benchmarks here share: DATA_DIR, --batches, --batch, --reps."""
+    p.add_argument("data")
+    p.add_argument("--batches", type=int, default=batches)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--reps", type=int, default=5)
+
+
+def drawn_files(data: str, n: int) -> tuple[list[str], list[str]]:
+    """(every JPEG of the folder ``data``, all of them in an order drawn with seed 0); at least ``n``."""
+    every = sorted(glob.glob(os.path.join(data, "*", "*.jpg")))
+    if len(every) < n:
+        raise SystemExit(f"{data} has {len(every)} JPEGs, {n} needed")
+    pick = np.random.default_rng(0).permutation(len(every))
+    return every, [every[i] for i in pick]
+
+
+def drawn_batches(data: str, batches: int, batch: int) -> list[Batch]:
+    """``batches`` batches of ``batch`` files drawn from ``data`` (``drawn_files``), packed."""
+    _, files = drawn_files(data, batches * batch)
+    return [Batch(files[k:k + batch]) for k in range(0, batches * batch, batch)]
+
+
+def print_rates(first: str, rates: dict, base: str, reps: int, columns: tuple = ()) -> None:
+    """A markdown table, a row per key of ``rates`` (images/s, one per rep): the median and the
+    range, then each of ``columns`` ((header, {key: values}, format) as the values' median),
+    then the median against ``base``'s."""
+    ref = statistics.median(rates[base])
+    print(f"\n| {first} | images/s (median of {reps}) | range | "
+          + "".join(f"{h} | " for h, _, _ in columns) + f"vs {base} |")
+    print("|---" * (4 + len(columns)) + "|")
+    for name, r in rates.items():
+        m = statistics.median(r)
+        cells = "".join(f"{format(statistics.median(v[name]), f)} | " for _, v, f in columns)
+        print(f"| {name} | {m:,.0f} | {min(r):,.0f}-{max(r):,.0f} | {cells}{m / ref:.3f}x |")
+
+
 def decode(dec: NvjpegDecoder, bt: Batch, idx_list: list[np.ndarray], out: torch.Tensor,
            stream: torch.cuda.Stream) -> None:
     for idx in idx_list:
@@ -85,17 +122,10 @@ def decode(dec: NvjpegDecoder, bt: Batch, idx_list: list[np.ndarray], out: torch
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("data")
-    p.add_argument("--batches", type=int, default=16)
-    p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--reps", type=int, default=5)
+    add_batch_args(p)
     args = p.parse_args()
-    every = sorted(glob.glob(os.path.join(args.data, "*", "*.jpg")))
-    pick = np.random.default_rng(0).permutation(len(every))
     n = args.batches * args.batch
-    if len(every) < n:
-        raise SystemExit(f"{args.data} has {len(every)} JPEGs, {n} needed")
-    files = [every[i] for i in pick]
+    every, files = drawn_files(args.data, n)
     mixed = [Batch(files[k:k + args.batch]) for k in range(0, n, args.batch)]
     kinds = {}
     for f in files:
@@ -147,14 +177,8 @@ def main() -> None:
             stream.synchronize()
             if rep:
                 rates[v].append(sum(len(bt.lengths) for bt in batches) / (time.perf_counter() - t0))
-    base = statistics.median(rates["as drawn"])
-    print(f"\n| order of the images in nvJPEG's call | images/s (median of {args.reps}) | range | "
-          f"host ms per batch | vs as drawn |")
-    print("|---|---|---|---|---|")
-    for v in variants:
-        r = statistics.median(rates[v])
-        print(f"| {v} | {r:,.0f} | {min(rates[v]):,.0f}-{max(rates[v]):,.0f} | "
-              f"{statistics.median(host[v]):.2f} | {r / base:.3f}x |")
+    print_rates("order of the images in nvJPEG's call", rates, "as drawn", args.reps,
+                (("host ms per batch", host, ".2f"),))
     for dec in decoders.values():
         dec.close()
 

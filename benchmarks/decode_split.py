@@ -22,9 +22,7 @@ same images, byte for byte (how many bytes differ, and by how much at most).
 from __future__ import annotations
 
 import argparse
-import glob
 import os
-import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -37,7 +35,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from torchdali.decode import NvjpegDecoder, _nvjpeg  # noqa: E402
 
 _engine_order = _nvjpeg.engine_order
-from decode_order import Batch  # noqa: E402  (it turns the decoder's own order off ...)
+from decode_order import Batch, add_batch_args, drawn_batches, print_rates  # noqa: E402  (it turns the
+# decoder's own order off ...)
 
 _nvjpeg.engine_order = _engine_order  # ... which the loader keeps, and so does this benchmark
 
@@ -106,22 +105,15 @@ def compare(hw: NvjpegDecoder, side: Side, bt: Batch, stream, biggest: int) -> s
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("data")
-    p.add_argument("--batches", type=int, default=12)
-    p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--reps", type=int, default=5)
+    add_batch_args(p, batches=12)
     p.add_argument("--shares", default="0.05,0.1,0.2")
     p.add_argument("--threads", default="1,2,4")
     p.add_argument("--backends", default="gpu_hybrid,default")
     args = p.parse_args()
-    every = sorted(glob.glob(os.path.join(args.data, "*", "*.jpg")))
-    pick = np.random.default_rng(0).permutation(len(every))
     n = args.batches * args.batch
-    if len(every) < n:
-        raise SystemExit(f"{args.data} has {len(every)} JPEGs, {n} needed")
-    batches = [Batch([every[i] for i in pick[k:k + args.batch]]) for k in range(0, n, args.batch)]
+    batches = drawn_batches(args.data, args.batches, args.batch)
     print(f"{torch.cuda.get_device_name(0)}, {os.cpu_count()} CPUs, torch {torch.__version__}; "
-          f"{n} files of {len(every)}, batch {args.batch}")
+          f"{n} files, batch {args.batch}")
     stream = torch.cuda.Stream()
     biggest = max(bt.out_bytes for bt in batches)
     hw = NvjpegDecoder(0, pipeline_depth=2)
@@ -158,15 +150,9 @@ def main() -> None:
                 wall, used = time.perf_counter() - t0, time.process_time() - c0
                 rates[name].append(n / wall)
                 cpu[name].append(1e3 * used / n)
-    base = statistics.median(rates["hw only"])
-    print(f"\n| variant | images/s (median of {args.reps}) | range | CPU-s per 1k images | "
-          f"hardware call ms per batch | side ms per batch | vs hw only |")
-    print("|---|---|---|---|---|---|---|")
-    for name, _, _ in variants:
-        r = statistics.median(rates[name])
-        print(f"| {name} | {r:,.0f} | {min(rates[name]):,.0f}-{max(rates[name]):,.0f} | "
-              f"{statistics.median(cpu[name]):.3f} | {statistics.median(t_hw[name]):.2f} | "
-              f"{statistics.median(t_side[name]):.2f} | {r / base:.3f}x |")
+    print_rates("variant", rates, "hw only", args.reps,
+                (("CPU-s per 1k images", cpu, ".3f"), ("hardware call ms per batch", t_hw, ".2f"),
+                 ("side ms per batch", t_side, ".2f")))
     for s in sides.values():
         s.close()
     hw.close()

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import glob
 import os
-import statistics
 import sys
 import time
 
@@ -35,7 +33,8 @@ from torchdali.decode import NvjpegDecoder, _nvjpeg  # noqa: E402
 from torchdali.decode._nvjpeg_lib import NVJPEG_OUTPUT_YUV, load_nvjpeg, status_name  # noqa: E402
 
 _engine_order = _nvjpeg.engine_order
-from decode_order import Batch  # noqa: E402  (it turns the decoder's own order off ...)
+from decode_order import Batch, add_batch_args, drawn_batches, print_rates  # noqa: E402  (it turns the
+# decoder's own order off ...)
 
 _nvjpeg.engine_order = _engine_order  # ... which the loader keeps, and so does this benchmark
 NVJPEG_BACKEND_HARDWARE_DEVICE = 5
@@ -84,15 +83,10 @@ class DeviceInput:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("data")
-    p.add_argument("--batches", type=int, default=12)
-    p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--reps", type=int, default=5)
+    add_batch_args(p, batches=12)
     args = p.parse_args()
-    every = sorted(glob.glob(os.path.join(args.data, "*", "*.jpg")))
-    pick = np.random.default_rng(0).permutation(len(every))
     n = args.batches * args.batch
-    batches = [Batch([every[i] for i in pick[k:k + args.batch]]) for k in range(0, n, args.batch)]
+    batches = drawn_batches(args.data, args.batches, args.batch)
     print(f"{torch.cuda.get_device_name(0)}, {os.cpu_count()} CPUs, torch {torch.__version__}; {n} files, "
           f"batch {args.batch}", flush=True)
     stream, copy_stream = torch.cuda.Stream(), torch.cuda.Stream()
@@ -171,14 +165,8 @@ def main() -> None:
             torch.cuda.synchronize()
             if rep:
                 rates[name].append(n / (time.perf_counter() - t0))
-    base = statistics.median(rates["host input"])
-    print(f"\n| input | images/s (median of {args.reps}) | range | call ms per batch (wall) | its CPU ms | "
-          f"vs host input |")
-    print("|---|---|---|---|---|---|")
-    for name in variants:
-        r = statistics.median(rates[name])
-        print(f"| {name} | {r:,.0f} | {min(rates[name]):,.0f}-{max(rates[name]):,.0f} | "
-              f"{statistics.median(wall[name]):.2f} | {statistics.median(cpu[name]):.2f} | {r / base:.3f}x |")
+    print_rates("input", rates, "host input", args.reps,
+                (("call ms per batch (wall)", wall, ".2f"), ("its CPU ms", cpu, ".2f")))
 
 
 if __name__ == "__main__":
