@@ -56,11 +56,8 @@ def _load(j: int, mode, active, files: list, cpus: list) -> None:
 def main() -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from torchdali.decode import NvjpegDecoder, _nvjpeg
-
-    engine_order = _nvjpeg.engine_order
     from decode_order import add_batch_args, drawn_batches, drawn_files, print_rates
-    _nvjpeg.engine_order = engine_order  # decode_order turns the decoder's own order off; the loader keeps it
+    from torchdali.decode import NvjpegDecoder
 
     p = argparse.ArgumentParser()
     add_batch_args(p, batches=12)

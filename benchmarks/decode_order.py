@@ -38,10 +38,6 @@ from profile_decode import pack  # noqa: E402
 from torchdali.decode import NvjpegDecoder, _nvjpeg, jpeg_info  # noqa: E402
 from torchdali.decode._jpeg_header import planar_chroma  # noqa: E402
 
-# The decoder puts a call's images in its own order (``_nvjpeg.engine_order``); turned off
-# here, the engines get them in the order each variant gives. "by subsampling, then size" is
-# the decoder's grouping.
-_nvjpeg.engine_order = lambda kinds, heights, widths: np.arange(len(kinds))
 
 _KIND_ORDER = {"420": 0, "422": 1, "440": 2, "444": 3, "gray": 4}
 
@@ -121,6 +117,10 @@ def decode(dec: NvjpegDecoder, bt: Batch, idx_list: list[np.ndarray], out: torch
 
 
 def main() -> None:
+    # The decoder puts a call's images in its own order (``_nvjpeg.engine_order``); turned off
+    # here, the engines get them in the order each variant gives. "by subsampling, then size"
+    # is the decoder's grouping.
+    _nvjpeg.engine_order = lambda kinds, heights, widths: np.arange(len(kinds))
     p = argparse.ArgumentParser()
     add_batch_args(p)
     args = p.parse_args()

@@ -32,13 +32,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from torchdali.decode import NvjpegDecoder, _nvjpeg  # noqa: E402
-
-_engine_order = _nvjpeg.engine_order
-from decode_order import Batch, add_batch_args, drawn_batches, print_rates  # noqa: E402  (it turns the
-# decoder's own order off ...)
-
-_nvjpeg.engine_order = _engine_order  # ... which the loader keeps, and so does this benchmark
+from torchdali.decode import NvjpegDecoder  # noqa: E402
+from decode_order import Batch, add_batch_args, drawn_batches, print_rates  # noqa: E402
 
 
 class Side:

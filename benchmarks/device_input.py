@@ -32,11 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from torchdali.decode import NvjpegDecoder, _nvjpeg  # noqa: E402
 from torchdali.decode._nvjpeg_lib import NVJPEG_OUTPUT_YUV, load_nvjpeg, status_name  # noqa: E402
 
-_engine_order = _nvjpeg.engine_order
-from decode_order import Batch, add_batch_args, drawn_batches, print_rates  # noqa: E402  (it turns the
-# decoder's own order off ...)
-
-_nvjpeg.engine_order = _engine_order  # ... which the loader keeps, and so does this benchmark
+from decode_order import Batch, add_batch_args, drawn_batches, print_rates  # noqa: E402
 NVJPEG_BACKEND_HARDWARE_DEVICE = 5
 
 
@@ -99,7 +95,7 @@ def main() -> None:
               for _ in range(2)]
     copied = [torch.cuda.Event() for _ in range(2)]
     read = [torch.cuda.Event() for _ in range(2)]  # the last decode that read each staged buffer
-    orders = [_engine_order(bt.hints, bt.sizes[:, 0], bt.sizes[:, 1]) for bt in batches]
+    orders = [_nvjpeg.engine_order(bt.hints, bt.sizes[:, 0], bt.sizes[:, 1]) for bt in batches]
     scratch: list = []  # where grayscale images' unused chroma planes go
 
     def host_input(k: int, bt: Batch, out: torch.Tensor) -> None:
