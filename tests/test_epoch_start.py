@@ -106,8 +106,8 @@ def _equal(a, b) -> bool:
     return a == b
 
 
-def _pack(prepare, ds, tb):
-    return prepare(TaggedDataset(ds).__getitems__(tb))
+def _pack(prepare, ds, tb, defer=False):
+    return prepare(TaggedDataset(ds, defer_files=defer).__getitems__(tb))
 
 
 @pytest.mark.parametrize("recipe,options", [
@@ -217,7 +217,7 @@ def test_every_field_of_a_packed_batch_is_compared_or_known_to_differ():
     assert {f.name for f in dataclasses.fields(PackedBatch)} == set(FIELDS) | differ
 
 
-def _ring_case(tmp_path, n, batch, parts, slot_bytes=None):
+def _ring_case(tmp_path, n, batch, parts, slot_bytes=None, defer=False):
     from torchdali._executor._ring import HostRing
 
     folder = make_folder(tmp_path, n=n, lo=40, hi=300, seed=4)
@@ -228,14 +228,15 @@ def _ring_case(tmp_path, n, batch, parts, slot_bytes=None):
     split = [tb for tb in TaggedBatchSampler(batches, EpochState(), EpochStart(1, parts)) if tb.parts > 1]
     expected = _pack(PrepareBatch(plan, "gpu"), ds, whole)  # a blob
     ring = HostRing(3, slot_bytes or 2 * int(expected.blob.numel()))
-    packed = [_pack(PrepareBatch(plan, "gpu", ring=ring), ds, tb) for tb in split]
+    packed = [_pack(PrepareBatch(plan, "gpu", ring=ring), ds, tb, defer) for tb in split]
     return ds, ring, expected, packed
 
 
-def test_parts_write_into_their_share_of_the_batchs_ring_slot(tmp_path):
+@pytest.mark.parametrize("defer", [False, True], ids=["read", "read-into-slot"])
+def test_parts_write_into_their_share_of_the_batchs_ring_slot(tmp_path, defer):
     from torchdali._executor._worker import RING_PART_ALIGN
 
-    ds, ring, expected, packed = _ring_case(tmp_path, n=48, batch=48, parts=3)
+    ds, ring, expected, packed = _ring_case(tmp_path, n=48, batch=48, parts=3, defer=defer)
     region = ring.slot_bytes // 3 // RING_PART_ALIGN * RING_PART_ALIGN
     assert [(p.seq, p.ring_seq, p.blob) for p in packed] == [(0, 0, None)] * 3
     assert [int(p.offsets[0]) for p in packed] == [0, region, 2 * region]
@@ -250,13 +251,14 @@ def test_parts_write_into_their_share_of_the_batchs_ring_slot(tmp_path):
     ring.close()
 
 
-def test_a_part_too_large_for_its_share_travels_as_a_blob_and_the_batch_as_one(tmp_path):
+@pytest.mark.parametrize("defer", [False, True], ids=["read", "read-into-slot"])
+def test_a_part_too_large_for_its_share_travels_as_a_blob_and_the_batch_as_one(tmp_path, defer):
     ds, ring, expected, packed = _ring_case(tmp_path, n=32, batch=32, parts=2)
     totals = sorted(int(p.lengths.sum()) for p in packed)
     ring.close()
     # a share between the two parts' sizes: the smaller part fits, the larger does not
     ds, ring, expected, packed = _ring_case(tmp_path / "again", n=32, batch=32, parts=2,
-                                            slot_bytes=2 * (totals[0] + totals[1]) // 2 + 8192)
+                                            slot_bytes=2 * (totals[0] + totals[1]) // 2 + 8192, defer=defer)
     region = ring.slot_bytes // 2 // 4096 * 4096
     assert totals[0] <= region < totals[1], (totals, region)
     assert sorted(p.ring_seq for p in packed) == [-1, 0]
@@ -267,3 +269,87 @@ def test_a_part_too_large_for_its_share_travels_as_a_blob_and_the_batch_as_one(t
     with pytest.raises(ValueError, match="no ring"):
         merge_parts(packed, Delivery())
     ring.close()
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_files_read_into_the_slot_pack_as_the_ordinary_read(tmp_path, parts):
+    """torchdali's own datasets send file names (``FileRef``) and the worker reads the files
+    into the batch's slot itself; samples decoded in the worker (a PNG, the CPU's share) go
+    after the files. Every sample's bytes must be those of the ordinary read."""
+    from PIL import Image
+
+    from torchdali._executor._ring import HostRing
+
+    folder = make_folder(tmp_path, n=40, lo=40, hi=200, every_444=3, seed=6)
+    Image.fromarray(np.full((37, 41, 3), 90, np.uint8)).save(os.path.join(folder, "c1", "0100.png"))
+    ds = td.datasets.ImageFolder(folder)
+    plan = compile_transforms(T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip()]))
+    batches = torch.utils.data.BatchSampler(torch.randperm(len(ds), generator=torch.Generator().manual_seed(1)).tolist(),
+                                            len(ds), False)
+    state = dict(seed=3, epoch=1, cpu_share=0.2)
+    whole = next(iter(TaggedBatchSampler(batches, EpochState(**state))))
+    expected = _pack(PrepareBatch(plan, "gpu", planar=True), ds, whole)  # read by the dataset, one blob
+    assert (expected.kinds == 1).sum() >= 5  # the PNG and the CPU's share: decoded in the worker
+    items = TaggedDataset(ds, defer_files=True).__getitems__(whole)
+    assert all(isinstance(s.item[0], _tags.FileRef) and s.item[1] == ds.targets[s.tag.index] for s in items)
+    ring = HostRing(3, 4 * int(expected.blob.numel()))
+    tbs = [whole] if parts == 1 else \
+        [tb for tb in TaggedBatchSampler(batches, EpochState(**state), EpochStart(1, parts)) if tb.parts > 1]
+    packed = [_pack(PrepareBatch(plan, "gpu", ring=ring, planar=True), ds, tb, defer=True) for tb in tbs]
+    got = merge_parts(packed, Delivery(), ring) if parts > 1 else packed[0]
+    assert got.ring_seq == 0 and got.blob is None
+    slot = ring.slot(0)
+    spans = sorted((int(o), int(o + n)) for o, n in zip(got.offsets, got.lengths))
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), "two samples' bytes overlap"
+    if parts == 1:  # the files went straight in, in order; what the worker decoded went after them
+        files, decoded = got.offsets[got.kinds == 0], got.offsets[got.kinds == 1]
+        assert (np.diff(files) > 0).all() and files.max() < decoded.min()
+    for i in range(len(got.indices)):
+        o, n, eo = int(got.offsets[i]), int(got.lengths[i]), int(expected.offsets[i])
+        assert torch.equal(slot[o:o + n], expected.blob[eo:eo + n]), i
+    for name in set(FIELDS) - {"offsets", "blob", "targets"}:
+        assert _equal(getattr(got, name), getattr(expected, name)), name
+    assert torch.equal(torch.as_tensor(got.targets), torch.as_tensor(expected.targets))
+    ring.close()
+
+
+def test_a_file_that_cannot_be_read_is_a_bad_sample_named_by_index_and_path(tmp_path):
+    from torchdali._executor._ring import HostRing
+    from torchdali.errors import SampleError
+
+    from ._helpers import jpeg_bytes, smooth_image
+
+    folder = make_folder(tmp_path, n=6, lo=40, hi=80)
+    ds = td.datasets.ImageFolder(folder)
+    gone = ds.samples[2][0]
+    os.remove(gone)
+    plan = compile_transforms(T.Compose([T.CenterCrop(16)]))
+    tb = next(iter(TaggedBatchSampler(torch.utils.data.BatchSampler(range(6), 6, False), EpochState())))
+    ring = HostRing(3, 1 << 20)
+    with pytest.raises(SampleError, match="cannot read file") as info:
+        _pack(PrepareBatch(plan, "gpu", ring=ring), ds, tb, defer=True)
+    assert info.value.index == 2 and info.value.path == gone
+    spare = jpeg_bytes(smooth_image(30, 30).permute(1, 2, 0).contiguous().numpy())
+    policy = lambda index, path, err: (spare, 0)  # noqa: E731
+    got = _pack(PrepareBatch(plan, "gpu", ring=ring, on_error=policy), ds, tb, defer=True)
+    assert [(s.index, s.path) for s in got.skipped] == [(2, gone)]
+    o, n = int(got.offsets[2]), int(got.lengths[2])
+    assert bytes(ring.slot(0)[o:o + n].numpy()) == spare
+    ring.close()
+
+
+def test_only_plain_file_items_are_sent_as_file_names(tmp_path):
+    folder = make_folder(tmp_path, n=3)
+    assert td.datasets.ImageFolder(folder).file_item(1) is not None
+    assert td.datasets.ImageFolder(folder, transform=lambda b: b).file_item(1) is None
+    assert td.datasets.ImageFolder(folder, target_transform=lambda t: t + 10).file_item(1)[1] >= 10
+
+    class Own(td.datasets.ImageFolder):
+        def __getitem__(self, index):
+            return super().__getitem__(index)
+
+    assert Own(folder).file_item(1) is None
+    files = td.datasets.FileList([os.path.join(folder, "c1", "0001.jpg")])
+    assert files.file_item(0) == (os.path.join(folder, "c1", "0001.jpg"), -1)
+    plain = TaggedDataset(torch.utils.data.TensorDataset(torch.zeros(3, 4, dtype=torch.uint8)), defer_files=True)
+    assert not plain.defer_files

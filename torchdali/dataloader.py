@@ -654,7 +654,9 @@ class DataLoader(tud.DataLoader):
             if mode == "gpu" and (not _HAS_IN_ORDER or self.in_order):  # parts are put together in order
                 start = plan_epoch_start(self.batch_size or getattr(self.batch_sampler, "batch_size", None),
                                          self.num_workers)
-            inner = tud.DataLoader(TaggedDataset(self.dataset, records),
+            # torchdali's own file datasets: the workers read each file straight into the ring
+            defer = ring is not None and os.environ.get("TORCHDALI_DIRECT_READ", "1") != "0"
+            inner = tud.DataLoader(TaggedDataset(self.dataset, records, defer_files=defer),
                                    batch_sampler=TaggedBatchSampler(self.batch_sampler, self._epoch_state, start),
                                    **kwargs)
         self.__dict__["_inner"] = inner

@@ -53,6 +53,18 @@ class ImageFolder(DatasetFolder):
     def path_of(self, index: int) -> str:
         return self.samples[index][0]
 
+    def file_item(self, index: int) -> tuple[str, Any] | None:
+        """``(path, target)`` when item ``index`` is ``(read_file(path), target)``: the
+        DataLoader's GPU path then reads the file into its staging memory itself. None
+        with a ``transform``, another ``loader`` or a subclass's own ``__getitem__``."""
+        if self.transform is not None or self.loader is not read_file \
+                or type(self).__getitem__ is not DatasetFolder.__getitem__:
+            return None
+        path, target = self.samples[index]
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return os.fspath(path), target
+
 
 class _FileSamples(torch.utils.data.Dataset):
     """Items ``(file bytes, target_transform(target))`` of ``self.samples`` (``(path, target)`` pairs)."""
@@ -68,6 +80,17 @@ class _FileSamples(torch.utils.data.Dataset):
 
     def path_of(self, index: int) -> str:
         return os.fspath(self.samples[index][0])
+
+    def file_item(self, index: int) -> tuple[str, Any] | None:
+        """``(path, target)`` when item ``index`` is ``(read_file(path), target)``: the
+        DataLoader's GPU path then reads the file into its staging memory itself. None
+        for a subclass with its own ``__getitem__``."""
+        if type(self).__getitem__ is not _FileSamples.__getitem__:
+            return None
+        path, target = self.samples[index]
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return os.fspath(path), target
 
 
 class FileList(_FileSamples):

@@ -85,7 +85,7 @@ class Staging:
         """
         t0 = time.perf_counter()
         if batch.ring_seq >= 0:
-            nbytes = int(batch.offsets[-1] + batch.lengths[-1]) if len(batch.offsets) else 0
+            nbytes = int((batch.offsets + batch.lengths).max()) if len(batch.offsets) else 0
             return RingSlot(self.ring.slot(batch.ring_seq)[:nbytes]), 0.0
         while True:
             try:

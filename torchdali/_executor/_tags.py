@@ -116,6 +116,15 @@ class TaggedSample(NamedTuple):
 SPARE = object()  # placeholder item: a spare candidate that has not been read
 
 
+class FileRef(NamedTuple):
+    """The data of a sample that is exactly a file's bytes (``file_item`` of torchdali's
+    datasets), named instead of read: on the GPU path the worker reads the file straight
+    into its batch's staging-ring slot (``_worker.PrepareBatch``), its only copy out of
+    the page cache."""
+
+    path: str
+
+
 def sample_path(dataset: Any, index: int) -> str | None:
     """The file path of ``dataset[index]`` when the dataset knows it."""
     try:
@@ -349,9 +358,11 @@ class TaggedDataset(torch.utils.data.Dataset):
     there first, so its death can be blamed on that batch.
     """
 
-    def __init__(self, dataset: Any, records: Any = None) -> None:
+    def __init__(self, dataset: Any, records: Any = None, defer_files: bool = False) -> None:
         self.dataset = dataset
         self.records = records
+        # items that are a file's bytes (``dataset.file_item``) travel as a ``FileRef``, read later
+        self.defer_files = defer_files and callable(getattr(dataset, "file_item", None))
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -359,6 +370,11 @@ class TaggedDataset(torch.utils.data.Dataset):
     def __getitem__(self, tag: SampleTag) -> TaggedSample:
         if tag.spare:
             return TaggedSample(tag, None, SPARE)
+        if self.defer_files:
+            found = self.dataset.file_item(tag.index)
+            if found is not None:
+                path, target = found
+                return TaggedSample(tag, path, (FileRef(path), target))
         return TaggedSample(tag, sample_path(self.dataset, tag.index), self.dataset[tag.index])
 
     def __getitems__(self, tags: TagBatch | list[SampleTag]) -> list[TaggedSample]:
@@ -374,7 +390,7 @@ class TaggedDataset(torch.utils.data.Dataset):
 
     def _read(self, tags: list[SampleTag]) -> list[TaggedSample]:
         getitems = getattr(self.dataset, "__getitems__", None)
-        if getitems is None:
+        if getitems is None or self.defer_files:
             return [self[t] for t in tags]
         real = [t for t in tags if not t.spare]
         items = getitems([t.index for t in real])

@@ -8,6 +8,7 @@ exhausts file descriptors at batch 256 with many workers.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
@@ -20,7 +21,7 @@ from .. import _rng
 from ..errors import SampleError
 from ..transforms._plan import BatchParams, Plan, run_reference, to_hwc
 from ._deliver import Delivery
-from ._tags import SampleTag, TaggedSample, sample_path
+from ._tags import FileRef, SampleTag, TaggedSample, sample_path
 
 RING_PART_ALIGN = 4096  # where a part of a batch starts in its batch's staging-ring slot
 
@@ -306,13 +307,30 @@ class PrepareBatch:
         skipped: list[Skipped] = []
         used: set[SampleTag] = set()
         share_decoded, share_decode_s = 0, 0.0
+        items = [_split_item(s.item) for s in samples]
+        on_cpu = [self.mode == "gpu" and cpu_share_member(int(positions[i]), s.tag.cpu_share)
+                  for i, s in enumerate(samples)]
+        seq = samples[0].tag.seq
+        share = self._slot_share(samples[0].tag) if self.mode == "gpu" else None
+        slot, direct, read_end = None, {}, 0
+        if share is not None and any(isinstance(it[0], FileRef) for it in items):
+            # the batch's files go straight into its slot, each at the end of the one before
+            slot = self.ring.acquire(seq)
+            files = [(i, it[0].path) for i, it in enumerate(items) if isinstance(it[0], FileRef) and not on_cpu[i]]
+            direct, read_end = read_into(slot, share[0], share[0] + share[1], files)
         for i, sample in enumerate(samples):
-            data, target, has = _split_item(sample.item)
+            data, target, has = items[i]
             try:
-                on_cpu = self.mode == "gpu" and cpu_share_member(int(positions[i]), sample.tag.cpu_share)
+                if isinstance(data, FileRef):
+                    data = direct.get(i)
+                    if data is None:  # not read into the slot: no room left, or decoded here
+                        data = read_file_of(items[i][0].path, int(indices[i]))
+                    elif isinstance(data, BaseException):
+                        raise SampleError.for_sample(int(indices[i]), sample.path, "cannot read file", data)
                 t_load = time.perf_counter()
-                kind, payload, shape, hints[i], scan_starts[i] = self.load(data, int(indices[i]), sample.path, on_cpu)
-                if on_cpu:
+                kind, payload, shape, hints[i], scan_starts[i] = self.load(data, int(indices[i]), sample.path,
+                                                                           on_cpu[i])
+                if on_cpu[i]:
                     share_decoded += 1
                     share_decode_s += time.perf_counter() - t_load
             except SampleError as err:
@@ -347,26 +365,30 @@ class PrepareBatch:
             self._deliver(batch)
         else:
             lengths = np.fromiter((p.numel() for p in payloads), dtype=np.int64, count=n)
-            offsets = np.zeros(n, dtype=np.int64)
-            np.cumsum(lengths[:-1], out=offsets[1:])
             flat = [p.reshape(-1) for p in payloads]
             total = int(lengths.sum())
-            seq = batch.seq = samples[0].tag.seq
+            batch.seq = seq
             # A numbered batch takes its slot even when it does not fit (and then travels as a
             # blob): slot ownership passes from batch to batch in order, so a release can
             # never free a slot that an earlier batch is still being decoded from.
-            slot = self.ring.acquire(seq) if self.ring is not None and seq >= 0 else None
-            base, room = 0, 0
-            if slot is not None:
-                room = self.ring.slot_bytes
-                if parts > 1:  # a part of a batch: its own share of the batch's slot
-                    room = room // parts // RING_PART_ALIGN * RING_PART_ALIGN
-                    base = samples[0].tag.part * room
-            if slot is not None and 0 < total <= room:
-                torch.cat(flat, out=slot[base:base + total])
-                offsets += base
+            if slot is None and share is not None:
+                slot = self.ring.acquire(seq)
+            # payloads read into the slot stay where they are; the others go after them
+            offsets = np.full(n, -1, dtype=np.int64)
+            for i, view in direct.items():
+                if payloads[i] is view:
+                    offsets[i] = view.data_ptr() - slot.data_ptr()
+            rest = np.flatnonzero(offsets < 0)
+            start = max(read_end, share[0]) if share is not None else 0
+            need = int(lengths[rest].sum())
+            if slot is not None and 0 < total and start + need <= share[0] + share[1]:
+                offsets[rest] = start + np.cumsum(lengths[rest]) - lengths[rest]
+                if need:
+                    torch.cat([flat[i] for i in rest], out=slot[start:start + need])
                 batch.ring_seq = seq
             else:
+                offsets = np.zeros(n, dtype=np.int64)
+                np.cumsum(lengths[:-1], out=offsets[1:])
                 batch.blob = torch.cat(flat) if n else torch.empty(0, dtype=torch.uint8)
             batch.kinds, batch.offsets, batch.lengths, batch.shapes = kinds, offsets, lengths, shapes
             batch.hints, batch.scan_starts = hints, scan_starts
@@ -377,6 +399,17 @@ class PrepareBatch:
             batch.share_decoded, batch.share_decode_s = share_decoded, share_decode_s
         batch.seconds = time.perf_counter() - t0
         return batch
+
+    def _slot_share(self, tag: SampleTag) -> tuple[int, int] | None:
+        """(start, bytes) of the staging-ring slot that the batch of ``tag`` may fill (a part
+        of a batch: its own share of the slot); None when the batch has no slot."""
+        if self.ring is None or tag.seq < 0:
+            return None
+        room = self.ring.slot_bytes
+        if tag.parts > 1:
+            room = room // tag.parts // RING_PART_ALIGN * RING_PART_ALIGN
+            return tag.part * room, room
+        return 0, room
 
     def _deliver(self, batch: PackedBatch) -> None:
         """CPU path: batch transforms and the user's collate_fn run here, in the worker (``_deliver.py``)."""
@@ -414,17 +447,22 @@ def merge_parts(parts: Sequence[PackedBatch], delivery: Delivery, ring: Any = No
     if all(p.ring_seq >= 0 for p in parts):
         offsets = cat([p.offsets for p in parts])
     else:
-        chunks = []
+        chunks, offsets, at = [], [], 0
         for p in parts:
             if p.ring_seq < 0:
                 chunks.append(p.blob)
+                offsets.append(p.offsets + at)
+                at += p.blob.numel()
             elif len(p.offsets):
                 if ring is None:
                     raise ValueError("merge_parts: a part's bytes are in the staging ring, and no ring was given")
-                chunks.append(ring.slot(p.ring_seq)[int(p.offsets[0]): int(p.offsets[-1] + p.lengths[-1])])
+                # the span of the slot that holds the part's bytes (in any order)
+                lo, hi = int(p.offsets.min()), int((p.offsets + p.lengths).max())
+                chunks.append(ring.slot(p.ring_seq)[lo:hi])
+                offsets.append(p.offsets - lo + at)
+                at += hi - lo
         blob = torch.cat(chunks) if chunks else torch.empty(0, dtype=torch.uint8)
-        offsets = np.zeros(len(lengths), dtype=np.int64)
-        np.cumsum(lengths[:-1], out=offsets[1:])
+        offsets = cat(offsets) if offsets else np.zeros(0, dtype=np.int64)
         ring_seq = -1
     has_target = all(p.has_target for p in parts)
     targets = delivery.collate_targets([t for p in parts for t in p.targets]) if has_target else None
@@ -495,6 +533,54 @@ def decode_windows(params: torch.Tensor, shapes: np.ndarray, eligible: np.ndarra
     params[rows, layout.ROI_Y0] = torch.from_numpy(y0[use]).to(params.dtype)
     params[rows, layout.ROI_X0] = torch.from_numpy(x0[use]).to(params.dtype)
     return out
+
+
+def read_into(slot: torch.Tensor, start: int, stop: int,
+              files: Sequence[tuple[int, str]]) -> tuple[dict[int, Any], int]:
+    """Read ``files`` (``(sample, path)`` pairs) one after the other into ``slot[start:stop]``.
+
+    Returns ``{sample: its bytes, a view of the slot, or the OSError that stopped the
+    read}`` and where the bytes read end. A file that does not fit in what is left,
+    or that grew while it was read, is left out (the caller reads it the ordinary way).
+    """
+    out: dict[int, Any] = {}
+    if not files:
+        return out, start
+    mem = memoryview(slot.numpy())
+    pos = start
+    for i, path in files:
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError as e:
+            out[i] = e
+            continue
+        try:
+            size = os.fstat(fd).st_size
+            if size <= 0 or pos + size >= stop:  # empty, or no room: one byte more tells a grown file
+                continue
+            got = os.readv(fd, [mem[pos:pos + size + 1]])
+            while 0 < got < size and (more := os.readv(fd, [mem[pos + got:pos + size + 1]])):
+                got += more  # a short read before the end (regular files do not, other files may)
+        except OSError as e:
+            out[i] = e
+            continue
+        finally:
+            os.close(fd)
+        if got > size:  # it grew while it was read
+            continue
+        out[i] = slot[pos:pos + got]
+        pos += got
+    return out, pos
+
+
+def read_file_of(path: str, idx: int) -> torch.Tensor:
+    """The bytes of a sample's file (``datasets.read_file``), or a SampleError naming it."""
+    from ..datasets import read_file
+
+    try:
+        return read_file(path)
+    except OSError as e:
+        raise SampleError.for_sample(idx, path, "cannot read file", e) from None
 
 
 def _decode_or_raise(decode_cpu: Callable, decode_error: type, payload: torch.Tensor, idx: int,
