@@ -110,7 +110,7 @@ def _lower_priority(worker_id: int) -> None:
 def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
                   mix: bool, gpu_decode: str = "planar", cpu_share: float | str = 0.0, roi: bool = False,
                   nice: bool = False, switch_s: float | None = None, decode_core: Any = "auto",
-                  scan: str | None = None, direct_read: bool = True) -> dict:
+                  scan: str | None = None, direct_read: bool = True, header_table: bool = True) -> dict:
     from torchdali._executor import _decode
 
     check = _decode.GpuDecoder._check_scans
@@ -120,6 +120,8 @@ def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torc
         os.environ["TORCHDALI_ROI_DECODE"] = "1"
     if not direct_read:  # the dataset reads each file into a buffer of its own, copied into the ring
         os.environ["TORCHDALI_DIRECT_READ"] = "0"
+    if not header_table:  # every epoch parses every file's header again
+        os.environ["TORCHDALI_HEADER_TABLE"] = "0"
     interval = sys.getswitchinterval()
     if switch_s is not None:  # how long a thread may hold the GIL while another waits for it
         sys.setswitchinterval(switch_s)
@@ -128,6 +130,7 @@ def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torc
     finally:
         os.environ.pop("TORCHDALI_ROI_DECODE", None)
         os.environ.pop("TORCHDALI_DIRECT_READ", None)
+        os.environ.pop("TORCHDALI_HEADER_TABLE", None)
         sys.setswitchinterval(interval)
         _decode.GpuDecoder._check_scans = check
 
@@ -234,7 +237,8 @@ def main() -> int:
                    "priority (nice), with a 0.5 ms GIL switch interval (switch), the CPU shares also unpinned (nopin), "
                    "the executor thread on its own CPU without a share (core), the scan-marker check not run "
                    "(scan-off, a measurement of what it costs), the workers' files read by the dataset and "
-                   "copied into the staging ring instead of read into it (copy), "
+                   "copied into the staging ring instead of read into it (copy), every file's header parsed "
+                   "again in every epoch (no-table), "
                    "DALI with hw_decoder_load=1 (hw1); "
                    "comma-separated, empty: none")
     p.add_argument("--batch-size", type=int, default=256)
@@ -281,6 +285,9 @@ def main() -> int:
                 if "copy" in variants:  # files read by the dataset, then copied into the ring (the old way)
                     runs.append((recipe, "torchdali-copy", lambda r=recipe: run_torchdali(
                         args.data, r, args, device, False, direct_read=False)))
+                if "no-table" in variants:  # read into the ring, but every header parsed in every epoch
+                    runs.append((recipe, "torchdali-no-table", lambda r=recipe: run_torchdali(
+                        args.data, r, args, device, False, header_table=False)))
                 if "switch" in variants:
                     runs.append((recipe, "torchdali-switch",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, False, switch_s=5e-4)))

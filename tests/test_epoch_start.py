@@ -353,3 +353,42 @@ def test_only_plain_file_items_are_sent_as_file_names(tmp_path):
     assert files.file_item(0) == (os.path.join(folder, "c1", "0001.jpg"), -1)
     plain = TaggedDataset(torch.utils.data.TensorDataset(torch.zeros(3, 4, dtype=torch.uint8)), defer_files=True)
     assert not plain.defer_files
+
+
+def test_a_later_epoch_takes_each_files_header_from_the_table(tmp_path, monkeypatch):
+    """The second epoch's workers take what the first one found in each file's header
+    from the ring's table instead of parsing it again, and pack the same batch; a file
+    written again in between is parsed again."""
+    from torchdali._executor._ring import HostRing
+    from torchdali._synthetic import synthetic_image
+
+    from ._helpers import jpeg_bytes
+
+    folder = make_folder(tmp_path, n=24, lo=40, hi=200, every_444=3, seed=8)
+    ds = td.datasets.ImageFolder(folder)
+    plan = compile_transforms(T.Compose([T.RandomResizedCrop(32)]))
+    tb = next(iter(TaggedBatchSampler(torch.utils.data.BatchSampler(range(24), 24, False), EpochState())))
+    expected = _pack(PrepareBatch(plan, "gpu", planar=True), ds, tb)
+    ring = HostRing(3, 4 * int(expected.blob.numel()), samples=len(ds))
+    parsed = []
+    load = PrepareBatch.load
+    monkeypatch.setattr(PrepareBatch, "load", lambda self, data, idx, *a: parsed.append(idx) or load(self, data, idx, *a))
+    first = _pack(PrepareBatch(plan, "gpu", ring=ring, planar=True), ds, tb, defer=True)
+    assert sorted(parsed) == list(range(24))
+    parsed.clear()
+    ring.release_upto(0)
+    again = _pack(PrepareBatch(plan, "gpu", ring=ring, planar=True), ds, tb, defer=True)
+    assert parsed == []
+    for got in (first, again):
+        for name in set(FIELDS) - {"offsets", "blob"}:
+            assert _equal(getattr(got, name), getattr(expected, name)), name
+    # sample 5 becomes a larger image: parsed again, and packed with its new size
+    path = ds.samples[5][0]
+    with open(path, "wb") as f:
+        f.write(jpeg_bytes(synthetic_image(np.random.default_rng(0), 211, 97)))
+    ring.release_upto(1)
+    third = _pack(PrepareBatch(plan, "gpu", ring=ring, planar=True), ds, tb, defer=True)
+    assert parsed == [5]
+    assert tuple(third.shapes[5, :2]) == (211, 97)
+    assert _equal(third.shapes, _pack(PrepareBatch(plan, "gpu", planar=True), ds, tb).shapes)
+    ring.close()

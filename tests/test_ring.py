@@ -154,3 +154,36 @@ def test_a_long_wait_for_a_slot_is_reported(monkeypatch):
         ring.acquire(2)
     assert ring._released[0] == 0
     ring.close()
+
+
+def _note_row(ring, index, value):
+    ring.note(index, 1000 + value, 7 * value, (value, value + 1, 3), 40 + value, 600 + value)
+
+
+def test_the_header_table_keeps_what_a_worker_noted_for_the_same_file():
+    ring = HostRing(2, 4096, samples=10)
+    assert ring.known(3, 1003, 21) is None  # nothing noted yet
+    _note_row(ring, 3, 3)
+    assert ring.known(3, 1003, 21) == ((3, 4, 3), 43, 603)
+    assert ring.known(3, 1004, 21) is None  # the file changed size ...
+    assert ring.known(3, 1003, 22) is None  # ... or was written again
+    assert ring.known(4, 1003, 21) is None and ring.known(10, 1003, 21) is None and ring.known(-1, 0, 0) is None
+    ring.table[3, 4] = 1  # a row caught half-written does not pass its check
+    assert ring.known(3, 1003, 21) is None
+    ring.close()
+    small = HostRing(2, 4096)  # no table
+    small.note(0, 1, 2, (3, 4, 3), 5, 6)
+    assert small.table is None and small.known(0, 1, 2) is None
+    small.close()
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_the_header_table_is_shared_with_the_workers(method):
+    ring = HostRing(2, 4096, samples=8)
+    ctx = mp.get_context(method)
+    p = ctx.Process(target=_note_row, args=(ring, 5, 9))
+    p.start()
+    p.join(30)
+    assert p.exitcode == 0
+    assert ring.known(5, 1009, 63) == ((9, 10, 3), 49, 609)
+    ring.close()

@@ -616,7 +616,12 @@ class DataLoader(tud.DataLoader):
             layout = plan_ring(self.dataset, batch_size, self.num_workers, self.prefetch_factor,
                                self.prefetch_depth, decoded_share=share)
             if layout is not None:
-                ring = HostRing(*layout)
+                # torchdali's own file datasets: the workers read each file straight into the
+                # ring, and note each file's header in the ring's table for later epochs
+                files = os.environ.get("TORCHDALI_DIRECT_READ", "1") != "0" \
+                    and callable(getattr(self.dataset, "file_item", None))
+                table = files and os.environ.get("TORCHDALI_HEADER_TABLE", "1") != "0"
+                ring = HostRing(*layout, samples=len(self.dataset) if table else 0)
         self.__dict__["_ring"] = ring
         worker_init_fn = self.worker_init_fn
         core = None
@@ -654,7 +659,6 @@ class DataLoader(tud.DataLoader):
             if mode == "gpu" and (not _HAS_IN_ORDER or self.in_order):  # parts are put together in order
                 start = plan_epoch_start(self.batch_size or getattr(self.batch_sampler, "batch_size", None),
                                          self.num_workers)
-            # torchdali's own file datasets: the workers read each file straight into the ring
             defer = ring is not None and os.environ.get("TORCHDALI_DIRECT_READ", "1") != "0"
             inner = tud.DataLoader(TaggedDataset(self.dataset, records, defer_files=defer),
                                    batch_sampler=TaggedBatchSampler(self.batch_sampler, self._epoch_state, start),

@@ -17,6 +17,11 @@ the ring cannot deadlock as long as the executor keeps going. Closing an
 iterator releases every slot it dispatched, so workers finishing abandoned
 batches never block (Note [torchdali iterator shutdown], ``_iterators.py``).
 
+After the slots, the mapping may hold a table of what the workers found in each
+sample's file header (``HostRing.known``, ``HostRing.note``): a file read again in a
+later epoch, by any worker, with the same size and modification time, is not parsed
+again.
+
 The mapping is an anonymous ``memfd``: forked workers inherit it, spawned ones
 open it through ``/proc/<pid>/fd``, and it disappears with the last process
 that maps it, even after a crash.
@@ -39,6 +44,20 @@ MAX_SLOTS = 256  # the header holds this many release counters
 ACQUIRE_FIRST_SLEEP_S = 1e-4  # a worker waiting for a slot first sleeps this long, doubling each time ...
 ACQUIRE_MAX_SLEEP_S = 5e-3  # ... up to this, so a slot released soon is taken soon without a busy loop
 PARENT_CHECK_S = 1.0  # a waiting worker checks this often that the main process is still there
+# The header table: one row per dataset sample, (size, mtime_ns, H, W, C, header code, scan start, check).
+TABLE_COLUMNS = 8
+MAX_TABLE_BYTES = 512 << 20  # 8.4 million samples; a larger dataset goes without the table
+_MIX = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
+        0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x27D4EB2F165667C5)
+
+
+def _row_check(values: list[int]) -> int:
+    """A check word over a table row's seven values, never 0 (an unwritten row is all zeros),
+    so a row read while another worker writes it is taken for unknown."""
+    h = 0
+    for v, m in zip(values, _MIX):
+        h = ((h ^ (v & 0xFFFFFFFFFFFFFFFF)) * m) & 0xFFFFFFFFFFFFFFFF
+    return (h >> 1) | 1
 
 
 def ring_supported() -> bool:
@@ -50,12 +69,14 @@ class HostRing:
 
     WARN_AFTER_S = 120.0  # a worker waiting this long for a slot says so (once per batch)
 
-    def __init__(self, n_slots: int, slot_bytes: int) -> None:
+    def __init__(self, n_slots: int, slot_bytes: int, samples: int = 0) -> None:
         if not 1 <= n_slots <= MAX_SLOTS:
             raise ValueError(f"n_slots must be in [1, {MAX_SLOTS}], got {n_slots}")
         self.n_slots = int(n_slots)
         self.slot_bytes = -(-int(slot_bytes) // _ALIGN) * _ALIGN
-        self.size = _HEADER + self.n_slots * self.slot_bytes
+        # rows of the header table (0: none); its pages are only allocated once written
+        self.samples = int(samples) if 0 < int(samples) * TABLE_COLUMNS * 8 <= MAX_TABLE_BYTES else 0
+        self.size = _HEADER + self.n_slots * self.slot_bytes + self.samples * TABLE_COLUMNS * 8
         self.owner_pid = os.getpid()
         keep_in_children(self)
         self._fd = os.memfd_create("torchdali-ring", os.MFD_CLOEXEC)
@@ -72,14 +93,19 @@ class HostRing:
         self._released = header[: self.n_slots]
         self._mem = torch.frombuffer(self._map, dtype=torch.uint8, offset=_HEADER,
                                      count=self.n_slots * self.slot_bytes)
+        self.table = None
+        if self.samples:
+            self.table = np.frombuffer(self._map, dtype=np.int64, offset=_HEADER + self.n_slots * self.slot_bytes,
+                                       count=self.samples * TABLE_COLUMNS).reshape(self.samples, TABLE_COLUMNS)
 
     def __getstate__(self) -> dict:
         # spawned/forkserver workers re-open the same memfd through /proc
         return {"n_slots": self.n_slots, "slot_bytes": self.slot_bytes, "size": self.size,
-                "owner_pid": self.owner_pid, "fd": self._fd}
+                "samples": self.samples, "owner_pid": self.owner_pid, "fd": self._fd}
 
     def __setstate__(self, state: dict) -> None:
         self.n_slots, self.slot_bytes, self.size = state["n_slots"], state["slot_bytes"], state["size"]
+        self.samples = state["samples"]
         self.owner_pid, self._registered = state["owner_pid"], False
         fd = os.open(f"/proc/{state['owner_pid']}/fd/{state['fd']}", os.O_RDWR | os.O_CLOEXEC)
         try:
@@ -122,6 +148,27 @@ class HostRing:
                         RuntimeWarning, stacklevel=2)
         return self.slot(seq)
 
+    def known(self, index: int, size: int, mtime_ns: int) -> tuple[tuple[int, int, int], int, int] | None:
+        """``((H, W, C), header code, scan start)`` that a worker noted for sample ``index``
+        when its file had this size and modification time; None when none did."""
+        if self.table is None or not 0 <= index < self.samples:
+            return None
+        row = self.table[index].tolist()
+        if row[0] != size or row[1] != mtime_ns or row[7] != _row_check(row[:7]):
+            return None
+        return (row[2], row[3], row[4]), row[5], row[6]
+
+    def note(self, index: int, size: int, mtime_ns: int, shape: tuple, hint: int, scan_start: int) -> None:
+        """Note what sample ``index``'s header says (a JPEG nvJPEG decodes, its checks
+        passed), for the file of this size and modification time."""
+        if self.table is None or not 0 <= index < self.samples:
+            return
+        values = [int(size), int(mtime_ns), int(shape[0]), int(shape[1]), int(shape[2]), int(hint), int(scan_start)]
+        row = self.table[index]
+        row[7] = 0  # unknown while it is written
+        row[:7] = values
+        row[7] = _row_check(values)
+
     # -- main-process side -------------------------------------------------------
     def register(self) -> None:
         """Pin the whole mapping for DMA (main process, once)."""
@@ -150,7 +197,7 @@ class HostRing:
         if self._registered:
             torch.cuda.cudart().cudaHostUnregister(self._mem.data_ptr())
             self._registered = False
-        self._released = self._mem = None
+        self._released = self._mem = self.table = None
         try:
             self._map.close()
         except BufferError:  # a tensor view still alive: the mapping goes with it

@@ -312,12 +312,12 @@ class PrepareBatch:
                   for i, s in enumerate(samples)]
         seq = samples[0].tag.seq
         share = self._slot_share(samples[0].tag) if self.mode == "gpu" else None
-        slot, direct, read_end = None, {}, 0
+        slot, direct, stamps, read_end = None, {}, {}, 0
         if share is not None and any(isinstance(it[0], FileRef) for it in items):
             # the batch's files go straight into its slot, each at the end of the one before
             slot = self.ring.acquire(seq)
             files = [(i, it[0].path) for i, it in enumerate(items) if isinstance(it[0], FileRef) and not on_cpu[i]]
-            direct, read_end = read_into(slot, share[0], share[0] + share[1], files)
+            direct, stamps, read_end = read_into(slot, share[0], share[0] + share[1], files)
         for i, sample in enumerate(samples):
             data, target, has = items[i]
             try:
@@ -328,8 +328,15 @@ class PrepareBatch:
                     elif isinstance(data, BaseException):
                         raise SampleError.for_sample(int(indices[i]), sample.path, "cannot read file", data)
                 t_load = time.perf_counter()
-                kind, payload, shape, hints[i], scan_starts[i] = self.load(data, int(indices[i]), sample.path,
-                                                                           on_cpu[i])
+                stamp = stamps.get(i)
+                known = self.ring.known(int(indices[i]), *stamp) if stamp is not None else None
+                if known is not None:  # this file's header, as a worker found it in an earlier epoch
+                    kind, payload, (shape, hints[i], scan_starts[i]) = ENCODED, data, known
+                else:
+                    kind, payload, shape, hints[i], scan_starts[i] = self.load(data, int(indices[i]), sample.path,
+                                                                               on_cpu[i])
+                    if stamp is not None and kind == ENCODED and hints[i] >= 0:
+                        self.ring.note(int(indices[i]), *stamp, shape, int(hints[i]), int(scan_starts[i]))
                 if on_cpu[i]:
                     share_decoded += 1
                     share_decode_s += time.perf_counter() - t_load
@@ -536,16 +543,18 @@ def decode_windows(params: torch.Tensor, shapes: np.ndarray, eligible: np.ndarra
 
 
 def read_into(slot: torch.Tensor, start: int, stop: int,
-              files: Sequence[tuple[int, str]]) -> tuple[dict[int, Any], int]:
+              files: Sequence[tuple[int, str]]) -> tuple[dict[int, Any], dict[int, tuple[int, int]], int]:
     """Read ``files`` (``(sample, path)`` pairs) one after the other into ``slot[start:stop]``.
 
     Returns ``{sample: its bytes, a view of the slot, or the OSError that stopped the
-    read}`` and where the bytes read end. A file that does not fit in what is left,
-    or that grew while it was read, is left out (the caller reads it the ordinary way).
+    read}``, ``{sample: (size, mtime_ns) of the file read}`` and where the bytes read
+    end. A file that does not fit in what is left, or that grew while it was read, is
+    left out (the caller reads it the ordinary way).
     """
     out: dict[int, Any] = {}
+    stamps: dict[int, tuple[int, int]] = {}
     if not files:
-        return out, start
+        return out, stamps, start
     mem = memoryview(slot.numpy())
     pos = start
     for i, path in files:
@@ -555,7 +564,8 @@ def read_into(slot: torch.Tensor, start: int, stop: int,
             out[i] = e
             continue
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size = st.st_size
             if size <= 0 or pos + size >= stop:  # empty, or no room: one byte more tells a grown file
                 continue
             got = os.readv(fd, [mem[pos:pos + size + 1]])
@@ -569,8 +579,10 @@ def read_into(slot: torch.Tensor, start: int, stop: int,
         if got > size:  # it grew while it was read
             continue
         out[i] = slot[pos:pos + got]
+        if got == size:
+            stamps[i] = (size, st.st_mtime_ns)
         pos += got
-    return out, pos
+    return out, stamps, pos
 
 
 def read_file_of(path: str, idx: int) -> torch.Tensor:
