@@ -9,7 +9,8 @@
 # plain and val recipes of every tree's own benchmarks/recipes.py with 16 workers, then
 # DALI (from the first tree); then CORES3 reps of the first and last tree and DALI under
 # `taskset -c 0-2` with 3 workers, and torchvision once when TV=1. VARIANTS (recipes.py --variants, e.g.
-# core) runs those variants of every tree beside its default in each rep. Logs and recipes.json files
+# core) runs those variants of every tree beside its default in each rep, and SHARES (recipes.py
+# --cpu-shares, e.g. 0.1) torchdali with those CPU decode shares. Logs and recipes.json files
 # go to $OUT/ab (a table of every run with the loader's per-batch executor and nvJPEG times
 # at the end).
 set -uo pipefail
@@ -21,7 +22,7 @@ A="$D --epochs ${EPOCHS:-3} --size 224 --val-resize 256"
   python3 -c "import nvidia.dali as d; print('dali', d.__version__)" 2>&1 | tail -1; echo "trees ${TREES}"; } | tee "$L/env.txt"
 run() { # tag dir systems extra...   (PRE: a command prefix, e.g. taskset)
   local tag=$1 dir=$2 sys=$3; shift 3
-  env PYTHONPATH="$dir" ${PRE:-} python3 "$dir/benchmarks/recipes.py" $A --variants "${VARIANTS:-}" --cpu-shares "" --recipes plain,val \
+  env PYTHONPATH="$dir" ${PRE:-} python3 "$dir/benchmarks/recipes.py" $A --variants "${VARIANTS:-}" --cpu-shares "${SHARES:-}" --recipes plain,val \
     --systems "$sys" --out "$L/$tag" "$@" 2>&1 | grep "img/s\|ERROR\|Error" | grep -v "nvjpeg2k\|nvtiff" \
     | sed "s/^/$tag /" | tee -a "$L/all.log"; }
 first=${TREE[0]#*=}; last=${TREE[-1]}
