@@ -11,7 +11,8 @@ as the loader does) three ways, alternating within each rep:
 - ``device input``: one ``nvjpegDecodeBatched`` call on a HARDWARE_DEVICE handle, every
   batch's bytes copied to the GPU before the timed pass;
 - ``device input + copy``: the same, each batch's bytes copied to the GPU on a copy stream
-  one batch ahead of its decode, which waits for its copy.
+  one batch ahead of its decode, whose call waits on the host for its copy (the engines
+  read their input during the call, whatever the stream still has queued).
 
 Prints images/s, the call's wall and thread-CPU milliseconds per batch, and checks that the
 device-input planes equal the host-input planes byte for byte.
@@ -120,6 +121,7 @@ def main() -> None:
     def device_input_copy(k: int, bt: Batch, out: torch.Tensor) -> None:
         if k == 0:  # the first batch's copy; the rest are queued one batch ahead
             with torch.cuda.stream(copy_stream):
+                copy_stream.wait_event(read[0])
                 staged[0][: bt.pinned.numel()].copy_(bt.pinned, non_blocking=True)
                 copied[0].record(copy_stream)
         if k + 1 < len(batches):
@@ -128,7 +130,9 @@ def main() -> None:
                 copy_stream.wait_event(read[(k + 1) % 2])  # the buffer's last reader is done
                 staged[(k + 1) % 2][: nxt.pinned.numel()].copy_(nxt.pinned, non_blocking=True)
                 copied[(k + 1) % 2].record(copy_stream)
-        stream.wait_event(copied[k % 2])
+        # the engines read their input during the call, not in the stream's order (as they
+        # write their output): the host waits for the copy, queued a batch ago
+        copied[k % 2].synchronize()
         order = orders[k]
         ptrs = staged[k % 2].data_ptr() + bt.offsets[order]
         dev.decode(ptrs.astype(np.uint64), bt.lengths[order], device_rows(k, out), stream)
