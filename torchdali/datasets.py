@@ -31,6 +31,14 @@ def read_file(path: str | os.PathLike) -> torch.Tensor:
     return torch.frombuffer(buf, dtype=torch.uint8)
 
 
+def _path_and_target(dataset: Any, index: int) -> tuple[str, Any]:
+    """``(path, target_transform(target))`` of ``dataset.samples[index]``."""
+    path, target = dataset.samples[index]
+    if dataset.target_transform is not None:
+        target = dataset.target_transform(target)
+    return os.fspath(path), target
+
+
 class ImageFolder(DatasetFolder):
     """``torchvision.datasets.ImageFolder`` that returns ``(encoded bytes, target)``.
 
@@ -60,10 +68,7 @@ class ImageFolder(DatasetFolder):
         if self.transform is not None or self.loader is not read_file \
                 or type(self).__getitem__ is not DatasetFolder.__getitem__:
             return None
-        path, target = self.samples[index]
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return os.fspath(path), target
+        return _path_and_target(self, index)
 
 
 class _FileSamples(torch.utils.data.Dataset):
@@ -87,10 +92,7 @@ class _FileSamples(torch.utils.data.Dataset):
         for a subclass with its own ``__getitem__``."""
         if type(self).__getitem__ is not _FileSamples.__getitem__:
             return None
-        path, target = self.samples[index]
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return os.fspath(path), target
+        return _path_and_target(self, index)
 
 
 class FileList(_FileSamples):
