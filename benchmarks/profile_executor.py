@@ -1,6 +1,6 @@
 """Where the GPU executor's time goes, per batch: wall and thread-CPU time of its parts.
 
-    python benchmarks/profile_executor.py DATA_DIR [--recipe plain|val] [--epochs 4] [--workers 16]
+    python benchmarks/profile_executor.py DATA_DIR [--recipe plain|val] [--epochs 4] [--workers 16] [--cpu-share 0.1]
 
 Runs one recipe through ``torchdali.DataLoader`` (ResNet-50 sizes, as ``recipes.py``) with the
 executor's and the staging thread's steps wrapped in timers (``perf_counter`` and
@@ -53,6 +53,7 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--cpu-share", type=float, default=0.0, help="the loader's cpu_decode_share")
     args = p.parse_args()
 
     import torchdali as td
@@ -61,7 +62,7 @@ def main() -> None:
     from torchdali.decode import _nvjpeg
 
     for cls, names in ((_nvjpeg.NvjpegDecoder, ("decode_batch", "_batched", "_classify", "_image_rows")),
-                       (_decode.GpuDecoder, ("decode", "_decode_encoded", "_check_scans")),
+                       (_decode.GpuDecoder, ("decode", "_decode_encoded", "_check_scans", "next_buffer")),
                        (_launch.KernelLauncher, ("launch",)),
                        (_executor.BatchExecutor, ("process", "prepare")),
                        (_staging.Staging, ("release_ready", "give_back", "hold"))):
@@ -74,7 +75,7 @@ def main() -> None:
     ds = td.datasets.ImageFolder(args.data)
     loader = td.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True,
                            transforms=_tv_preset(args.recipe, 224, 224, 256, "tensor"), device="cuda", seed=0,
-                           persistent_workers=args.workers > 0)
+                           persistent_workers=args.workers > 0, cpu_decode_share=args.cpu_share)
     for epoch in range(args.epochs):
         if epoch == 1:
             _TIMES.clear()  # the first epoch compiles the kernels
@@ -84,7 +85,8 @@ def main() -> None:
         torch.cuda.synchronize()
         print(f"epoch {epoch}: {n * args.batch_size / (time.perf_counter() - t0):.0f} images/s", flush=True)
     batches = _TIMES["BatchExecutor.process"][0] or 1
-    print(f"{torch.cuda.get_device_name()}, {os.cpu_count()} CPUs, {args.recipe}, {batches} batches after the first epoch")
+    print(f"{torch.cuda.get_device_name()}, {os.cpu_count()} CPUs, {args.recipe}, CPU share {args.cpu_share:g}, "
+          f"{batches} batches after the first epoch")
     print(f"{'step':<36} {'wall us':>9} {'cpu us':>9} {'calls':>6}   (per batch)")
     for label, (calls, wall, cpu) in sorted(_TIMES.items(), key=lambda kv: -kv[1][1]):
         print(f"{label:<36} {1e6 * wall / batches:9.0f} {1e6 * cpu / batches:9.0f} {calls / batches:6.2f}")

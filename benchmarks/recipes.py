@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import os
 import sys
 import time
@@ -149,6 +150,8 @@ def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: tor
                            transforms=_tv_preset(recipe, args.size, args.val_crop, args.val_resize, "tensor"), device=device, seed=0,
                            persistent_workers=True, prefetch_factor=2, cpu_decode_share=cpu_share,
                            gpu_decode=gpu_decode, decode_core=decode_core, **extra)
+    if args.interleave:
+        return loader
     r = _epochs(lambda: iter(loader), args.epochs, 1, device, "torchdali", False)
     last = loader.stats().last
     if last is not None:
@@ -222,7 +225,43 @@ def run_dali(root: str, recipe: str, args: argparse.Namespace, device: torch.dev
             for out in it:
                 yield out[0]["images"], out[0]["labels"]
 
+    if args.interleave:
+        return _Epoch
     return _epochs(_Epoch, args.epochs, 1, device, "dali", False)
+
+
+def run_interleaved(root: str, recipe: str, args: argparse.Namespace, device: torch.device) -> dict:
+    """torchdali and DALI built side by side in this process, their epochs alternating
+    (torchdali first in odd rounds, DALI first in even ones), so both meet the machine's
+    drift within about a second of each other; each round gives a ratio of the two
+    epochs' rates. Throughput only: the process tree's CPU time mixes the two systems."""
+    loaders = {"torchdali": _run_torchdali(root, recipe, args, device, False, 0.0, "planar", False)}
+    for share in (float(v) for v in args.cpu_shares.split(",") if v and v != "auto"):
+        loaders[f"torchdali-cpu{share:g}"] = _run_torchdali(root, recipe, args, device, False, share, "planar", False)
+    systems = {name: (lambda lo=lo: iter(lo)) for name, lo in loaders.items()}
+    systems["dali"] = run_dali(root, recipe, args, device)
+    rates: dict[str, list] = {s: [] for s in systems}
+    steady: dict[str, list] = {s: [] for s in systems}
+    try:
+        for rnd in range(args.interleave + 1):  # round 0 warms them up
+            for name in (list(systems) if rnd % 2 else list(systems)[::-1]):
+                r = _epochs(systems[name], 1, 0, device, name, False)
+                if rnd:
+                    rates[name].append(r["images_per_s"])
+                    steady[name].append(r["steady_images_per_s"] or 0.0)
+    finally:
+        for lo in loaders.values():
+            lo.close()
+    out = {"rounds": args.interleave, "images_per_s": {s: statistics.median(v) for s, v in rates.items()},
+           "images_per_s_all": rates, "steady_images_per_s_all": steady, "against_dali": {}}
+    for name in loaders:
+        ratio = [a / b for a, b in zip(rates[name], rates["dali"])]
+        steady_ratio = [a / b for a, b in zip(steady[name], steady["dali"]) if b > 0]
+        out["against_dali"][name] = {
+            "ratio_median": statistics.median(ratio), "ratio_all": ratio,
+            "steady_ratio_median": statistics.median(steady_ratio) if steady_ratio else None,
+            "rounds_ahead": sum(x > 1.0 for x in ratio)}
+    return out
 
 
 def main() -> int:
@@ -249,6 +288,10 @@ def main() -> int:
     p.add_argument("--val-resize", type=int, default=232, help="val: Resize (shorter side), 232 or 256")
     p.add_argument("--val-crop", type=int, default=224, help="val: CenterCrop")
     p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
+                   help="instead of the runs above: torchdali (also with each number of --cpu-shares) and "
+                   "DALI in one process, their epochs alternating for ROUNDS rounds after one warm-up "
+                   "round, a ratio against DALI per round")
     p.add_argument("--out", default="bench_out")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    help="cpu runs torchdali's CPU path (for a dry run; DALI needs a GPU)")
@@ -267,6 +310,9 @@ def main() -> int:
     runs: list[tuple[str, str, Callable[[], dict]]] = []
     variants = set(v for v in args.variants.split(",") if v)
     for recipe in args.recipes.split(","):
+        if args.interleave:
+            runs.append((recipe, "interleaved", lambda r=recipe: run_interleaved(args.data, r, args, device)))
+            continue
         for system in args.systems.split(","):
             if system == "torchdali":
                 runs.append((recipe, "torchdali", lambda r=recipe: run_torchdali(args.data, r, args, device, False)))
@@ -325,6 +371,13 @@ def main() -> int:
         r = results[key]
         if "error" in r:
             print(f"{key:<28} ERROR {r['error'][:300]}", flush=True)
+        elif "against_dali" in r:
+            for name, a in r["against_dali"].items():
+                per = " ".join(f"{x:.2f}" for x in a["ratio_all"])
+                print(f"{key:<28} {name} {r['images_per_s'][name]:>7.0f} img/s  dali {r['images_per_s']['dali']:>7.0f}"
+                      f"  ratio {a['ratio_median']:.3f} (steady {a['steady_ratio_median'] or 0:.3f}; "
+                      f"{a['rounds_ahead']} of {r['rounds']} rounds ahead; per round {per})", flush=True)
+            print(f"{key:<28} ({time.perf_counter() - t0:.0f} s)", flush=True)
         else:
             steady = r.get("steady_images_per_s")
             print(f"{key:<28} {r['images_per_s']:>9.0f} img/s  steady {steady or 0:>6.0f}  spread {100 * r['spread']:4.1f}%  "

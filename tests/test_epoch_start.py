@@ -313,6 +313,73 @@ def test_files_read_into_the_slot_pack_as_the_ordinary_read(tmp_path, parts):
     ring.close()
 
 
+@pytest.mark.parametrize("parts", [1, 3])
+def test_the_pixels_decoded_in_the_workers_reach_the_decode_buffer_each_in_its_place(tmp_path, parts):
+    """The executor copies what the workers decoded (the CPU's share, a PNG) from the slot to
+    the decode buffer as one span when they lie together (``decoded_layout``). Every such
+    sample must land where its output offset says, byte for byte as the worker wrote it,
+    and no sample's output may overlap another's."""
+    from PIL import Image
+
+    from torchdali._executor._decode import decoded_layout, decoded_sizes
+    from torchdali._executor._ring import HostRing
+    from torchdali._executor._worker import RAW
+
+    folder = make_folder(tmp_path, n=40, lo=40, hi=200, every_444=3, seed=7)
+    Image.fromarray(np.full((37, 41, 3), 90, np.uint8)).save(os.path.join(folder, "c1", "0100.png"))
+    ds = td.datasets.ImageFolder(folder)
+    plan = compile_transforms(T.Compose([T.RandomResizedCrop(32)]))
+    batches = torch.utils.data.BatchSampler(list(range(len(ds))), len(ds), False)
+    state = dict(seed=3, epoch=1, cpu_share=0.25)
+    whole = next(iter(TaggedBatchSampler(batches, EpochState(**state))))
+    ring = HostRing(3, 1 << 20)
+    tbs = [whole] if parts == 1 else \
+        [tb for tb in TaggedBatchSampler(batches, EpochState(**state), EpochStart(1, parts)) if tb.parts > 1]
+    packed = [_pack(PrepareBatch(plan, "gpu", ring=ring, planar=True), ds, tb, defer=True) for tb in tbs]
+    got = merge_parts(packed, Delivery(), ring) if parts > 1 else packed[0]
+    assert got.ring_seq == 0
+    slot = ring.slot(0)
+    raw = np.flatnonzero(got.kinds == RAW)
+    assert len(raw) >= 8
+    numel = decoded_sizes(got.shapes)
+    out, total, span = decoded_layout(got.kinds, got.offsets, got.lengths, numel)
+    if parts == 1:  # read into the slot, then the decoded pixels after the files: one span of them alone
+        assert span is not None and span[1] - span[0] == int(numel[raw].sum())
+    buffer = torch.zeros(total, dtype=torch.uint8)
+    if span is not None:
+        start, stop, at = span
+        buffer[at:at + stop - start] = slot[start:stop]
+    else:
+        for i in raw:
+            buffer[out[i]:out[i] + numel[i]] = slot[got.offsets[i]:got.offsets[i] + got.lengths[i]]
+    for i in raw:
+        assert torch.equal(buffer[out[i]:out[i] + numel[i]], slot[got.offsets[i]:got.offsets[i] + numel[i]]), i
+    ends = sorted((int(o), int(o + k)) for o, k in zip(out, numel))
+    assert ends[0][0] >= 0 and ends[-1][1] <= total
+    assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:])), "two samples' outputs overlap"
+    ring.close()
+
+
+def test_pixels_decoded_in_the_workers_scattered_among_jpegs_are_placed_one_by_one():
+    from torchdali._executor._decode import decoded_layout
+    from torchdali._executor._worker import ENCODED, RAW
+
+    kinds = np.array([ENCODED, RAW, ENCODED, RAW, ENCODED])
+    k = 100  # sizes well above the span's allowance of 64 KiB
+    lengths = k * np.array([5000, 300, 6000, 200, 4000])
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])  # a blob: in batch order
+    numel = k * np.array([9000, 300, 9500, 200, 7000])
+    out, total, span = decoded_layout(kinds, offsets, lengths, numel)
+    assert span is None and total == int(numel.sum())
+    assert out.tolist() == [k * v for v in (0, 9000, 9300, 18800, 19000)]
+    offsets = k * np.array([0, 15000, 5000, 15300, 11000])  # the same, decoded pixels after the JPEGs
+    out, total, span = decoded_layout(kinds, offsets, lengths, numel)
+    assert span == (k * 15000, k * 15500, k * 25500) and total == k * 26000
+    assert out.tolist() == [k * v for v in (0, 25500, 9000, 25800, 18500)]
+    lengths[1] += 1  # a payload that is not exactly its pixels: one by one
+    assert decoded_layout(kinds, offsets, lengths, numel)[2] is None
+
+
 def test_a_file_that_cannot_be_read_is_a_bad_sample_named_by_index_and_path(tmp_path):
     from torchdali._executor._ring import HostRing
     from torchdali.errors import SampleError

@@ -100,6 +100,43 @@ def decode_groups(shapes: np.ndarray, cap: int | None = None,
     return groups
 
 
+RAW_SPAN_SLACK = 1.25  # a batch's CPU-decoded pixels are copied as one span if it wastes no more than this
+
+
+def decoded_layout(kinds: np.ndarray, offsets: np.ndarray, lengths: np.ndarray,
+                   numel: np.ndarray) -> tuple[np.ndarray, int, tuple[int, int, int] | None]:
+    """Where each sample of a batch goes in its decode buffer: ``(out_offsets, total bytes,
+    raw span)``.
+
+    Samples decoded on the GPU come first, in batch order. The pixels the workers decoded
+    (``RAW``) lie together in the staged bytes (the packer writes them one after another),
+    and go to the GPU as one copy of their span: ``raw span`` is ``(start, stop, at)``,
+    the staged bytes ``[start, stop)`` copied to ``at`` in the buffer, each such sample
+    at its own place within. One copy instead of one per sample: each copy hands the
+    interpreter lock to the loader's other threads and waits to get it back, on the
+    thread that feeds nvJPEG. When the span would carry much else (the samples scattered
+    among encoded ones), or a payload is not exactly its pixels, the samples are placed
+    in batch order and ``raw span`` is None: copy them one by one.
+    """
+    n = len(kinds)
+    out_offsets = np.zeros(n, dtype=np.int64)
+    raw = np.flatnonzero(kinds == RAW)
+    if len(raw):
+        starts, stops = offsets[raw], offsets[raw] + lengths[raw]
+        lo, hi = int(starts.min()), int(stops.max())
+        exact = bool((lengths[raw] == numel[raw]).all())
+        if exact and hi - lo <= RAW_SPAN_SLACK * int(numel[raw].sum()) + (1 << 16):
+            others = np.flatnonzero(kinds != RAW)
+            size = numel[others]
+            out_offsets[others] = np.cumsum(size) - size
+            base = int(size.sum())
+            out_offsets[raw] = base + starts - lo
+            return out_offsets, base + hi - lo, (lo, hi, base)
+    if n > 1:
+        np.cumsum(numel[:-1], out=out_offsets[1:])
+    return out_offsets, int(numel.sum()), None
+
+
 def _grown(decoded: torch.Tensor, extra: list[torch.Tensor], into: GrowOnlyBuffer) -> torch.Tensor:
     """``decoded`` with the host images ``extra`` appended, at the front of ``into`` (the
     copies are ordered on the current stream). ``decoded`` may already be that front, as
@@ -272,25 +309,26 @@ class GpuDecoder:
         updates ``batch`` (indices, positions, paths, params, targets, skipped). ``numel``:
         ``decoded_sizes(batch.shapes)`` when the caller has it.
         """
-        n = len(batch.indices)
         self.counts = counts = dict.fromkeys(ROUTE_COUNTERS, 0)
         raw = np.flatnonzero(batch.kinds == RAW)
         counts["decoded_cpu"] = len(raw)
         shapes = batch.shapes.copy()
         numel = decoded_sizes(shapes) if numel is None else numel
-        out_offsets = np.zeros(n, dtype=np.int64)
-        if n > 1:
-            np.cumsum(numel[:-1], out=out_offsets[1:])
-        total = int(numel.sum())
+        out_offsets, total, span = decoded_layout(batch.kinds, batch.offsets, batch.lengths, numel)
         if buffer is not None and buffer.numel() >= max(total, 1):
             decoded = buffer[: max(total, 1)]
             stream_order = True
         else:
             decoded = self.next_buffer(total)
             stream_order = False
-        for i in raw:  # decoded in the worker (CPU fallback, external source)
-            src = pinned[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]]
-            decoded[out_offsets[i]: out_offsets[i] + numel[i]].copy_(src, non_blocking=True)
+        # decoded in the worker (the CPU's share, CPU fallback, external source)
+        if span is not None:
+            start, stop, at = span
+            decoded[at: at + stop - start].copy_(pinned[start:stop], non_blocking=True)
+        else:
+            for i in raw:
+                src = pinned[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]]
+                decoded[out_offsets[i]: out_offsets[i] + numel[i]].copy_(src, non_blocking=True)
         enc = np.nonzero(batch.kinds == ENCODED)[0]
         if len(enc):
             decoded = self._decode_encoded(batch, pinned, enc, shapes, decoded, out_offsets, stream, stream_order)
