@@ -3,6 +3,7 @@
     python benchmarks/recipes.py DATA_DIR [--recipes plain,reference,val] [--systems torchdali,dali,torchvision]
                                  [--variants rgb,roi] [--cpu-shares 0.1,auto] [--batch-size 256]
                                  [--workers 16] [--dali-threads 8] [--epochs 4] [--out DIR]
+                                 [--interleave ROUNDS]
 
 Recipes (defaults: torchvision's classification-reference sizes; ``--size 224 --val-resize 256``
 gives the ResNet-50 recipe):
@@ -36,6 +37,13 @@ them); DALI gets the nearest pipeline of its own operators (named in the output)
 Every system reads the same files; each figure is the median of ``--epochs`` epochs
 after one warm-up epoch, with CPU core-seconds per 1000 images (process tree).
 The environment and every figure go to ``OUT/recipes.json``.
+
+``--interleave ROUNDS`` compares torchdali with DALI more finely: both are built in one
+process and their epochs alternate (a round is one epoch of each, the order swapped from
+round to round; torchdali also with each ``--cpu-shares`` number), so both meet the
+machine's drift within a second of each other. It prints the median of the rounds' ratios
+against DALI, over whole epochs and past each epoch's first batches (``steady``), and how
+many rounds torchdali led. Throughput only: the two systems' CPU time is not told apart.
 """
 from __future__ import annotations
 
