@@ -103,8 +103,8 @@ def decode_groups(shapes: np.ndarray, cap: int | None = None,
 RAW_SPAN_SLACK = 1.25  # a batch's CPU-decoded pixels are copied as one span if it wastes no more than this
 
 
-def decoded_layout(kinds: np.ndarray, offsets: np.ndarray, lengths: np.ndarray,
-                   numel: np.ndarray) -> tuple[np.ndarray, int, tuple[int, int, int] | None]:
+def decoded_layout(kinds: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, numel: np.ndarray,
+                   span: bool = True) -> tuple[np.ndarray, int, tuple[int, int, int] | None]:
     """Where each sample of a batch goes in its decode buffer: ``(out_offsets, total bytes,
     raw span)``.
 
@@ -116,12 +116,13 @@ def decoded_layout(kinds: np.ndarray, offsets: np.ndarray, lengths: np.ndarray,
     interpreter lock to the loader's other threads and waits to get it back, on the
     thread that feeds nvJPEG. When the span would carry much else (the samples scattered
     among encoded ones), or a payload is not exactly its pixels, the samples are placed
-    in batch order and ``raw span`` is None: copy them one by one.
+    in batch order and ``raw span`` is None: copy them one by one. So they are with
+    ``span=False``, where the buffer has room for the samples' own bytes only.
     """
     n = len(kinds)
     out_offsets = np.zeros(n, dtype=np.int64)
     raw = np.flatnonzero(kinds == RAW)
-    if len(raw):
+    if span and len(raw):
         starts, stops = offsets[raw], offsets[raw] + lengths[raw]
         lo, hi = int(starts.min()), int(stops.max())
         exact = bool((lengths[raw] == numel[raw]).all())
@@ -315,6 +316,9 @@ class GpuDecoder:
         shapes = batch.shapes.copy()
         numel = decoded_sizes(shapes) if numel is None else numel
         out_offsets, total, span = decoded_layout(batch.kinds, batch.offsets, batch.lengths, numel)
+        if span is not None and buffer is not None and buffer.numel() < total:
+            # a group of a large batch, in a buffer sized for the groups' own bytes
+            out_offsets, total, span = decoded_layout(batch.kinds, batch.offsets, batch.lengths, numel, span=False)
         if buffer is not None and buffer.numel() >= max(total, 1):
             decoded = buffer[: max(total, 1)]
             stream_order = True
