@@ -608,6 +608,9 @@ class DataLoader(tud.DataLoader):
         # the largest CPU share this loader may decode (what the ring and the executor's CPU plan for)
         share = self.max_cpu_decode_share if self.cpu_decode_share == "auto" else self.cpu_decode_share
         ring = None
+        # torchdali's own file datasets: the workers read each file straight into the ring
+        direct = os.environ.get("TORCHDALI_DIRECT_READ", "1") != "0" \
+            and callable(getattr(self.dataset, "file_item", None))
         if mode == "gpu" and not isinstance(self.dataset, tud.IterableDataset) \
                 and os.environ.get("TORCHDALI_STAGING_RING", "1") != "0":
             from ._executor._ring import HostRing, plan_ring
@@ -616,11 +619,8 @@ class DataLoader(tud.DataLoader):
             layout = plan_ring(self.dataset, batch_size, self.num_workers, self.prefetch_factor,
                                self.prefetch_depth, decoded_share=share)
             if layout is not None:
-                # torchdali's own file datasets: the workers read each file straight into the
-                # ring, and note each file's header in the ring's table for later epochs
-                files = os.environ.get("TORCHDALI_DIRECT_READ", "1") != "0" \
-                    and callable(getattr(self.dataset, "file_item", None))
-                table = files and os.environ.get("TORCHDALI_HEADER_TABLE", "1") != "0"
+                # with those, the ring's table keeps what each file's header said for later epochs
+                table = direct and os.environ.get("TORCHDALI_HEADER_TABLE", "1") != "0"
                 ring = HostRing(*layout, samples=len(self.dataset) if table else 0)
         self.__dict__["_ring"] = ring
         worker_init_fn = self.worker_init_fn
@@ -659,8 +659,7 @@ class DataLoader(tud.DataLoader):
             if mode == "gpu" and (not _HAS_IN_ORDER or self.in_order):  # parts are put together in order
                 start = plan_epoch_start(self.batch_size or getattr(self.batch_sampler, "batch_size", None),
                                          self.num_workers)
-            defer = ring is not None and os.environ.get("TORCHDALI_DIRECT_READ", "1") != "0"
-            inner = tud.DataLoader(TaggedDataset(self.dataset, records, defer_files=defer),
+            inner = tud.DataLoader(TaggedDataset(self.dataset, records, defer_files=direct and ring is not None),
                                    batch_sampler=TaggedBatchSampler(self.batch_sampler, self._epoch_state, start),
                                    **kwargs)
         self.__dict__["_inner"] = inner

@@ -104,7 +104,7 @@ RAW_SPAN_SLACK = 1.25  # a batch's CPU-decoded pixels are copied as one span if 
 
 
 def decoded_layout(kinds: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, numel: np.ndarray,
-                   span: bool = True) -> tuple[np.ndarray, int, tuple[int, int, int] | None]:
+                   room: int | None = None) -> tuple[np.ndarray, int, tuple[int, int, int] | None]:
     """Where each sample of a batch goes in its decode buffer: ``(out_offsets, total bytes,
     raw span)``.
 
@@ -116,21 +116,21 @@ def decoded_layout(kinds: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, 
     interpreter lock to the loader's other threads and waits to get it back, on the
     thread that feeds nvJPEG. When the span would carry much else (the samples scattered
     among encoded ones), or a payload is not exactly its pixels, the samples are placed
-    in batch order and ``raw span`` is None: copy them one by one. So they are with
-    ``span=False``, where the buffer has room for the samples' own bytes only.
+    in batch order and ``raw span`` is None: copy them one by one. So they are when the
+    span would not fit in ``room`` bytes (a buffer of a fixed size, given).
     """
     n = len(kinds)
     out_offsets = np.zeros(n, dtype=np.int64)
     raw = np.flatnonzero(kinds == RAW)
-    if span and len(raw):
+    if len(raw):
         starts, stops = offsets[raw], offsets[raw] + lengths[raw]
         lo, hi = int(starts.min()), int(stops.max())
         exact = bool((lengths[raw] == numel[raw]).all())
-        if exact and hi - lo <= RAW_SPAN_SLACK * int(numel[raw].sum()) + (1 << 16):
-            others = np.flatnonzero(kinds != RAW)
-            size = numel[others]
-            out_offsets[others] = np.cumsum(size) - size
-            base = int(size.sum())
+        others = np.flatnonzero(kinds != RAW)
+        base = int(numel[others].sum())
+        if exact and hi - lo <= RAW_SPAN_SLACK * int(numel[raw].sum()) + (1 << 16) \
+                and (room is None or base + hi - lo <= room):
+            out_offsets[others] = np.cumsum(numel[others]) - numel[others]
             out_offsets[raw] = base + starts - lo
             return out_offsets, base + hi - lo, (lo, hi, base)
     if n > 1:
@@ -315,10 +315,9 @@ class GpuDecoder:
         counts["decoded_cpu"] = len(raw)
         shapes = batch.shapes.copy()
         numel = decoded_sizes(shapes) if numel is None else numel
-        out_offsets, total, span = decoded_layout(batch.kinds, batch.offsets, batch.lengths, numel)
-        if span is not None and buffer is not None and buffer.numel() < total:
-            # a group of a large batch, in a buffer sized for the groups' own bytes
-            out_offsets, total, span = decoded_layout(batch.kinds, batch.offsets, batch.lengths, numel, span=False)
+        # a group of a large batch comes with a buffer sized for the groups' own bytes
+        out_offsets, total, span = decoded_layout(batch.kinds, batch.offsets, batch.lengths, numel,
+                                                  room=None if buffer is None else buffer.numel())
         if buffer is not None and buffer.numel() >= max(total, 1):
             decoded = buffer[: max(total, 1)]
             stream_order = True
