@@ -40,8 +40,7 @@ The environment and every figure go to ``OUT/recipes.json``.
 
 ``--interleave ROUNDS`` compares torchdali with DALI more finely: both are built in one
 process and their epochs alternate (a round is one epoch of each, the order swapped from
-round to round; torchdali also with each ``--cpu-shares`` number, and with ``--variants
-serial`` with its decode threads off, every batch decoded on the executor thread), so both meet the
+round to round; torchdali also with each ``--cpu-shares`` number), so both meet the
 machine's drift within a second of each other. It prints the median of the rounds' ratios
 against DALI, over whole epochs and past each epoch's first batches (``steady``), and how
 many rounds torchdali led. Throughput only: the two systems' CPU time is not told apart.
@@ -247,10 +246,6 @@ def run_interleaved(root: str, recipe: str, args: argparse.Namespace, device: to
     loaders = {"torchdali": _run_torchdali(root, recipe, args, device, False, 0.0, "planar", False)}
     for share in (float(v) for v in args.cpu_shares.split(",") if v and v != "auto"):
         loaders[f"torchdali-cpu{share:g}"] = _run_torchdali(root, recipe, args, device, False, share, "planar", False)
-    if "serial" in args.variants.split(","):  # every batch decoded on the executor thread itself
-        serial = _run_torchdali(root, recipe, args, device, False, 0.0, "planar", False)
-        serial.__dict__["_decode_threads"] = False  # read when its executor is built, at its first epoch
-        loaders["torchdali-serial"] = serial
     systems = {name: (lambda lo=lo: iter(lo)) for name, lo in loaders.items()}
     systems["dali"] = run_dali(root, recipe, args, device)
     rates: dict[str, list] = {s: [] for s in systems}
@@ -302,10 +297,9 @@ def main() -> int:
     p.add_argument("--val-crop", type=int, default=224, help="val: CenterCrop")
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
-                   help="instead of the runs above: torchdali (also with each number of --cpu-shares, and "
-                   "with its decode threads off for --variants serial) and DALI in one process, their "
-                   "epochs alternating for ROUNDS rounds after one warm-up round, a ratio against DALI "
-                   "per round")
+                   help="instead of the runs above: torchdali (also with each number of --cpu-shares) and "
+                   "DALI in one process, their epochs alternating for ROUNDS rounds after one warm-up "
+                   "round, a ratio against DALI per round")
     p.add_argument("--out", default="bench_out")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    help="cpu runs torchdali's CPU path (for a dry run; DALI needs a GPU)")

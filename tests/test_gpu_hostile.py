@@ -328,23 +328,22 @@ def test_killed_worker_on_the_gpu_path_names_its_batch(watchdog):
 
 
 def test_a_batch_that_hangs_the_executor_ends_in_decoder_stalled(watchdog, monkeypatch):
-    """The third batch's decode blocks (as inside a hung nvJPEG call, on a decode thread
-    or the executor's): the training loop gets DecoderStalled naming that batch's samples
-    after gpu_timeout, the loader refuses another epoch, and nothing waits on the stuck
-    stream."""
+    """The executor blocks inside the third batch (as inside a hung nvJPEG call): the
+    training loop gets DecoderStalled naming that batch's samples after gpu_timeout, the
+    loader refuses another epoch, and nothing waits on the stuck stream."""
     import threading
 
-    from torchdali._executor._decode import GpuDecoder
+    from torchdali._executor._executor import BatchExecutor
 
     release = threading.Event()
-    real = GpuDecoder.decode
+    real = BatchExecutor.process
 
-    def decode(self, batch, *args, **kwargs):
+    def process(self, batch, slot, numel=None):
         if 8 in batch.indices.tolist():
             release.wait(120)
-        return real(self, batch, *args, **kwargs)
+        return real(self, batch, slot, numel)
 
-    monkeypatch.setattr(GpuDecoder, "decode", decode)
+    monkeypatch.setattr(BatchExecutor, "process", process)
     before = {t.ident for t in threading.enumerate()}
     good = _good_batch()
     ds = MixedDataset(good, good[:4], every=4)  # 16 good samples; "bad" only names every fourth path

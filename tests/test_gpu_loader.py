@@ -219,9 +219,8 @@ def test_break_out_of_the_loop_shuts_the_thread_down(folder):
     del it
     alive = [t for t in threading.enumerate() if t.name in ("torchdali-executor", "torchdali-stage")]
     assert not alive, alive
-    # what is left belongs to the loader and goes with it: its decode threads too
-    assert all(n == "QueueFeederThread" or n.startswith("torchdali-decode-")
-               for n in {t.name for t in threading.enumerate()} - before)
+    # what is left belongs to the loader and goes with it
+    assert all(n == "QueueFeederThread" for n in {t.name for t in threading.enumerate()} - before)
     loader.close()
     import time
 
@@ -267,56 +266,6 @@ def test_staging_ring_gives_the_same_batches_as_the_copy_path(folder, monkeypatc
     got = epochs(mixed)
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, expected))
     mixed.close()
-
-
-def test_decode_threads_give_the_batches_the_executor_thread_gives_alone(tmp_path, monkeypatch):
-    """Batches decoded on the two decode threads, each started while the executor finishes
-    the batch before (Note [torchdali decode threads]), equal byte for byte what the executor
-    thread gives decoding every batch itself: over three epochs, with PNG, CMYK and
-    grayscale samples the workers decode, and JPEGs with a damaged scan that the GPU side
-    sends to the CPU, where on_error="skip" replaces the one the CPU cannot decode."""
-    import threading
-
-    from torchdali._synthetic import synthetic_image
-
-    rng = np.random.default_rng(4)
-    files = []
-    for i in range(40):
-        arr = synthetic_image(rng, 50 + (i * 7) % 40, 90 - (i * 5) % 30)
-        kind = ("jpg", "jpg", "png", "cmyk", "gray")[i % 5]
-        data = {"jpg": lambda: jpeg_bytes(arr), "png": lambda: _png(arr), "cmyk": lambda: _cmyk_jpeg(arr),
-                "gray": lambda: jpeg_bytes(arr[:, :, 0])}[kind]()
-        path = tmp_path / f"{i:02d}_{kind}.{'png' if kind == 'png' else 'jpg'}"
-        path.write_bytes(data)
-        files.append((str(path), i))
-    for i in (10, 26):
-        _overwrite_scan_middle(files[i][0])
-    ds = td.datasets.FileList(files)
-    kw = dict(batch_size=4, shuffle=True, num_workers=2, transforms=RECIPE, seed=5, on_error="skip",
-              persistent_workers=True, device="cuda")
-
-    def epochs(loader, n=3):
-        return [b for _ in range(n) for b in _batches(loader)]
-
-    monkeypatch.setenv("TORCHDALI_DECODE_THREADS", "0")
-    alone = td.DataLoader(ds, generator=torch.Generator().manual_seed(2), **kw)
-    expected = epochs(alone)
-    routes = alone.stats().last
-    alone.close()
-    assert routes.decoded_cpu >= 16  # the workers' PNG/CMYK, and the damaged scans on the GPU side
-    monkeypatch.setenv("TORCHDALI_DECODE_THREADS", "2")
-    threaded = td.DataLoader(ds, generator=torch.Generator().manual_seed(2), **kw)
-    got = epochs(threaded)
-    decoders = [t for t in threading.enumerate() if t.name.startswith("torchdali-decode-") and t.is_alive()]
-    last = threaded.stats().last
-    threaded.close()
-    assert len(decoders) >= 2
-    assert (last.decoded_cpu, last.decoded_hardware + last.decoded_hybrid) == \
-        (routes.decoded_cpu, routes.decoded_hardware + routes.decoded_hybrid)
-    assert len(got) == len(expected) == 30
-    for k, ((gi, gt), (ei, et)) in enumerate(zip(got, expected)):
-        assert torch.equal(gt, et), k
-        assert torch.equal(gi, ei), k
 
 
 def test_breaking_out_early_does_not_leave_workers_waiting_for_slots(folder):

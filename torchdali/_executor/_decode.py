@@ -243,9 +243,6 @@ class DecodedBatch(NamedTuple):
     buffer: torch.Tensor  # uint8, every image back to back: HWC, or Y, Cb, Cr planes
     shapes: np.ndarray  # int64 [B, 3]: (H, W, C), or (H, W, layout.PLANAR + S) for planes
     offsets: np.ndarray  # int64 [B]: where each image starts in ``buffer``
-    counts: dict | None = None  # where its samples were decoded (ROUTE_COUNTERS)
-    check_done: torch.cuda.Event | None = None  # its scan check, on the check stream
-    turn: int | None = None  # which of the decoder's buffers it was decoded into
 
     @property
     def source(self) -> int:
@@ -272,8 +269,6 @@ class GpuDecoder:
             self.nvjpeg = NvjpegDecoder(device, pipeline_depth=2, fancy_upsampling=True)
             # the scan check runs beside the decode (see _check_scans)
             self.check_stream = torch.cuda.Stream(device)
-        # one nvJPEG decoder per decode thread (``nvjpeg_for``); the first is ``nvjpeg``
-        self.nvjpegs = [self.nvjpeg]
         self.check_done: torch.cuda.Event | None = None  # the last decode's scan check, on check_stream
         # checks are queued from the staging and the executor thread; each one's copy into the
         # shared scan buffer and its kernel must stay together on the check stream
@@ -287,54 +282,35 @@ class GpuDecoder:
         self._turn = 0  # the buffer the next batch is decoded into
         self._last = 0  # the buffer the last batch was decoded into
         self.scan_buffer = GrowOnlyBuffer(device)  # the batch's bytes for the scan check, on check_stream
-        # a decode buffer with the CPU's images appended (fallbacks, replacements), on the
-        # executor's stream; one per decode buffer, reused under the same ``readers`` event
-        self.grown_buffers = (GrowOnlyBuffer(device), GrowOnlyBuffer(device))
-        # the CPU fallback and on_error's replacements, one batch at a time (two may decode at once)
-        self._fallback_lock = threading.Lock()
+        # the decode buffer with the CPU's images appended (fallbacks, replacements), on the executor's stream
+        self.grown_buffer = GrowOnlyBuffer(device)
         self.counts = dict.fromkeys(ROUTE_COUNTERS, 0)  # where the last batch's samples were decoded
 
     def close(self) -> None:
         """Release the nvJPEG handles; idempotent."""
-        for nvjpeg in getattr(self, "nvjpegs", ()):
+        nvjpeg = getattr(self, "nvjpeg", None)
+        if nvjpeg is not None:
             nvjpeg.close()
-        self.nvjpegs = []
-        self.nvjpeg = None
+            self.nvjpeg = None
         for buffer in (*getattr(self, "buffers", ()), getattr(self, "scan_buffer", None),
-                       *getattr(self, "grown_buffers", ())):
+                       getattr(self, "grown_buffer", None)):
             if buffer is not None:
                 buffer.release()
 
-    def nvjpeg_for(self, thread: int) -> Any:
-        """The nvJPEG decoder of decode thread ``thread`` (made on first use): each thread
-        has its own, so that one thread's call runs while another prepares the next."""
-        from ..decode import NvjpegDecoder
-
-        while len(self.nvjpegs) <= thread:
-            with torch.cuda.device(self.device):
-                self.nvjpegs.append(NvjpegDecoder(self.device, pipeline_depth=2, fancy_upsampling=True))
-        return self.nvjpegs[thread]
-
     def decode(self, batch: PackedBatch, pinned: torch.Tensor, stream: torch.cuda.Stream,
-               buffer: torch.Tensor | None = None, numel: np.ndarray | None = None,
-               turn: int | None = None, nvjpeg: Any = None) -> DecodedBatch:
+               buffer: torch.Tensor | None = None, numel: np.ndarray | None = None) -> DecodedBatch:
         """Decode every sample of ``batch`` (bytes staged in ``pinned``) into one GPU buffer.
 
         Runs with ``stream`` current on the executor's device: the buffer is the front
         of ``buffer`` when that is large enough (nvJPEG's engines then wait on the host
         for the work queued on ``stream`` before them, which may still read it), else of
-        the decoder's own grow-only buffer ``turn`` (``GrowOnlyBuffer``) once the batch
-        decoded there before has been read: ``claim_turn`` made sure of that, or, without
-        ``turn``, ``next_buffer`` does (``read_until``). Every copy is ordered on
-        ``stream``. May replace samples under on_error, which updates ``batch`` (indices,
-        positions, paths, params, targets, skipped). ``numel``: ``decoded_sizes(batch.shapes)``
-        when the caller has it; ``nvjpeg``: the decode thread's (``nvjpeg_for``).
-
-        Two batches may be decoded at once on two threads, each with its own ``turn`` and
-        ``nvjpeg``; what a call found is in the result (``counts``, ``check_done``), and, for
-        a caller on one thread, also in ``self.counts`` and ``self.check_done``.
+        the next of the decoder's own grow-only buffers (``GrowOnlyBuffer``), once the
+        batch decoded there before has been read (``read_until``). Every copy is ordered
+        on ``stream``. May replace samples under on_error, which
+        updates ``batch`` (indices, positions, paths, params, targets, skipped). ``numel``:
+        ``decoded_sizes(batch.shapes)`` when the caller has it.
         """
-        counts = dict.fromkeys(ROUTE_COUNTERS, 0)
+        self.counts = counts = dict.fromkeys(ROUTE_COUNTERS, 0)
         raw = np.flatnonzero(batch.kinds == RAW)
         counts["decoded_cpu"] = len(raw)
         shapes = batch.shapes.copy()
@@ -345,12 +321,8 @@ class GpuDecoder:
         if buffer is not None and buffer.numel() >= max(total, 1):
             decoded = buffer[: max(total, 1)]
             stream_order = True
-            turn = self._last  # the caller's buffer came from next_buffer
         else:
-            if turn is None:
-                self.claim_turn()
-                turn = self._last
-            decoded = self.buffers[turn].take(total)
+            decoded = self.next_buffer(total)
             stream_order = False
         # decoded in the worker (the CPU's share, CPU fallback, external source)
         if span is not None:
@@ -361,18 +333,13 @@ class GpuDecoder:
                 src = pinned[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]]
                 decoded[out_offsets[i]: out_offsets[i] + numel[i]].copy_(src, non_blocking=True)
         enc = np.nonzero(batch.kinds == ENCODED)[0]
-        check_done = None
         if len(enc):
-            decoded, check_done = self._decode_encoded(batch, pinned, enc, shapes, decoded, out_offsets, stream,
-                                                       stream_order, counts, nvjpeg or self.nvjpeg,
-                                                       self.grown_buffers[turn])
-        self.counts, self.check_done = counts, check_done
-        return DecodedBatch(decoded, shapes, out_offsets, counts, check_done, turn)
+            decoded = self._decode_encoded(batch, pinned, enc, shapes, decoded, out_offsets, stream, stream_order)
+        return DecodedBatch(decoded, shapes, out_offsets)
 
-    def claim_turn(self) -> int:
-        """The decode buffer the next batch goes into (``self._last`` from now on), once the
-        batch that used it before has been read (``read_until``): nothing queued still
-        reads it. Batches claim their buffers in their order, on one thread."""
+    def next_buffer(self, numel: int) -> torch.Tensor:
+        """The front ``numel`` bytes of the next decode buffer in turn, once the batch that
+        used it before has been read (``read_until``); nothing queued still reads it."""
         k = self._turn
         self._turn = (k + 1) % len(self.buffers)
         reader = self.readers[k]
@@ -380,27 +347,24 @@ class GpuDecoder:
             reader.synchronize()  # long passed in a running pipeline: it is two batches back
             self.readers[k] = None
         self._last = k
-        return k
+        return self.buffers[k].take(numel)
 
-    def next_buffer(self, numel: int) -> torch.Tensor:
-        """The front ``numel`` bytes of the next decode buffer in turn (``claim_turn``)."""
-        return self.buffers[self.claim_turn()].take(numel)
-
-    def read_until(self, event: torch.cuda.Event, turn: int | None = None) -> None:
-        """The batch decoded into buffer ``turn`` (default: the last one claimed) is read by
-        work that has ended when ``event`` has passed: the next batch decoded into that
-        buffer waits for it (``claim_turn``)."""
-        self.readers[self._last if turn is None else turn] = event
+    def read_until(self, event: torch.cuda.Event) -> None:
+        """The last batch's decode buffer is read by work that has ended when ``event``
+        has passed: the next batch decoded into that buffer waits for it (``decode``)."""
+        self.readers[self._last] = event
 
     def _decode_encoded(self, batch: PackedBatch, pinned: torch.Tensor, enc: np.ndarray, shapes: np.ndarray,
                         decoded: torch.Tensor, out_offsets: np.ndarray, stream: torch.cuda.Stream,
-                        stream_order: bool, counts: dict, nvjpeg: Any,
-                        grown: GrowOnlyBuffer) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+                        stream_order: bool = True) -> torch.Tensor:
         """nvJPEG on the encoded samples, then the CPU for what it rejects (or the scan
-        check flags), then the on_error policy: (the decoded batch, its scan check's event)."""
+        check flags), then the on_error policy."""
+        from ..decode import decode_cpu
+
         check = batch.scan_check
         if check is None or not np.array_equal(check.samples, enc):
             check = self._check_scans(batch, pinned, enc)
+        self.check_done = check.done
         reasons: dict[int, str] = {}
         # One nvJPEG call per output format: planar Y/Cb/Cr (layout.PLANAR + S) or RGB.
         planar = shapes[enc, 2] >= layout.PLANAR
@@ -415,36 +379,25 @@ class GpuDecoder:
             sizes = shapes[part, :2] if batch.frames is None else batch.frames[part]
             rois = batch.rois[part] if batch.rois is not None and chroma is None else None
             t, t_cpu = time.perf_counter(), time.thread_time()
-            status = nvjpeg.decode_batch(pinned, batch.offsets[part], batch.lengths[part], sizes,
-                                         decoded, out_offsets[part], stream, hints=hints, chroma=chroma,
-                                         rois=rois, stream_order=stream_order)
-            counts["nvjpeg_s"] += time.perf_counter() - t
-            counts["nvjpeg_cpu_s"] += time.thread_time() - t_cpu
-            routed = nvjpeg.last_stats
-            counts["decoded_hardware"] += routed.get("hardware", 0)
-            counts["decoded_hybrid"] += routed.get("hybrid", 0)
-            counts["decoded_one_by_one"] += routed.get("hardware_retried", 0)
-            reasons.update((int(part[k]), nvjpeg.describe(st, k)) for k, st in enumerate(status) if st != 0)
+            status = self.nvjpeg.decode_batch(pinned, batch.offsets[part], batch.lengths[part], sizes,
+                                              decoded, out_offsets[part], stream, hints=hints, chroma=chroma,
+                                              rois=rois, stream_order=stream_order)
+            self.counts["nvjpeg_s"] += time.perf_counter() - t
+            self.counts["nvjpeg_cpu_s"] += time.thread_time() - t_cpu
+            routed = self.nvjpeg.last_stats
+            self.counts["decoded_hardware"] += routed.get("hardware", 0)
+            self.counts["decoded_hybrid"] += routed.get("hybrid", 0)
+            self.counts["decoded_one_by_one"] += routed.get("hardware_retried", 0)
+            reasons.update((int(part[k]), self.nvjpeg.describe(st, k)) for k, st in enumerate(status) if st != 0)
         t = time.perf_counter()
         flagged = check.flagged()
-        counts["scan_wait_s"] += time.perf_counter() - t
+        self.counts["scan_wait_s"] += time.perf_counter() - t
         for i in flagged:
             reasons.setdefault(int(i), "decoded, but its compressed data holds a marker no JPEG scan can hold")
-        if reasons:
-            with self._fallback_lock:
-                decoded = self._on_cpu(batch, pinned, reasons, shapes, decoded, out_offsets, counts, grown)
-        return decoded, check.done
-
-    def _on_cpu(self, batch: PackedBatch, pinned: torch.Tensor, reasons: dict[int, str], shapes: np.ndarray,
-                decoded: torch.Tensor, out_offsets: np.ndarray, counts: dict, grown: GrowOnlyBuffer) -> torch.Tensor:
-        """The samples nvJPEG did not decode (``reasons``) decoded on the CPU, the ones the
-        CPU cannot decode either replaced under on_error: the batch's decode buffer after."""
-        from ..decode import decode_cpu
-
         failed, relocated = [], []
         end = decoded.numel()
         for i in sorted(reasons):
-            counts["decoded_cpu"] += 1
+            self.counts["decoded_cpu"] += 1
             frame = shapes[i] if batch.frames is None else (*batch.frames[i], shapes[i, 2])
             try:
                 img = self._decode_on_cpu(i, batch, pinned, frame, decode_cpu, reasons[i])
@@ -466,9 +419,9 @@ class GpuDecoder:
                 decoded[out_offsets[i]: out_offsets[i] + img.numel()].copy_(img.reshape(-1).pin_memory(),
                                                                              non_blocking=True)
         if relocated:
-            decoded = _grown(decoded, relocated, grown)
+            decoded = _grown(decoded, relocated, self.grown_buffer)
         if failed:
-            decoded = self._replace(batch, failed, decoded, shapes, out_offsets, grown)
+            decoded = self._replace(batch, failed, decoded, shapes, out_offsets)
         return decoded
 
     def scan_check(self, batch: PackedBatch, pinned: torch.Tensor) -> ScanCheck:
@@ -509,10 +462,9 @@ class GpuDecoder:
         return ScanCheck(enc, flagged, done)
 
     def _replace(self, batch: PackedBatch, failed: list[tuple[int, SampleError]], decoded: torch.Tensor,
-                 shapes: np.ndarray, out_offsets: np.ndarray, grown: GrowOnlyBuffer) -> torch.Tensor:
+                 shapes: np.ndarray, out_offsets: np.ndarray) -> torch.Tensor:
         """Apply on_error to samples that failed on the GPU and on the CPU: their
-        replacements are decoded on the CPU and appended to the decode buffer (at the front
-        of ``grown``)."""
+        replacements are decoded on the CPU and appended to the decode buffer."""
         used: set[SampleTag] = set()
         extra, end = [], decoded.numel()
         params = batch.params.clone()
@@ -536,7 +488,7 @@ class GpuDecoder:
                     else sub.target
         batch.params, batch.slots = params, slots
         batch.spares = [t for t in batch.spares if t not in used]  # a later group must not reuse them
-        return _grown(decoded, extra, grown)
+        return _grown(decoded, extra, self.grown_buffer)
 
     def _decode_on_cpu(self, i: int, batch: PackedBatch, pinned: torch.Tensor, shape: np.ndarray,
                        decode_cpu: Any, gpu_reason: str) -> torch.Tensor:

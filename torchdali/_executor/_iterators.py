@@ -94,7 +94,6 @@ and the ring.
 """
 from __future__ import annotations
 
-import collections
 import queue
 import threading
 import time
@@ -113,7 +112,6 @@ from ._staging import Slot, Stopped
 from ._tags import sample_path
 from ._worker import PackedBatch, merge_parts
 
-DECODES_AHEAD = 2  # batches started on the decode threads and not yet finished (_executor.py)
 QUEUE_POLL_S = 0.1  # how often a blocked put, or the executor's wait for a staged batch, checks the stop event
 RING_POLL_S = 0.002  # that wait's step while ring slots wait for the GPU: a worker may be waiting for one
 WORKER_POLL_S = 0.05  # the staging thread waits for the workers' next batch in steps this long
@@ -311,64 +309,39 @@ class GpuIterator:
         return merge_parts(parts, self._delivery, self._executor.staging.ring)
 
     def _exec_loop(self) -> None:
-        """Executor thread: ``_staged`` -> decode + kernel -> the prefetch queue.
-
-        A batch that decodes in one group is started on a decode thread as soon as it is
-        staged, while the batch before it is finished: Note [torchdali decode threads] in
-        ``_executor.py``. At most ``DECODES_AHEAD`` are started and not finished; they are
-        finished in order.
-        """
-        inflight: collections.deque = collections.deque()  # (StagedBatch, number, Pending)
-        ex = self._executor
+        """Executor thread: ``_staged`` -> decode + kernel -> the prefetch queue."""
         try:
             torch.cuda.set_device(self._device)
             pin_this_thread(self._decode_core)  # _cores.py
             k = 0
+            ex = self._executor
             staging = ex.staging
-            # a CPU kept for the executor thread (a CPU share): it decodes itself, as before
-            overlap = ex.overlap and self._decode_core is None
             while not self._stop.is_set():  # Note [torchdali iterator shutdown]
-                if len(inflight) >= DECODES_AHEAD:
-                    if not self._finish_oldest(inflight):
-                        return
-                    continue
                 try:
-                    if inflight:
-                        item = self._staged.get_nowait()
-                    else:
-                        # while ring slots wait for the GPU, poll often: a worker may wait for one
-                        item = self._staged.get(timeout=RING_POLL_S if staging.pending else QUEUE_POLL_S)
+                    # while ring slots wait for the GPU, poll often: a worker may wait for one
+                    item = self._staged.get(timeout=RING_POLL_S if staging.pending else QUEUE_POLL_S)
                 except queue.Empty:
-                    if inflight:
-                        if not self._finish_oldest(inflight):
-                            return
-                    elif staging.pending:
+                    if staging.pending:
                         staging.release_ready()
                     continue
-                if not isinstance(item, StagedBatch):  # the end of an epoch or of the pass, or a failure
-                    while inflight:
-                        if not self._finish_oldest(inflight):
-                            return
-                    if item is _END or isinstance(item, _Failure):
-                        self._put(self._queue, item)
-                        return
-                    if not self._put(self._queue, item):  # _EPOCH_END
+                if item is _END or isinstance(item, _Failure):
+                    self._put(self._queue, item)
+                    return
+                if item is _EPOCH_END:
+                    if not self._put(self._queue, item):
                         return
                     k = 0
                     continue
                 batch = item.batch
-                if overlap and ex.overlaps(item.numel, batch):
-                    inflight.append((item, k, ex.start(batch, item.slot, item.numel)))
-                    k += 1
-                    continue
-                while inflight:  # a batch decoded in groups: on this thread, after those before it
-                    if not self._finish_oldest(inflight):
-                        return
                 self._busy = (time.monotonic(), k, batch)  # the consumer's watchdog: _stall_error
                 try:
                     done = ex.process(batch, item.slot, item.numel)
+                except SampleError:
+                    raise
                 except Exception as e:
-                    raise self._executor_error(e, k, batch)
+                    raise RuntimeError(
+                        f"torchdali GPU executor failed on batch {k} (samples {batch.indices[:8].tolist()}"
+                        f"{'...' if len(batch.indices) > 8 else ''}): {type(e).__name__}: {e}") from e
                 finally:
                     self._busy = None
                 done.stages["fetch_s"], done.stages["stage_s"] = item.fetch_s, item.stage_s
@@ -378,41 +351,6 @@ class GpuIterator:
         except BaseException as e:
             if not self._stop.is_set():
                 self._put(self._queue, _Failure(e))
-        finally:
-            while inflight:  # stopped or failed: their decodes end before their slots go back
-                item, _, pending = inflight.popleft()
-                try:
-                    ex.finish(pending)
-                except BaseException:
-                    pass
-
-    def _finish_oldest(self, inflight: collections.deque) -> bool:
-        """Finish the oldest started batch and put it in the prefetch queue (executor thread);
-        False when the iterator stopped first."""
-        item, k, pending = inflight[0]
-        batch = item.batch
-        self._busy = (time.monotonic(), k, batch)  # the consumer's watchdog: _stall_error
-        try:
-            inflight.popleft()
-            done = self._executor.finish(pending)
-        except Exception as e:
-            raise self._executor_error(e, k, batch)
-        finally:
-            self._busy = None
-        done.stages["fetch_s"], done.stages["stage_s"] = item.fetch_s, item.stage_s
-        return self._put(self._queue, done)
-
-    @staticmethod
-    def _executor_error(e: Exception, k: int, batch: PackedBatch) -> Exception:
-        """What the training loop gets for an executor failure on batch ``k``: a SampleError
-        as it is, anything else with the batch named."""
-        if isinstance(e, SampleError):
-            return e
-        err = RuntimeError(
-            f"torchdali GPU executor failed on batch {k} (samples {batch.indices[:8].tolist()}"
-            f"{'...' if len(batch.indices) > 8 else ''}): {type(e).__name__}: {e}")
-        err.__cause__ = e
-        return err
 
     # -- consumer ------------------------------------------------------------
     def __iter__(self) -> GpuIterator:
