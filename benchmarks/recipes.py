@@ -40,7 +40,8 @@ The environment and every figure go to ``OUT/recipes.json``.
 
 ``--interleave ROUNDS`` compares torchdali with DALI more finely: both are built in one
 process and their epochs alternate (a round is one epoch of each, the order swapped from
-round to round; torchdali also with each ``--cpu-shares`` number), so both meet the
+round to round; torchdali also with each ``--cpu-shares`` number, and with ``--variants
+scan-off`` without the scan-marker check, a measurement only), so both meet the
 machine's drift within a second of each other. It prints the median of the rounds' ratios
 against DALI, over whole epochs and past each epoch's first batches (``steady``), and how
 many rounds torchdali led. Throughput only: the two systems' CPU time is not told apart.
@@ -246,6 +247,9 @@ def run_interleaved(root: str, recipe: str, args: argparse.Namespace, device: to
     loaders = {"torchdali": _run_torchdali(root, recipe, args, device, False, 0.0, "planar", False)}
     for share in (float(v) for v in args.cpu_shares.split(",") if v and v != "auto"):
         loaders[f"torchdali-cpu{share:g}"] = _run_torchdali(root, recipe, args, device, False, share, "planar", False)
+    scan_off = "scan-off" in args.variants.split(",")
+    if scan_off:  # what the scan-marker check costs: this loader checks no batch (a measurement only)
+        loaders["torchdali-scan-off"] = _run_torchdali(root, recipe, args, device, False, 0.0, "planar", False)
     systems = {name: (lambda lo=lo: iter(lo)) for name, lo in loaders.items()}
     systems["dali"] = run_dali(root, recipe, args, device)
     rates: dict[str, list] = {s: [] for s in systems}
@@ -257,6 +261,11 @@ def run_interleaved(root: str, recipe: str, args: argparse.Namespace, device: to
                 if rnd:
                     rates[name].append(r["images_per_s"])
                     steady[name].append(r["steady_images_per_s"] or 0.0)
+            if rnd == 0 and scan_off:  # its executor exists now
+                from torchdali._executor import _decode
+
+                for ex in loaders["torchdali-scan-off"].__dict__["_executors"].values():
+                    ex.decoder._check_scans = lambda batch, pinned, enc: _decode.ScanCheck(enc, lambda: (), None)
     finally:
         for lo in loaders.values():
             lo.close()

@@ -449,8 +449,10 @@ def test_a_later_epoch_takes_each_files_header_from_the_table(tmp_path, monkeypa
     again = _pack(PrepareBatch(plan, "gpu", ring=ring, planar=True), ds, tb, defer=True)
     assert parsed == []
     for got in (first, again):
-        for name in set(FIELDS) - {"offsets", "blob"}:
+        for name in set(FIELDS) - {"offsets", "blob", "scan_starts"}:
             assert _equal(getattr(got, name), getattr(expected, name)), name
+        # their scan data checked in the worker: the GPU does not check them (Note [torchdali scan check once])
+        assert (expected.scan_starts > 0).all() and (got.scan_starts == -1).all()
     # sample 5 becomes a larger image: parsed again, and packed with its new size
     path = ds.samples[5][0]
     with open(path, "wb") as f:
@@ -461,3 +463,38 @@ def test_a_later_epoch_takes_each_files_header_from_the_table(tmp_path, monkeypa
     assert tuple(third.shapes[5, :2]) == (211, 97)
     assert _equal(third.shapes, _pack(PrepareBatch(plan, "gpu", planar=True), ds, tb).shapes)
     ring.close()
+
+
+def test_the_workers_check_each_files_scan_data_once_and_leave_a_damaged_one_to_the_gpu_check(tmp_path):
+    """With the header table, a worker checks a file's scan data as it reads it and notes a
+    clean file with no scan start (the GPU does not check it, in this epoch or a later
+    one); a file whose scan data holds a marker no scan can hold keeps its scan start in
+    every epoch, so the GPU check sends it to the CPU decoder. Without the table every
+    file keeps its scan start. The reference is ``csrc_triton``'s plain-torch check."""
+    from csrc_triton.scan_check import bad_scan_markers_reference
+    from torchdali._executor._ring import HostRing
+
+    folder = make_folder(tmp_path, n=12, lo=40, hi=120, seed=3)
+    ds = td.datasets.ImageFolder(folder)
+    for k in (4, 9):  # a start-of-frame marker in the middle of the scan data, as a bad block leaves one
+        path = ds.samples[k][0]
+        good = open(path, "rb").read()
+        mid = (good.find(b"\xff\xda") + len(good)) // 2
+        open(path, "wb").write(good[:mid] + b"\xff\xc0" + good[mid + 2:])
+    plan = compile_transforms(T.Compose([T.RandomResizedCrop(32)]))
+    tb = next(iter(TaggedBatchSampler(torch.utils.data.BatchSampler(range(12), 12, False), EpochState())))
+    plain = _pack(PrepareBatch(plan, "gpu", planar=True), ds, tb)
+    blob = plain.blob.reshape(-1)
+    bad = bad_scan_markers_reference(blob, plain.offsets, plain.lengths, plain.scan_starts).numpy()
+    assert bad.tolist() == [k in (4, 9) for k in range(12)]
+    assert (plain.scan_starts > 0).all()
+    ring = HostRing(3, 4 * int(blob.numel()), samples=len(ds))
+    for epoch in range(2):
+        ring.release_upto(epoch - 1)
+        got = _pack(PrepareBatch(plan, "gpu", ring=ring, planar=True), ds, tb, defer=True)
+        assert _equal(got.scan_starts, np.where(bad, plain.scan_starts, -1)), epoch
+    ring.close()
+    untabled = HostRing(3, 4 * int(blob.numel()))
+    got = _pack(PrepareBatch(plan, "gpu", ring=untabled, planar=True), ds, tb, defer=True)
+    assert untabled.table is None and _equal(got.scan_starts, plain.scan_starts)
+    untabled.close()

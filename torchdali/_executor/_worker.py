@@ -5,6 +5,22 @@ The workers receive ``TaggedSample`` records (``_tags.py``). A whole batch
 leaves the worker as a handful of tensors (one bytes blob plus small metadata
 arrays), never one tensor per sample: one shared-memory segment per sample
 exhausts file descriptors at batch 256 with many workers.
+
+Note [torchdali scan check once]
+nvJPEG's hardware engines decode a JPEG whose compressed data holds a marker no scan
+can hold (a bad disk block, a cut download) into garbage without an error, so the GPU
+path checks every JPEG's scan data (``GpuDecoder._check_scans``). On the GPU that check
+copies each batch's bytes over the bus a second time, beside the engines' own reads;
+the loader ran 2-5% faster without it (``benchmarks/RESULTS.md``). So a worker that
+reads a file straight into the ring and notes its header in the header table
+(``HostRing.note``) checks its scan data here first, in numpy (``entropy_data_ok``, the
+same rule), and notes a clean file with no scan start: no batch checks it again while
+the file keeps its size and modification time, whichever worker reads it. A file
+written again is checked again. A file that fails keeps its scan start, and the GPU
+check sends it to the CPU decoder in every epoch, which names what is wrong with it.
+Samples that are not files read into the ring, and every sample with the table off
+(``TORCHDALI_HEADER_TABLE=0``), are checked on the GPU in every epoch. What the table
+cannot see is a file's bytes changing on the medium under the same size and time.
 """
 from __future__ import annotations
 
@@ -336,6 +352,10 @@ class PrepareBatch:
                     kind, payload, shape, hints[i], scan_starts[i] = self.load(data, int(indices[i]), sample.path,
                                                                                on_cpu[i])
                     if stamp is not None and kind == ENCODED and hints[i] >= 0:
+                        # the scan-marker check, once per version of the file: Note [torchdali scan check once]
+                        if scan_starts[i] >= 0 and self.ring.table is not None \
+                                and _decoders().entropy_data_ok(payload, int(scan_starts[i])):
+                            scan_starts[i] = -1
                         self.ring.note(int(indices[i]), *stamp, shape, int(hints[i]), int(scan_starts[i]))
                 if on_cpu[i]:
                     share_decoded += 1
@@ -677,11 +697,11 @@ def _decoders() -> Any:
         from types import SimpleNamespace
 
         from ..decode import DecodeError, decode_cpu
-        from ..decode._jpeg_header import header_code, planar_chroma, scan_header
+        from ..decode._jpeg_header import entropy_data_ok, header_code, planar_chroma, scan_header
         from ..decode._limits import ImageTooLarge, ImplausibleHeader, check_header, header_size
 
         _DECODERS = SimpleNamespace(
             DecodeError=DecodeError, decode_cpu=decode_cpu, header_code=header_code, planar_chroma=planar_chroma,
             scan_header=scan_header, ImageTooLarge=ImageTooLarge, ImplausibleHeader=ImplausibleHeader,
-            check_header=check_header, header_size=header_size)
+            check_header=check_header, header_size=header_size, entropy_data_ok=entropy_data_ok)
     return _DECODERS

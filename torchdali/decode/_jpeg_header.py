@@ -544,7 +544,7 @@ def scan_offset(buf: np.ndarray) -> int:
     return -1
 
 
-def entropy_data_ok(buf: np.ndarray) -> bool:
+def entropy_data_ok(buf: np.ndarray, start: Optional[int] = None) -> bool:
     """False when the data after the first SOS holds a marker no JPEG scan can hold.
 
     Random overwrites of compressed data almost always produce such a marker. The
@@ -552,9 +552,11 @@ def entropy_data_ok(buf: np.ndarray) -> bool:
     "Unsupported marker type". O(n) in numpy, no Huffman decoding, so it cannot
     catch corruption that keeps the marker structure intact.
     ``csrc_triton/scan_check.py`` runs the same check on a whole batch on the GPU.
+    ``start``: where the entropy-coded data starts (``scan_offset``), when known.
     """
     b = np.asarray(buf, dtype=np.uint8).reshape(-1)
-    start = scan_offset(b)
+    if start is None:
+        start = scan_offset(b)
     if start < 0:
         return True
     scan = b[start:]
