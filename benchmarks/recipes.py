@@ -41,7 +41,8 @@ The environment and every figure go to ``OUT/recipes.json``.
 ``--interleave ROUNDS`` compares torchdali with DALI more finely: both are built in one
 process and their epochs alternate (a round is one epoch of each, the order swapped from
 round to round; torchdali also with each ``--cpu-shares`` number, and with ``--variants
-scan-off`` without the scan-marker check, a measurement only), so both meet the
+scan-off`` without the scan-marker check, a measurement only, and with ``--variants wN``
+with N workers), so both meet the
 machine's drift within a second of each other. It prints the median of the rounds' ratios
 against DALI, over whole epochs and past each epoch's first batches (``steady``), and how
 many rounds torchdali led. Throughput only: the two systems' CPU time is not told apart.
@@ -146,7 +147,8 @@ def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torc
 
 
 def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool,
-                   cpu_share: float | str, gpu_decode: str, nice: bool, decode_core: Any = "auto") -> dict:
+                   cpu_share: float | str, gpu_decode: str, nice: bool, decode_core: Any = "auto",
+                   workers: int | None = None) -> dict:
     import torchdali as td
 
     ds = td.datasets.ImageFolder(root)
@@ -155,7 +157,8 @@ def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: tor
         extra["batch_transforms"] = _mixup_cutmix(len(ds.classes))
     if nice:
         extra["worker_init_fn"] = _lower_priority
-    loader = td.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True,
+    loader = td.DataLoader(ds, batch_size=args.batch_size, shuffle=True, drop_last=True,
+                           num_workers=args.workers if workers is None else workers,
                            transforms=_tv_preset(recipe, args.size, args.val_crop, args.val_resize, "tensor"), device=device, seed=0,
                            persistent_workers=True, prefetch_factor=2, cpu_decode_share=cpu_share,
                            gpu_decode=gpu_decode, decode_core=decode_core, **extra)
@@ -247,6 +250,10 @@ def run_interleaved(root: str, recipe: str, args: argparse.Namespace, device: to
     loaders = {"torchdali": _run_torchdali(root, recipe, args, device, False, 0.0, "planar", False)}
     for share in (float(v) for v in args.cpu_shares.split(",") if v and v != "auto"):
         loaders[f"torchdali-cpu{share:g}"] = _run_torchdali(root, recipe, args, device, False, share, "planar", False)
+    for v in args.variants.split(","):  # wN: with N workers instead of --workers
+        if v[:1] == "w" and v[1:].isdigit():
+            loaders[f"torchdali-{v}"] = _run_torchdali(root, recipe, args, device, False, 0.0, "planar", False,
+                                                       workers=int(v[1:]))
     scan_off = "scan-off" in args.variants.split(",")
     if scan_off:  # what the scan-marker check costs: this loader checks no batch (a measurement only)
         loaders["torchdali-scan-off"] = _run_torchdali(root, recipe, args, device, False, 0.0, "planar", False)
