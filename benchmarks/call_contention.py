@@ -1,6 +1,6 @@
 """What slows nvJPEG's hardware call down in the loader, where it takes longer than alone?
 
-    python benchmarks/call_contention.py DATA_DIR [--batches 12] [--reps 5]
+    python benchmarks/call_contention.py DATA_DIR [--batches 12] [--reps 5] [--kinds alone,...]
 
 Decodes the same batches of DATA_DIR (planar, with header codes, as the loader does) with
 the hardware decoder alone, while one kind of load runs beside it:
@@ -13,6 +13,11 @@ the hardware decoder alone, while one kind of load runs beside it:
 - ``N cores busy``: N processes computing without pause (N = 4, 15, 16);
 - ``16 readers``: 16 processes reading the data's files and their headers without pause
   (the workers' kind of work, more of it than the loader asks);
+- ``16 paced readers``: 16 processes reading the data's files into a buffer each, 25,600
+  files per second in all (the loader's rate);
+- ``gpu kernel``: a thread resizing and normalising a batch of 256 decoded images on its own
+  stream every 10 ms (the fused kernel's kind and size of work beside the engines);
+- ``paced readers and gpu kernel``: both;
 - ``h2d``: a thread copying 20 MB from pinned memory to the GPU without pause;
 - ``gpu copies``: a thread copying 256 MB within the GPU without pause;
 - ``scan check``: a thread running the loader's scan-marker check of another batch every
@@ -21,7 +26,8 @@ the hardware decoder alone, while one kind of load runs beside it:
 - ``... pinned``: the same, with the decoding thread on the last CPU and the load kept off it.
 
 The kinds alternate within each rep, so the machine's drift hits all of them alike. Prints
-images/s and the decoding call's wall and CPU milliseconds per batch.
+images/s and the decoding call's wall and CPU milliseconds per batch. ``--kinds`` runs only
+the kinds named (comma-separated).
 """
 from __future__ import annotations
 
@@ -33,24 +39,39 @@ import threading
 import time
 
 
+PACED_FILES_S = 25_600  # the paced readers' files per second, all 16 together
+
+
 def _load(j: int, mode, active, files: list, cpus: list) -> None:
-    """A load process: ``mode`` 1 computes, 2 reads files; only while ``j < active``."""
+    """A load process: ``mode`` 1 computes, 2 reads files, 3 reads files at its share of
+    ``PACED_FILES_S``; only while ``j < active``."""
     from torchdali.decode import jpeg_info
 
     k = j
+    buf = bytearray(8 << 20)
+    next_at = time.perf_counter()
     while mode.value >= 0:
         m = mode.value
         os.sched_setaffinity(0, cpus[m >= 10])
         if j >= active.value or m % 10 == 0:
             time.sleep(0.001)
+            next_at = time.perf_counter()
         elif m % 10 == 1:
             x = 0
             for i in range(20000):
                 x += i * i
-        else:
+        elif m % 10 == 2:
             with open(files[k % len(files)], "rb") as fh:
                 jpeg_info(fh.read())
             k += 16
+        else:
+            with open(files[k % len(files)], "rb", buffering=0) as fh:
+                fh.readinto(buf)
+            k += 16
+            next_at += 16 / PACED_FILES_S
+            wait = next_at - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
 
 
 def main() -> None:
@@ -61,6 +82,7 @@ def main() -> None:
 
     p = argparse.ArgumentParser()
     add_batch_args(p, batches=12)
+    p.add_argument("--kinds", default="", help="only these kinds (comma-separated names)")
     args = p.parse_args()
 
     import numpy as np
@@ -118,6 +140,27 @@ def main() -> None:
             if duty < 1.0:
                 time.sleep((1.0 - duty) * 1e-3)
 
+    decoded = torch.rand(256, 3, 375, 500, device="cuda").half()  # a batch as the kernel reads it, in kind
+
+    def kernel_work() -> None:
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            while not stop.is_set():
+                t = time.perf_counter()
+                out = torch.nn.functional.interpolate(decoded, size=(224, 224), mode="bilinear", antialias=True)
+                out.float().sub_(0.45).div_(0.225)
+                s.synchronize()
+                time.sleep(max(0.010 - (time.perf_counter() - t), 0.0))
+
+    first, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(3):  # the last of three
+        first.record()
+        torch.nn.functional.interpolate(decoded, size=(224, 224), mode="bilinear", antialias=True) \
+            .float().sub_(0.45).div_(0.225)
+        end.record()
+    end.synchronize()
+    print(f"gpu kernel: {first.elapsed_time(end):.2f} ms of GPU time per batch, alone", flush=True)
+
     def copier(src, dst) -> None:
         s = torch.cuda.Stream()
         with torch.cuda.stream(s):
@@ -133,6 +176,9 @@ def main() -> None:
         "15 cores busy": (None, 1, 15),
         "16 cores busy": (None, 1, 16),
         "16 readers": (None, 2, 16),
+        "16 paced readers": (None, 3, 16),
+        "gpu kernel": (kernel_work, 0, 0),
+        "paced readers and gpu kernel": (kernel_work, 3, 16),
         "h2d": (lambda: copier(pinned, dev_a), 0, 0),
         "gpu copies": (lambda: copier(big_a, big_b), 0, 0),
         "scan check": (lambda: scan("copy"), 0, 0),
@@ -141,6 +187,8 @@ def main() -> None:
         "16 cores busy, pinned": (None, 11, 16),
         "16 readers, pinned": (None, 12, 16),
     }
+    if args.kinds:
+        kinds = {k: kinds[k] for k in args.kinds.split(",")}
     rates = {k: [] for k in kinds}
     wall = {k: [] for k in kinds}
     cpu = {k: [] for k in kinds}
