@@ -118,6 +118,13 @@ def _lower_priority(worker_id: int) -> None:
     os.nice(10)
 
 
+def _no_scan_check(batch: Any, pinned: Any, enc: Any) -> Any:
+    """``GpuDecoder._check_scans`` that checks nothing (the scan-off measurements)."""
+    from torchdali._executor import _decode
+
+    return _decode.ScanCheck(enc, lambda: (), None)
+
+
 def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
                   mix: bool, gpu_decode: str = "planar", cpu_share: float | str = 0.0, roi: bool = False,
                   nice: bool = False, switch_s: float | None = None, decode_core: Any = "auto",
@@ -126,7 +133,7 @@ def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torc
 
     check = _decode.GpuDecoder._check_scans
     if scan == "off":  # what the scan-marker check costs: no batch is checked (a measurement only)
-        _decode.GpuDecoder._check_scans = lambda self, batch, pinned, enc: _decode.ScanCheck(enc, lambda: (), None)
+        _decode.GpuDecoder._check_scans = lambda self, batch, pinned, enc: _no_scan_check(batch, pinned, enc)
     if roi:  # nvJPEG decodes only the window of each image the kernel reads
         os.environ["TORCHDALI_ROI_DECODE"] = "1"
     if not direct_read:  # the dataset reads each file into a buffer of its own, copied into the ring
@@ -269,10 +276,8 @@ def run_interleaved(root: str, recipe: str, args: argparse.Namespace, device: to
                     rates[name].append(r["images_per_s"])
                     steady[name].append(r["steady_images_per_s"] or 0.0)
             if rnd == 0 and scan_off:  # its executor exists now
-                from torchdali._executor import _decode
-
                 for ex in loaders["torchdali-scan-off"].__dict__["_executors"].values():
-                    ex.decoder._check_scans = lambda batch, pinned, enc: _decode.ScanCheck(enc, lambda: (), None)
+                    ex.decoder._check_scans = _no_scan_check
     finally:
         for lo in loaders.values():
             lo.close()
