@@ -2,12 +2,14 @@
 PY ?= python3
 VENV := .venv
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
+# Said when an install fails: the usual cause on a fresh machine is a full disk.
+INSTALL_HINT = { echo "make: the install into $(VENV) failed. torch's CUDA build takes about 6 GB there and pip unpacks it in the temporary folder first; free space:" >&2; df -h . "$${TMPDIR:-/tmp}" >&2; exit 1; }
 
 $(VENV)/.installed: setup.py
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet $(TORCH_PINS)
-	$(VENV)/bin/pip install --quiet -e '.[test,bench]'
+	$(VENV)/bin/pip install --quiet $(TORCH_PINS) || $(INSTALL_HINT)
+	$(VENV)/bin/pip install --quiet -e '.[test,bench]' || $(INSTALL_HINT)
 	touch $@
 
 .PHONY: bench test
