@@ -1,9 +1,8 @@
 """Training recipes through three loaders in one run: torchdali, NVIDIA DALI, torchvision's DataLoader.
 
     python benchmarks/recipes.py DATA_DIR [--recipes plain,reference,val] [--systems torchdali,dali,torchvision]
-                                 [--variants rgb,roi] [--cpu-shares 0.1,auto] [--batch-size 256]
-                                 [--workers 16] [--dali-threads 8] [--epochs 4] [--out DIR]
-                                 [--interleave ROUNDS]
+                                 [--variants hw1,w8] [--batch-size 256] [--workers 16] [--dali-threads 8]
+                                 [--epochs 4] [--out DIR] [--interleave ROUNDS]
 
 Recipes (defaults: torchvision's classification-reference sizes; ``--size 224 --val-resize 256``
 gives the ResNet-50 recipe):
@@ -17,35 +16,25 @@ gives the ResNet-50 recipe):
 * ``val``: Resize(232) + CenterCrop(224) + normalize.
 
 DALI decodes with the hardware decoder (``hw_decoder_load=0.9``): train through
-``fn.decoders.image_random_crop`` (ROI decode), val through ``fn.decoders.image``.
-
-torchdali runs each recipe as it does by default (``gpu_decode="planar"``: nvJPEG decodes
-Y/Cb/Cr planes, the fused kernel upsamples and converts them), and with ``--variants`` as
-``torchdali-rgb`` (``gpu_decode="rgb"``: nvJPEG's own chroma upsampling and colour conversion),
-as ``torchdali-rgb-roi`` (train recipes, RGB with ``TORCHDALI_ROI_DECODE=1``: nvJPEG decodes only
-each image's crop window), as ``torchdali-nice`` (the workers at ``os.nice(10)``, through
-``worker_init_fn``), as ``torchdali-switch`` (``sys.setswitchinterval(0.0005)``: the executor
-thread gets the GIL back sooner after nvJPEG's calls, which release it), and as
-``torchdali-cpuS`` for each ``--cpu-shares`` value S (``cpu_decode_share=S``: the workers
-decode that fraction of the JPEGs), with ``nopin`` also as ``torchdali-cpuS-nopin``
-(``decode_core=None``; with a share, ``decode_core="auto"`` gives the executor thread
-a CPU of its own), and with ``core`` as ``torchdali-core`` (no share, the executor
-thread on the last CPU all the same).
+``fn.decoders.image_random_crop`` (ROI decode), val through ``fn.decoders.image``;
+``--variants hw1`` also runs DALI with ``hw_decoder_load=1`` (every image on the engines).
 
 torchdali and torchvision get the recipe as torchvision v2 objects (torchdali converts
 them); DALI gets the nearest pipeline of its own operators (named in the output).
+torchdali runs as a user would run it: public API, default settings.
 Every system reads the same files; each figure is the median of ``--epochs`` epochs
 after one warm-up epoch, with CPU core-seconds per 1000 images (process tree).
 The environment and every figure go to ``OUT/recipes.json``.
 
 ``--interleave ROUNDS`` compares torchdali with DALI more finely: both are built in one
 process and their epochs alternate (a round is one epoch of each, the order swapped from
-round to round; torchdali also with each ``--cpu-shares`` number, and with ``--variants
-scan-off`` without the scan-marker check, a measurement only, and with ``--variants wN``
-with N workers), so both meet the
-machine's drift within a second of each other. It prints the median of the rounds' ratios
-against DALI, over whole epochs and past each epoch's first batches (``steady``), and how
-many rounds torchdali led. Throughput only: the two systems' CPU time is not told apart.
+round to round; with ``--variants wN`` also a torchdali loader with N workers), so both
+meet the machine's drift within a second of each other. It prints the median of the
+rounds' ratios against DALI, over whole epochs and past each epoch's first batches
+(``steady``), and how many rounds torchdali led. Throughput only: the two systems' CPU
+time is not told apart. With persistent workers torchdali prepares its next epoch while
+DALI runs; ``TORCHDALI_RUN_AHEAD=0`` on the command line turns that off for a stricter
+comparison (RESULTS.md says which runs used it).
 """
 from __future__ import annotations
 
@@ -112,70 +101,30 @@ def run_torchvision(root: str, recipe: str, args: argparse.Namespace, device: to
     return _epochs(lambda: OnDevice(loader, device), args.epochs, 1, device, "torchvision", False)
 
 
-def _lower_priority(worker_id: int) -> None:
-    """worker_init_fn of the ``nice`` variant: the workers yield the CPU to the main process,
-    whose executor thread drives nvJPEG."""
-    os.nice(10)
-
-
-def _no_scan_check(batch: Any, pinned: Any, enc: Any) -> Any:
-    """``GpuDecoder._check_scans`` that checks nothing (the scan-off measurements)."""
-    from torchdali._executor import _decode
-
-    return _decode.ScanCheck(enc, lambda: (), None)
-
-
-def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device,
-                  mix: bool, gpu_decode: str = "planar", cpu_share: float | str = 0.0, roi: bool = False,
-                  nice: bool = False, switch_s: float | None = None, decode_core: Any = "auto",
-                  scan: str | None = None, direct_read: bool = True, header_table: bool = True) -> dict:
-    from torchdali._executor import _decode
-
-    check = _decode.GpuDecoder._check_scans
-    if scan == "off":  # what the scan-marker check costs: no batch is checked (a measurement only)
-        _decode.GpuDecoder._check_scans = lambda self, batch, pinned, enc: _no_scan_check(batch, pinned, enc)
-    if roi:  # nvJPEG decodes only the window of each image the kernel reads
-        os.environ["TORCHDALI_ROI_DECODE"] = "1"
-    if not direct_read:  # the dataset reads each file into a buffer of its own, copied into the ring
-        os.environ["TORCHDALI_DIRECT_READ"] = "0"
-    if not header_table:  # every epoch parses every file's header again
-        os.environ["TORCHDALI_HEADER_TABLE"] = "0"
-    interval = sys.getswitchinterval()
-    if switch_s is not None:  # how long a thread may hold the GIL while another waits for it
-        sys.setswitchinterval(switch_s)
-    try:
-        return _run_torchdali(root, recipe, args, device, mix, cpu_share, gpu_decode, nice, decode_core)
-    finally:
-        os.environ.pop("TORCHDALI_ROI_DECODE", None)
-        os.environ.pop("TORCHDALI_DIRECT_READ", None)
-        os.environ.pop("TORCHDALI_HEADER_TABLE", None)
-        sys.setswitchinterval(interval)
-        _decode.GpuDecoder._check_scans = check
-
-
-def _run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool,
-                   cpu_share: float | str, gpu_decode: str, nice: bool, decode_core: Any = "auto",
-                   workers: int | None = None) -> dict:
+def torchdali_loader(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool,
+                     workers: int | None = None):
+    """The recipe's ``torchdali.DataLoader``, as a user builds it (persistent workers, seed 0)."""
     import torchdali as td
 
     ds = td.datasets.ImageFolder(root)
     extra: dict[str, Any] = {}
     if mix:
         extra["batch_transforms"] = _mixup_cutmix(len(ds.classes))
-    if nice:
-        extra["worker_init_fn"] = _lower_priority
-    loader = td.DataLoader(ds, batch_size=args.batch_size, shuffle=True, drop_last=True,
-                           num_workers=args.workers if workers is None else workers,
-                           transforms=_tv_preset(recipe, args.size, args.val_crop, args.val_resize, "tensor"), device=device, seed=0,
-                           persistent_workers=True, prefetch_factor=2, cpu_decode_share=cpu_share,
-                           gpu_decode=gpu_decode, decode_core=decode_core, **extra)
-    if args.interleave:
-        return loader
-    r = _epochs(lambda: iter(loader), args.epochs, 1, device, "torchdali", False)
-    last = loader.stats().last
-    if last is not None:
-        r["last_epoch_stats"] = last.as_dict()
-    loader.close()
+    return td.DataLoader(ds, batch_size=args.batch_size, shuffle=True, drop_last=True,
+                         num_workers=args.workers if workers is None else workers,
+                         transforms=_tv_preset(recipe, args.size, args.val_crop, args.val_resize, "tensor"),
+                         device=device, seed=0, persistent_workers=True, prefetch_factor=2, **extra)
+
+
+def run_torchdali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, mix: bool) -> dict:
+    loader = torchdali_loader(root, recipe, args, device, mix)
+    try:
+        r = _epochs(lambda: iter(loader), args.epochs, 1, device, "torchdali", False)
+        last = loader.stats().last
+        if last is not None:
+            r["last_epoch_stats"] = last.as_dict()
+    finally:
+        loader.close()
     return r
 
 
@@ -254,17 +203,11 @@ def run_interleaved(root: str, recipe: str, args: argparse.Namespace, device: to
     (torchdali first in odd rounds, DALI first in even ones), so both meet the machine's
     drift within about a second of each other; each round gives a ratio of the two
     epochs' rates. Throughput only: the process tree's CPU time mixes the two systems."""
-    loaders = {"torchdali": _run_torchdali(root, recipe, args, device, False, 0.0, "planar", False)}
-    for share in (float(v) for v in args.cpu_shares.split(",") if v and v != "auto"):
-        loaders[f"torchdali-cpu{share:g}"] = _run_torchdali(root, recipe, args, device, False, share, "planar", False)
+    loaders = {"torchdali": torchdali_loader(root, recipe, args, device, False)}
     for v in args.variants.split(","):  # wN: with N workers instead of --workers
         if v[:1] == "w" and v[1:].isdigit():
-            loaders[f"torchdali-{v}"] = _run_torchdali(root, recipe, args, device, False, 0.0, "planar", False,
-                                                       workers=int(v[1:]))
-    scan_off = "scan-off" in args.variants.split(",")
-    if scan_off:  # what the scan-marker check costs: this loader checks no batch (a measurement only)
-        loaders["torchdali-scan-off"] = _run_torchdali(root, recipe, args, device, False, 0.0, "planar", False)
-    systems = {name: (lambda lo=lo: iter(lo)) for name, lo in loaders.items()}
+            loaders[f"torchdali-{v}"] = torchdali_loader(root, recipe, args, device, False, workers=int(v[1:]))
+    systems: dict[str, Callable[[], Any]] = {name: (lambda lo=lo: iter(lo)) for name, lo in loaders.items()}
     systems["dali"] = run_dali(root, recipe, args, device)
     rates: dict[str, list] = {s: [] for s in systems}
     steady: dict[str, list] = {s: [] for s in systems}
@@ -275,9 +218,6 @@ def run_interleaved(root: str, recipe: str, args: argparse.Namespace, device: to
                 if rnd:
                     rates[name].append(r["images_per_s"])
                     steady[name].append(r["steady_images_per_s"] or 0.0)
-            if rnd == 0 and scan_off:  # its executor exists now
-                for ex in loaders["torchdali-scan-off"].__dict__["_executors"].values():
-                    ex.decoder._check_scans = _no_scan_check
     finally:
         for lo in loaders.values():
             lo.close()
@@ -298,17 +238,9 @@ def main() -> int:
     p.add_argument("data")
     p.add_argument("--recipes", default="plain,reference,val")
     p.add_argument("--systems", default="torchdali,dali,torchvision")
-    p.add_argument("--cpu-shares", default="0.1,auto",
-                   help="torchdali also with these cpu_decode_share values (comma-separated; empty: none)")
-    p.add_argument("--variants", default="rgb,roi",
-                   help="torchdali also decoding to RGB (rgb), to RGB windows (roi), with the workers at a lower "
-                   "priority (nice), with a 0.5 ms GIL switch interval (switch), the CPU shares also unpinned (nopin), "
-                   "the executor thread on its own CPU without a share (core), the scan-marker check not run "
-                   "(scan-off, a measurement of what it costs), the workers' files read by the dataset and "
-                   "copied into the staging ring instead of read into it (copy), every file's header parsed "
-                   "again in every epoch (no-table), "
-                   "DALI with hw_decoder_load=1 (hw1); "
-                   "comma-separated, empty: none")
+    p.add_argument("--variants", default="",
+                   help="also DALI with hw_decoder_load=1 (hw1); with --interleave, also torchdali with N "
+                   "workers (wN, e.g. w8,w4); comma-separated, empty: none")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--dali-threads", type=int, default=8)
@@ -318,9 +250,9 @@ def main() -> int:
     p.add_argument("--val-crop", type=int, default=224, help="val: CenterCrop")
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
-                   help="instead of the runs above: torchdali (also with each number of --cpu-shares) and "
-                   "DALI in one process, their epochs alternating for ROUNDS rounds after one warm-up "
-                   "round, a ratio against DALI per round")
+                   help="instead of the runs above: torchdali (and each wN variant) and DALI in one "
+                   "process, their epochs alternating for ROUNDS rounds after one warm-up round, a ratio "
+                   "against DALI per round")
     p.add_argument("--out", default="bench_out")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    help="cpu runs torchdali's CPU path (for a dry run; DALI needs a GPU)")
@@ -345,37 +277,6 @@ def main() -> int:
         for system in args.systems.split(","):
             if system == "torchdali":
                 runs.append((recipe, "torchdali", lambda r=recipe: run_torchdali(args.data, r, args, device, False)))
-                if "rgb" in variants:
-                    runs.append((recipe, "torchdali-rgb",
-                                 lambda r=recipe: run_torchdali(args.data, r, args, device, False, gpu_decode="rgb")))
-                if "nice" in variants:
-                    runs.append((recipe, "torchdali-nice",
-                                 lambda r=recipe: run_torchdali(args.data, r, args, device, False, nice=True)))
-                if "core" in variants:  # the executor thread on the last CPU without a share
-                    runs.append((recipe, "torchdali-core", lambda r=recipe: run_torchdali(
-                        args.data, r, args, device, False, decode_core=max(os.sched_getaffinity(0)))))
-                if "scan-off" in variants:
-                    runs.append((recipe, "torchdali-scan-off", lambda r=recipe: run_torchdali(
-                        args.data, r, args, device, False, scan="off")))
-                if "copy" in variants:  # files read by the dataset, then copied into the ring (the old way)
-                    runs.append((recipe, "torchdali-copy", lambda r=recipe: run_torchdali(
-                        args.data, r, args, device, False, direct_read=False)))
-                if "no-table" in variants:  # read into the ring, but every header parsed in every epoch
-                    runs.append((recipe, "torchdali-no-table", lambda r=recipe: run_torchdali(
-                        args.data, r, args, device, False, header_table=False)))
-                if "switch" in variants:
-                    runs.append((recipe, "torchdali-switch",
-                                 lambda r=recipe: run_torchdali(args.data, r, args, device, False, switch_s=5e-4)))
-                if "roi" in variants and recipe != "val":  # val reads the whole image: no window to decode
-                    runs.append((recipe, "torchdali-rgb-roi", lambda r=recipe: run_torchdali(
-                        args.data, r, args, device, False, gpu_decode="rgb", roi=True)))
-                for share in (v if v == "auto" else float(v) for v in args.cpu_shares.split(",") if v):
-                    name = f"torchdali-cpu{share if share == 'auto' else f'{share:g}'}"
-                    runs.append((recipe, name, lambda r=recipe, s=share: run_torchdali(
-                        args.data, r, args, device, False, cpu_share=s)))
-                    if "nopin" in variants:  # the same share with every thread free to move
-                        runs.append((recipe, name + "-nopin", lambda r=recipe, s=share: run_torchdali(
-                            args.data, r, args, device, False, cpu_share=s, decode_core=None)))
                 if recipe == "reference":
                     runs.append((recipe, "torchdali+mixup",
                                  lambda r=recipe: run_torchdali(args.data, r, args, device, True)))

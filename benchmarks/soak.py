@@ -1,7 +1,7 @@
 """Soak: many epochs at full speed with bad files mixed in; resources must stay flat.
 
     python benchmarks/soak.py PHOTO_DIR [--images 8192] [--bad-fraction 0.01] [--epochs 50]
-                              [--batch-size 256] [--workers 16] [--out DIR]
+                              [--batch-size 256] [--workers 16] [--out DIR] [--device cuda]
 
 ``PHOTO_DIR`` is a folder made by ``benchmarks/photo_folder.py``. The soak folder holds
 hard links to ``--images`` of its files plus ``--bad-fraction`` bad files of five kinds
@@ -30,7 +30,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-DEVICE = os.environ.get("TORCHDALI_SOAK_DEVICE", "cuda")  # "cpu": a dry run of the script on the CPU path
 BAD_KINDS = ("truncated", "corrupt_scan", "empty", "random", "header_bomb")
 
 
@@ -158,7 +157,7 @@ def resources(pid: int) -> dict:
             "device_used_mib": (total - free) / 2**20}
 
 
-def _loader(root: str, batch_size: int, workers: int, seed: int = 0):
+def _loader(root: str, batch_size: int, workers: int, device: str, seed: int = 0):
     import torch
 
     import torchdali as td
@@ -169,16 +168,16 @@ def _loader(root: str, batch_size: int, workers: int, seed: int = 0):
                      T.Normalize(MEAN, STD)])
     ds = td.datasets.ImageFolder(root)
     return td.DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers, transforms=tf,
-                         device=DEVICE, seed=seed, on_error="skip", drop_last=True, persistent_workers=True)
+                         device=device, seed=seed, on_error="skip", drop_last=True, persistent_workers=True)
 
 
-def soak(root: str, epochs: int, batch_size: int, workers: int) -> dict:
+def soak(root: str, epochs: int, batch_size: int, workers: int, device: str) -> dict:
     import logging
 
     import torch
 
     logging.getLogger("torchdali").setLevel(logging.ERROR)  # one line per skipped file is noise here
-    loader = _loader(root, batch_size, workers)
+    loader = _loader(root, batch_size, workers, device)
     rows = []
     for epoch in range(epochs):
         t0 = time.perf_counter()
@@ -252,8 +251,8 @@ def verdict(rows: list[dict]) -> dict:
     return out
 
 
-def _interrupt_child(root: str, batch_size: int, workers: int) -> None:
-    loader = _loader(root, batch_size, workers, seed=1)
+def _interrupt_child(root: str, batch_size: int, workers: int, device: str) -> None:
+    loader = _loader(root, batch_size, workers, device, seed=1)
     batches = 0
     for _ in range(1000):
         for _ in loader:
@@ -262,11 +261,11 @@ def _interrupt_child(root: str, batch_size: int, workers: int) -> None:
                 print("RUNNING", flush=True)
 
 
-def interrupt(root: str, batch_size: int, workers: int) -> dict:
+def interrupt(root: str, batch_size: int, workers: int, device: str) -> dict:
     """SIGINT to the process group of a loader mid-epoch: exit time and processes left."""
     child = subprocess.Popen([sys.executable, __file__, root, "--interrupt-child", "--batch-size", str(batch_size),
-                              "--workers", str(workers)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             start_new_session=True, text=True)
+                              "--workers", str(workers), "--device", device],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, text=True)
     pgid = child.pid
     line = child.stdout.readline()
     if "RUNNING" not in line:
@@ -307,13 +306,14 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--workers", type=int, default=os.cpu_count())
     p.add_argument("--out", default=".")
+    p.add_argument("--device", default="cuda", help="cpu: a dry run of the script on the CPU path")
     p.add_argument("--history", type=int, default=0, metavar="N",
                    help="record torch's allocator history (the last N events, with Python stacks) and "
                         "report where segments and the large blocks still in use were allocated")
     p.add_argument("--interrupt-child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.interrupt_child:
-        _interrupt_child(a.photos, a.batch_size, a.workers)
+        _interrupt_child(a.photos, a.batch_size, a.workers, a.device)
         return
     import torch
 
@@ -322,16 +322,16 @@ def main() -> None:
     root = os.path.join("/tmp", f"torchdali_soak-{a.images}-{a.bad_fraction}")
     folder = make_soak_folder(a.photos, root, a.images, a.bad_fraction)
     print(f"soak folder {root}: {folder}", flush=True)
-    result = {"environment": environment(torch.device(DEVICE), sys.argv), "command": " ".join(sys.argv), "folder": folder,
+    result = {"environment": environment(torch.device(a.device), sys.argv), "command": " ".join(sys.argv), "folder": folder,
               "batch_size": a.batch_size, "workers": a.workers}
     if torch.cuda.is_available():
         torch.cuda.init()
         if a.history:
             torch.cuda.memory._record_memory_history(max_entries=a.history, stacks="python")
-    result.update(soak(root, a.epochs, a.batch_size, a.workers))
+    result.update(soak(root, a.epochs, a.batch_size, a.workers, a.device))
     print("verdict:", json.dumps(result["verdict"]), flush=True)
     print("torch blocks:", json.dumps(result.get("torch_blocks")), flush=True)
-    result["interrupt"] = interrupt(root, a.batch_size, a.workers)
+    result["interrupt"] = interrupt(root, a.batch_size, a.workers, a.device)
     print("interrupt:", json.dumps(result["interrupt"]), flush=True)
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "soak.json"), "w") as f:
