@@ -25,6 +25,7 @@ from ._transforms import (
     Identity,
     Normalize,
     PILToTensor,
+    Pad,
     RandomCrop,
     RandomHorizontalFlip,
     RandomResizedCrop,
@@ -62,7 +63,7 @@ supported_table = _registry.supported_table
 __all__ = [
     "AugMix", "AutoAugment", "AutoAugmentPolicy", "BatchParams", "BatchRandomChoice", "BatchTransform",
     "CenterCrop", "ColorJitter", "Compose", "ConvertImageDtype", "CutMix", "GaussianBlur", "Grayscale",
-    "Identity", "MixUp", "Normalize", "PILToTensor", "Plan", "RandAugment", "RandomAdjustSharpness",
+    "Identity", "MixUp", "Normalize", "PILToTensor", "Pad", "Plan", "RandAugment", "RandomAdjustSharpness",
     "RandomAffine", "RandomApply", "RandomAutocontrast", "RandomChoice", "RandomCrop", "RandomEqualize",
     "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomInvert", "RandomOrder",
     "RandomPerspective", "RandomPosterize", "RandomResizedCrop", "RandomRotation", "RandomSolarize",

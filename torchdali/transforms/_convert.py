@@ -24,6 +24,11 @@ from . import _registry
 
 __all__ = ["ALTERNATIVES", "Refusal", "convert", "convert_all", "refusals"]
 
+# RandomCrop and Pad run fused with zero padding; only a fill or padding mode is refused.
+_PADDING_ADVICE = ("padding_mode='constant' with fill=0 (zero padding) runs fused; a non-zero fill and the edge, "
+                   "reflect and symmetric modes are not supported yet: use zero padding, or keep this step in the "
+                   "dataset's own transform")
+
 #: What to use instead of a transform torchdali cannot run fused, by class name.
 ALTERNATIVES: dict[str, str] = {
     "ElasticTransform": "none fused (a per-pixel displacement field): run it on the CPU yourself, in the "
@@ -34,7 +39,7 @@ ALTERNATIVES: dict[str, str] = {
     "ToNumpy": "remove it (or use MaybePILToTensor): images reach the kernels decoded, as uint8 tensors",
     "FiveCrop": "none: it makes several crops per image; use CenterCrop, or crop the returned batch",
     "TenCrop": "none: it makes several crops per image; use CenterCrop, or crop the returned batch",
-    "Pad": "CenterCrop(size larger than the image) pads with zeros; other padding has no fused equivalent",
+    "Pad": _PADDING_ADVICE,
     "RandomZoomOut": "none: detection transforms are not supported (torchdali batches images only)",
     "RandomIoUCrop": "none: detection transforms are not supported (torchdali batches images only)",
     "SanitizeBoundingBoxes": "remove it: torchdali batches images only",
@@ -151,9 +156,8 @@ def alternative(obj: Any, reason: str) -> str:
         found = _interpolation_alternative(obj)
         if found is not None:
             return found
-    if name == "RandomCrop" and ("padding" in reason or "pad_if_needed" in reason):
-        return ("RandomCrop without padding on an image made large enough by Resize, or RandomResizedCrop; "
-                "padding itself has no fused equivalent")
+    if name == "RandomCrop" and ("padding_mode" in reason or "fill" in reason):
+        return _PADDING_ADVICE
     if name == "Resize" and "size=None" in reason:
         return "Resize(shorter_side, max_size=...)"
     return ALTERNATIVES.get(name, _FALLBACK)

@@ -125,6 +125,15 @@ def crop(g: BatchGeometry, top, left, height, width) -> None:
     g.height, g.width = height, width
 
 
+def pad(g: BatchGeometry, left, top, right, bottom) -> None:
+    """Pad the current images with zeros: ``left``/``top``/``right``/``bottom`` pixels on each side
+    (negative values crop, as torchvision's constant ``pad`` does). A crop whose box starts at
+    ``(-top, -left)``: the part outside the image is zero through the valid window."""
+    n = len(g)
+    left, top = _broadcast(left, n), _broadcast(top, n)
+    crop(g, -top, -left, g.height + top + _broadcast(bottom, n), g.width + left + _broadcast(right, n))
+
+
 def resize(g: BatchGeometry, height, width, interpolation=layout.FILTER_BILINEAR) -> None:
     """Resample the current images to ``height x width`` with the filter ``interpolation``
     (a ``layout.FILTER_*`` code, or one per sample)."""
@@ -233,3 +242,48 @@ def random_resized_crop_box(height, width, scale, ratio, u: np.ndarray):
         np.where(found, top, ftop), np.where(found, left, fleft),
         np.where(found, hs, fh), np.where(found, ws, fw),
     )
+
+
+def parse_padding(padding, name: str) -> tuple[int, int, int, int]:
+    """torchvision's ``padding`` argument (an int, or a sequence of 1, 2 or 4 ints) as
+    ``(left, top, right, bottom)``: 2 values are (left/right, top/bottom), 4 are (left, top, right, bottom)."""
+    def is_int(v) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+    if is_int(padding):
+        p = int(padding)
+        return p, p, p, p
+    if isinstance(padding, (tuple, list)) and len(padding) in (1, 2, 4) and all(is_int(v) for v in padding):
+        v = [int(x) for x in padding]
+        if len(v) == 1:
+            return v[0], v[0], v[0], v[0]
+        if len(v) == 2:
+            return v[0], v[1], v[0], v[1]
+        return v[0], v[1], v[2], v[3]
+    raise ValueError(f"{name}: padding must be an int or a 1, 2, or 4 element tuple or list of ints, got {padding!r}")
+
+
+def random_crop_box(height: np.ndarray, width: np.ndarray, crop_h: int, crop_w: int,
+                    padding: tuple[int, int, int, int], pad_if_needed: bool, u: np.ndarray):
+    """Vectorised torchvision v2 ``RandomCrop.make_params``: the box's ``(top, left)`` in the
+    coordinates of the unpadded image (negative where it starts in the padding).
+
+    The image is padded by ``padding`` (left, top, right, bottom), then, with
+    ``pad_if_needed``, on both sides of an axis by what the crop still lacks; top and
+    left are drawn uniformly over the padded image from ``u[:, 0]`` and ``u[:, 1]``
+    (0 where the padded image is as large as the crop). Also returns the padded
+    sizes, of which a sample smaller than the crop cannot be cropped.
+    """
+    pad_left, pad_top, pad_right, pad_bottom = padding
+    padded_h = height + (pad_top + pad_bottom)
+    padded_w = width + (pad_left + pad_right)
+    off_top = np.full_like(height, float(pad_top))
+    off_left = np.full_like(width, float(pad_left))
+    if pad_if_needed:
+        dh = np.maximum(crop_h - padded_h, 0.0)
+        dw = np.maximum(crop_w - padded_w, 0.0)
+        off_top, padded_h = off_top + dh, padded_h + 2 * dh
+        off_left, padded_w = off_left + dw, padded_w + 2 * dw
+    top = np.floor(u[:, 0] * (padded_h - crop_h + 1))
+    left = np.floor(u[:, 1] * (padded_w - crop_w + 1))
+    return top - off_top, left - off_left, padded_h, padded_w

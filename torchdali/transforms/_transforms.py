@@ -21,12 +21,12 @@ from csrc_triton import layout
 
 from . import _geometry as G
 from ._args import interpolation_code, interpolation_codes, setup_size
-from ._plan import Compose, Transform
+from ._plan import Compose, Transform, _KeepSize, apply_to_images, to_hwc
 from ._registry import register
 from ._state import FLOAT_DTYPES, StaticState
 
 __all__ = [
-    "CenterCrop", "Compose", "ConvertImageDtype", "Identity", "Normalize", "PILToTensor", "RandomCrop",
+    "CenterCrop", "Compose", "ConvertImageDtype", "Identity", "Normalize", "PILToTensor", "Pad", "RandomCrop",
     "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize", "ToDtype", "ToImage",
     "ToPureTensor", "ToTensor", "Transform",
 ]
@@ -199,9 +199,71 @@ class CenterCrop(_FixedCrop):
         return {"top": top, "left": left}
 
 
-@register("RandomCrop", usage="RandomCrop(size)", semantics="same position sampling", notes="no padding options")
+PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
+
+
+def _image_fill(fill: Any) -> list[float]:
+    """The fill torchvision's ``pad`` uses on an image, from a ``fill`` argument: a number, a
+    sequence, None (0) or a dict keyed by type (``{tv_tensors.Image: v, tv_tensors.Mask: m}``)
+    or ``"others"``, of which the image's entries are read (Image, plain tensor, others)."""
+    if isinstance(fill, dict):
+        values = [v for k, v in fill.items() if getattr(k, "__name__", k) in ("Image", "Tensor", "others")]
+    else:
+        values = [fill]
+    out: list[float] = []
+    for v in values:
+        if v is None:
+            out.append(0.0)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out.append(float(v))
+        elif isinstance(v, (tuple, list)) and all(isinstance(x, (int, float)) for x in v):
+            out.extend(float(x) for x in v)
+        else:
+            raise TypeError(f"fill must be a number, a sequence of numbers, None or a dict of them, got {v!r}")
+    return out
+
+
+def _check_padding(name: str, pads: bool, fill: Any, padding_mode: str) -> None:
+    """Refuse what the fused kernel cannot pad with yet: it pads with zeros only.
+
+    ``pads``: whether any padding can happen (``padding_mode`` and ``fill`` matter
+    only then, as in torchvision).
+    """
+    if padding_mode not in PADDING_MODES:
+        raise ValueError(f"{name}: padding_mode={padding_mode!r} is not a padding mode; torchvision's are "
+                         f"constant, edge, reflect and symmetric")
+    fill_values = _image_fill(fill)
+    if not pads:
+        return
+    if padding_mode != "constant":
+        raise ValueError(f"{name}: padding_mode={padding_mode!r} is not supported yet: the fused kernel pads with "
+                         f"zeros only (padding_mode='constant', fill=0)")
+    if any(v != 0 for v in fill_values):
+        raise ValueError(f"{name}: fill={fill!r} is not supported yet: the fused kernel pads with zeros only "
+                         f"(fill=0, padding_mode='constant')")
+
+
+def _is_v2(t: Any) -> bool:
+    return (type(t).__module__ or "").startswith("torchvision.transforms.v2")
+
+
+@register("RandomCrop", usage="RandomCrop(size, padding=None, pad_if_needed=False, fill=0, padding_mode=\"constant\")",
+          semantics="same padding, pad_if_needed and position sampling",
+          notes="drawn per sample; zero padding only (`fill=0`, `padding_mode=\"constant\"`)")
 class RandomCrop(_FixedCrop):
-    """Crop at a random position (``padding``/``pad_if_needed`` are not supported)."""
+    """Crop at a random position, drawn per sample, after optional zero padding.
+
+    As ``torchvision.transforms.v2.RandomCrop``: ``padding`` (an int, ``(left/right,
+    top/bottom)`` or ``(left, top, right, bottom)``) pads every image first;
+    ``pad_if_needed`` then pads both sides of an axis by what the crop still lacks;
+    top and left are uniform over the padded image. The padding is not materialised:
+    the crop box starts at negative coordinates and the part outside the image is
+    zero (the valid window of ``_geometry.py``), which is exactly torchvision's
+    ``fill=0, padding_mode="constant"``. Other fills and padding modes raise ValueError.
+    A resize after a padded crop sees the padding only approximately (as after a
+    CenterCrop larger than the image): torchvision blends the zeros into the edge
+    pixels, here the padded window scales with the image.
+    """
 
     n_uniforms = 2  # top, left
 
@@ -209,22 +271,108 @@ class RandomCrop(_FixedCrop):
                  fill: Any = 0, padding_mode: str = "constant") -> None:
         size = setup_size(size, "RandomCrop")
         self.size = size * 2 if len(size) == 1 else size
-        if padding is not None or pad_if_needed:
-            raise ValueError("RandomCrop: padding and pad_if_needed are not supported; "
-                             "use Resize before RandomCrop so the image is large enough")
+        if any(v <= 0 for v in self.size):
+            raise ValueError(f"RandomCrop: size must be positive, got {self.size}")
+        # torchvision v2 drops a falsy padding (0, None, [])
+        self.padding = padding if padding else None
+        #: (left, top, right, bottom)
+        self.pads = G.parse_padding(padding, "RandomCrop") if self.padding is not None else (0, 0, 0, 0)
+        self.pad_if_needed = bool(pad_if_needed)
+        self.fill = fill
+        self.padding_mode = padding_mode
+        if self.padding is not None or self.pad_if_needed:
+            _check_padding("RandomCrop", any(p > 0 for p in self.pads) or self.pad_if_needed, fill, padding_mode)
 
     @classmethod
     def from_torchvision(cls, t: Any) -> RandomCrop:
-        return cls(list(t.size), padding=t.padding, pad_if_needed=t.pad_if_needed)
+        padding = t.padding
+        if padding is not None and _is_v2(t):
+            # v2 keeps its padding parsed as (left, right, top, bottom), torch's pad order
+            left, right, top, bottom = padding
+            padding = [left, top, right, bottom]
+        return cls(list(t.size), padding=padding, pad_if_needed=t.pad_if_needed, fill=t.fill,
+                   padding_mode=t.padding_mode)
 
     def make_params(self, geometry: G.BatchGeometry, u: np.ndarray | None) -> dict[str, np.ndarray]:
         ch, cw = self.size
-        if np.any(geometry.height < ch) or np.any(geometry.width < cw):
-            raise ValueError(f"RandomCrop: crop size {self.size} is larger than an input image "
-                             f"(smallest is {int(geometry.height.min())}x{int(geometry.width.min())})")
-        top = np.floor(u[:, 0] * (geometry.height - ch + 1))
-        left = np.floor(u[:, 1] * (geometry.width - cw + 1))
+        top, left, padded_h, padded_w = G.random_crop_box(geometry.height, geometry.width, ch, cw, self.pads,
+                                                          self.pad_if_needed, u)
+        small = (padded_h < ch) | (padded_w < cw)
+        if np.any(small):
+            i = int(np.argmax(small))
+            padded = "padded " if self.padding is not None else ""
+            raise ValueError(f"RandomCrop: required crop size {(ch, cw)} is larger than {padded}input image size "
+                             f"{(int(padded_h[i]), int(padded_w[i]))} (sample {i} of the batch); pass "
+                             f"pad_if_needed=True to pad small images, or Resize them first")
         return {"top": top, "left": left}
+
+    def extra_repr(self) -> str:
+        out = f"size={self.size}"
+        if self.padding is not None:
+            out += f", padding={self.padding}"
+        if self.pad_if_needed:
+            out += ", pad_if_needed=True"
+        return out
+
+
+@register("Pad", usage="Pad(padding, fill=0, padding_mode=\"constant\")",
+          semantics="same padding: int, `(left/right, top/bottom)` or `(left, top, right, bottom)`",
+          notes="zero padding only (`fill=0`, `padding_mode=\"constant\"`); a resize after it approximates "
+                "the blended border, as CenterCrop's")
+class Pad(Transform):
+    """Pad every image with zeros, as ``torchvision.transforms.v2.Pad(padding)``.
+
+    ``padding``: an int for every side, ``(left/right, top/bottom)`` or ``(left, top,
+    right, bottom)``; negative values crop. Exact for ``fill=0, padding_mode="constant"``
+    (a crop whose box starts at ``(-top, -left)``; a resize after it sees the padding
+    approximately, as RandomCrop's); other fills and padding modes raise ValueError.
+    The output size is the input's plus the padding, so a pipeline over images of
+    different sizes needs a fixed-size step after it.
+    """
+
+    stage = "geometry"
+
+    def __init__(self, padding: int | Sequence[int], fill: Any = 0, padding_mode: str = "constant") -> None:
+        #: (left, top, right, bottom)
+        self.pads = G.parse_padding(padding, "Pad")
+        self.padding = padding if isinstance(padding, int) else list(padding)
+        self.fill = fill
+        self.padding_mode = padding_mode
+        _check_padding("Pad", any(p > 0 for p in self.pads), fill, padding_mode)
+
+    @classmethod
+    def from_torchvision(cls, t: Any) -> Pad:
+        return cls(t.padding, fill=t.fill, padding_mode=t.padding_mode)
+
+    def update_state(self, state: StaticState) -> StaticState:
+        if state.size is None:
+            return state
+        left, top, right, bottom = self.pads
+        height, width = state.size[0] + top + bottom, state.size[1] + left + right
+        if height <= 0 or width <= 0:
+            raise ValueError(f"Pad: padding {self.padding} leaves no pixels of a {state.size[0]}x{state.size[1]} "
+                             f"image")
+        return dataclasses.replace(state, size=(height, width))
+
+    def make_params(self, geometry: G.BatchGeometry, u: np.ndarray | None) -> dict[str, np.ndarray]:
+        left, top, right, bottom = self.pads
+        empty = (geometry.height + top + bottom <= 0) | (geometry.width + left + right <= 0)
+        if np.any(empty):
+            i = int(np.argmax(empty))
+            raise ValueError(f"Pad: padding {self.padding} leaves no pixels of a "
+                             f"{int(geometry.height[i])}x{int(geometry.width[i])} image (sample {i} of the batch)")
+        return {}
+
+    def transform(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray]) -> None:
+        G.pad(geometry, *self.pads)
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        """Pad one image (CHW or HWC uint8) on the CPU reference path; returns CHW."""
+        hwc = to_hwc(image)  # a single image's size is known, so the padded size is too
+        return apply_to_images(Compose([_KeepSize(int(hwc.shape[0]), int(hwc.shape[1])), self]), [hwc])[0]
+
+    def extra_repr(self) -> str:
+        return f"padding={self.padding}"
 
 
 @register("RandomHorizontalFlip", usage="RandomHorizontalFlip(p=0.5)", semantics="yes", notes="drawn per sample")

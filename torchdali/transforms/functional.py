@@ -53,13 +53,14 @@ from ._execute import REFERENCE
 from ._program import fill_values, put_op, warp_filter
 from ._reference import resample, to_hwc
 from ._state import FLOAT_DTYPES
+from ._transforms import _check_padding
 from ._warp import inverse_affine_matrix, perspective_coefficients
 
 __all__ = [
     "adjust_brightness", "adjust_contrast", "adjust_hue", "adjust_saturation", "adjust_sharpness", "affine",
     "autocontrast", "center_crop", "crop", "equalize", "erase", "gaussian_blur", "horizontal_flip", "invert",
-    "normalize", "perspective", "posterize", "resize", "resized_crop", "rgb_to_grayscale", "rotate", "solarize",
-    "to_dtype", "vertical_flip",
+    "normalize", "pad", "perspective", "posterize", "resize", "resized_crop", "rgb_to_grayscale", "rotate",
+    "solarize", "to_dtype", "vertical_flip",
 ]
 
 _UNIT = (1.0, 1.0, 1.0)
@@ -108,6 +109,24 @@ def center_crop(image: Any, output_size: int | Sequence[int]) -> torch.Tensor:
     def step(g: G.BatchGeometry) -> None:
         top, left = G.center_crop_box(g.height, g.width, crop_h, crop_w)
         G.crop(g, top, left, crop_h, crop_w)
+
+    return _run(image, step)
+
+
+def pad(image: Any, padding: int | Sequence[int], fill: Any = None, padding_mode: str = "constant") -> torch.Tensor:
+    """Pad with zeros: ``padding`` is an int for every side, ``(left/right, top/bottom)`` or
+    ``(left, top, right, bottom)``; negative values crop.
+
+    Only ``padding_mode="constant"`` with a zero ``fill`` (None is 0, as torchvision)
+    is supported; other fills and modes raise ValueError.
+    """
+    left, top, right, bottom = G.parse_padding(padding, "pad")
+    _check_padding("pad", max(left, top, right, bottom) > 0, fill, padding_mode)
+
+    def step(g: G.BatchGeometry) -> None:
+        if g.height[0] + top + bottom <= 0 or g.width[0] + left + right <= 0:
+            raise ValueError(f"pad: padding {padding} leaves no pixels of a {int(g.height[0])}x{int(g.width[0])} image")
+        G.pad(g, left, top, right, bottom)
 
     return _run(image, step)
 
