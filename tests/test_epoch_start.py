@@ -85,7 +85,7 @@ def test_parts_have_spares_of_their_own_and_whole_batches_keep_theirs():
 def test_a_tag_batch_pickles_with_its_parts():
     import pickle
 
-    tb = TagBatch(1, 2, 6, 16, [3, 4, 5], [900], [7], 0.25, parts=4, part=2)
+    tb = TagBatch(1, 2, 6, 16, [3, 4, 5], [900], [7], parts=4, part=2)
     back = pickle.loads(pickle.dumps(tb))
     assert list(back) == list(tb) and (back.parts, back.part) == (4, 2) and back[3].spare
     assert (back[0].parts, back[0].part, back[3].part) == (4, 2, 2)
@@ -93,7 +93,7 @@ def test_a_tag_batch_pickles_with_its_parts():
 
 FIELDS = ("seed", "epoch", "seq", "indices", "positions", "paths", "params", "targets", "has_target", "blob", "kinds",
           "offsets", "lengths", "shapes", "hints", "rois", "frames", "scan_starts", "first_position", "slots",
-          "batch_values", "skipped", "share_decoded", "images")
+          "batch_values", "skipped", "images")
 
 
 def _equal(a, b) -> bool:
@@ -110,6 +110,22 @@ def _pack(prepare, ds, tb, defer=False):
     return prepare(TaggedDataset(ds, defer_files=defer).__getitems__(tb))
 
 
+def _add_files_decoded_in_the_worker(folder: str, k: int, seed: int = 0) -> None:
+    """``k`` more files the GPU path's workers decode themselves, of varied sizes: PNGs and
+    CMYK JPEGs (nvJPEG takes neither)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for j in range(k):
+        h, w = (int(v) for v in rng.integers(30, 90, size=2))
+        image = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        path = os.path.join(folder, f"c{j % 2}", f"09{j:02d}")
+        if j % 2:
+            image.convert("CMYK").save(path + ".jpg", quality=90)
+        else:
+            image.save(path + ".png")
+
+
 @pytest.mark.parametrize("recipe,options", [
     ("train", dict()),
     ("train", dict(roi=True)),  # windows: the RGB path's region decode
@@ -118,11 +134,12 @@ def _pack(prepare, ds, tb, defer=False):
 ])
 def test_merged_parts_equal_the_batch_packed_whole(tmp_path, recipe, options):
     """Every field the executor reads, compared with a worker packing the batch whole;
-    the folder mixes 4:2:0 and 4:4:4 JPEGs, odd sizes and a PNG (decoded in the worker)."""
+    the folder mixes 4:2:0 and 4:4:4 JPEGs, odd sizes, PNGs and CMYK JPEGs (decoded in the worker)."""
     from PIL import Image
 
     folder = make_folder(tmp_path, n=50, lo=40, hi=300, every_444=3)
     Image.fromarray(np.full((37, 41, 3), 90, np.uint8)).save(os.path.join(folder, "c0", "0100.png"))
+    _add_files_decoded_in_the_worker(folder, 4)
     tf = {"train": T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip()]),
           "colour": T.Compose([T.RandomResizedCrop(32), T.ColorJitter(0.4, 0.4, 0.4)]),
           "val": T.Compose([T.Resize(36), T.CenterCrop(32)])}[recipe]
@@ -130,7 +147,7 @@ def test_merged_parts_equal_the_batch_packed_whole(tmp_path, recipe, options):
     prepare = PrepareBatch(compile_transforms(tf), "gpu", delivery=Delivery(), **options)
     batches = torch.utils.data.BatchSampler(torch.randperm(len(ds), generator=torch.Generator().manual_seed(2)).tolist(),
                                             48, False)
-    state = dict(seed=9, epoch=3, cpu_share=0.25)
+    state = dict(seed=9, epoch=3)
     whole = next(iter(TaggedBatchSampler(batches, EpochState(**state))))
     parts = [tb for tb in TaggedBatchSampler(batches, EpochState(**state), EpochStart(1, 3)) if tb.parts > 1]
     assert [len(tb) for tb in parts] == [16, 16, 16]
@@ -139,7 +156,7 @@ def test_merged_parts_equal_the_batch_packed_whole(tmp_path, recipe, options):
     assert all(p.parts == 3 and isinstance(p.targets, list) and p.blob is not None for p in packed)
     got = merge_parts(packed, Delivery())
     assert got.parts == 1 and got.ring_seq == expected.ring_seq == -1
-    assert expected.share_decoded > 0 and 1 in expected.kinds.tolist()  # the CPU's share and the PNG: pixels
+    assert (expected.kinds == 1).sum() >= 3  # the PNGs and CMYK JPEGs: pixels
     for name in FIELDS:
         assert _equal(getattr(got, name), getattr(expected, name)), name
     if options.get("roi"):
@@ -212,7 +229,7 @@ def test_every_field_of_a_packed_batch_is_compared_or_known_to_differ():
 
     differ = {"spares",  # dealt per part: compared in the spares tests above
               "ring_seq", "parts",  # compared in the ring tests
-              "seconds", "share_decode_s",  # timings
+              "seconds",  # timings
               "scan_check", "output", "has_output"}  # set later, in the main process or on the CPU path
     assert {f.name for f in dataclasses.fields(PackedBatch)} == set(FIELDS) | differ
 
@@ -274,7 +291,7 @@ def test_a_part_too_large_for_its_share_travels_as_a_blob_and_the_batch_as_one(t
 @pytest.mark.parametrize("parts", [1, 3])
 def test_files_read_into_the_slot_pack_as_the_ordinary_read(tmp_path, parts):
     """torchdali's own datasets send file names (``FileRef``) and the worker reads the files
-    into the batch's slot itself; samples decoded in the worker (a PNG, the CPU's share) go
+    into the batch's slot itself; samples decoded in the worker (PNGs, CMYK JPEGs) go
     after the files. Every sample's bytes must be those of the ordinary read."""
     from PIL import Image
 
@@ -282,14 +299,15 @@ def test_files_read_into_the_slot_pack_as_the_ordinary_read(tmp_path, parts):
 
     folder = make_folder(tmp_path, n=40, lo=40, hi=200, every_444=3, seed=6)
     Image.fromarray(np.full((37, 41, 3), 90, np.uint8)).save(os.path.join(folder, "c1", "0100.png"))
+    _add_files_decoded_in_the_worker(folder, 6, seed=6)
     ds = td.datasets.ImageFolder(folder)
     plan = compile_transforms(T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip()]))
     batches = torch.utils.data.BatchSampler(torch.randperm(len(ds), generator=torch.Generator().manual_seed(1)).tolist(),
                                             len(ds), False)
-    state = dict(seed=3, epoch=1, cpu_share=0.2)
+    state = dict(seed=3, epoch=1)
     whole = next(iter(TaggedBatchSampler(batches, EpochState(**state))))
     expected = _pack(PrepareBatch(plan, "gpu", planar=True), ds, whole)  # read by the dataset, one blob
-    assert (expected.kinds == 1).sum() >= 5  # the PNG and the CPU's share: decoded in the worker
+    assert (expected.kinds == 1).sum() == 7  # the PNGs and CMYK JPEGs: decoded in the worker
     items = TaggedDataset(ds, defer_files=True).__getitems__(whole)
     assert all(isinstance(s.item[0], _tags.FileRef) and s.item[1] == ds.targets[s.tag.index] for s in items)
     ring = HostRing(3, 4 * int(expected.blob.numel()))
@@ -315,7 +333,7 @@ def test_files_read_into_the_slot_pack_as_the_ordinary_read(tmp_path, parts):
 
 @pytest.mark.parametrize("parts", [1, 3])
 def test_the_pixels_decoded_in_the_workers_reach_the_decode_buffer_each_in_its_place(tmp_path, parts):
-    """The executor copies what the workers decoded (the CPU's share, a PNG) from the slot to
+    """The executor copies what the workers decoded (PNGs, CMYK JPEGs) from the slot to
     the decode buffer as one span when they lie together (``decoded_layout``). Every such
     sample must land where its output offset says, byte for byte as the worker wrote it,
     and no sample's output may overlap another's."""
@@ -327,10 +345,11 @@ def test_the_pixels_decoded_in_the_workers_reach_the_decode_buffer_each_in_its_p
 
     folder = make_folder(tmp_path, n=40, lo=40, hi=200, every_444=3, seed=7)
     Image.fromarray(np.full((37, 41, 3), 90, np.uint8)).save(os.path.join(folder, "c1", "0100.png"))
+    _add_files_decoded_in_the_worker(folder, 9, seed=7)
     ds = td.datasets.ImageFolder(folder)
     plan = compile_transforms(T.Compose([T.RandomResizedCrop(32)]))
     batches = torch.utils.data.BatchSampler(list(range(len(ds))), len(ds), False)
-    state = dict(seed=3, epoch=1, cpu_share=0.25)
+    state = dict(seed=3, epoch=1)
     whole = next(iter(TaggedBatchSampler(batches, EpochState(**state))))
     ring = HostRing(3, 1 << 20)
     tbs = [whole] if parts == 1 else \

@@ -321,15 +321,15 @@ def test_the_users_timeout_still_holds_and_a_slow_worker_is_waited_for(folder):
     loader.close()
 
 
-@pytest.mark.parametrize("persistent,share", [(False, 0.0), (True, 0.0), (True, 0.25)])
-def test_an_epochs_first_batches_in_parts_give_the_same_batches(folder, monkeypatch, persistent, share):
+@pytest.mark.parametrize("persistent", [False, True])
+def test_an_epochs_first_batches_in_parts_give_the_same_batches(folder, monkeypatch, persistent):
     """The first batches of every epoch go to the workers in parts and are put back together
     on the staging thread: the output is the one of whole batches, epoch after epoch."""
     from torchdali._executor import _tags
 
     ds = td.datasets.ImageFolder(folder)
     kw = dict(batch_size=8, shuffle=True, num_workers=6, transforms=RECIPE, seed=4, persistent_workers=persistent,
-              cpu_decode_share=share, on_error="skip")
+              on_error="skip")
     monkeypatch.setattr(_tags, "START_PART_SAMPLES", 2)
 
     def epochs(batches):
@@ -400,7 +400,7 @@ def _run_ahead_epochs(ds, monkeypatch, run_ahead, n=4, between=lambda loader, e:
     return out, ahead
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(cpu_decode_share=0.25, on_error="skip"), dict(shuffle=False)])
+@pytest.mark.parametrize("kw", [dict(), dict(on_error="skip"), dict(shuffle=False)])
 def test_run_ahead_gives_the_batches_of_a_loader_that_does_not(folder, monkeypatch, kw):
     """Note [torchdali run-ahead]: each epoch after the first starts with batches the epoch
     before prepared; they are the batches a loader that starts every epoch at its iter() gives."""

@@ -155,6 +155,29 @@ def test_state_dict_between_epochs_resumes_next_epoch(tmp_path):
     assert all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(list(b), expected))
 
 
+def test_a_state_dict_saved_with_a_cpu_decode_share_still_loads(tmp_path):
+    """Loaders once had a CPU decode share, and their ``state_dict()`` a "cpu_share" key;
+    such a state still resumes (the key is ignored)."""
+    ds = td.datasets.ImageFolder(make_folder(tmp_path / "s", n=14))
+
+    def make():
+        return td.DataLoader(ds, batch_size=3, shuffle=True, transforms=TF, device="cpu", seed=5,
+                             generator=torch.Generator().manual_seed(8))
+
+    reference = list(make())
+    first = make()
+    it = iter(first)
+    got = [next(it) for _ in range(2)]
+    state = first.state_dict()
+    assert "cpu_share" not in state
+    del it
+    resumed = make()
+    resumed.load_state_dict({**state, "cpu_share": 0.25})
+    got += list(resumed)
+    assert len(got) == len(reference)
+    assert all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(got, reference))
+
+
 class SlowDataset(torch.utils.data.Dataset):
     def __len__(self):
         return 1000

@@ -19,7 +19,7 @@ from torchdali._executor._tags import EpochPlan, EpochStart, EpochState, TaggedB
 
 def _plan(batches, epoch=1, seed=0):
     state = torch.get_rng_state()
-    return EpochPlan(seed, epoch, 0.0, EpochPlan.draw(batches), len(batches), state, state)
+    return EpochPlan(seed, epoch, EpochPlan.draw(batches), len(batches), state, state)
 
 
 def test_a_pass_goes_on_into_the_offered_epoch_whole_and_notes_where_the_first_ended():
@@ -275,7 +275,6 @@ def test_what_does_not_run_ahead_and_why(monkeypatch):
     assert _loader(monkeypatch)._run_ahead_blocker() is None
     assert _loader(monkeypatch, run_ahead=False)._run_ahead_blocker() == "TORCHDALI_RUN_AHEAD=0"
     assert "persistent" in _loader(monkeypatch, persistent_workers=False)._run_ahead_blocker()
-    assert "auto" in _loader(monkeypatch, cpu_decode_share="auto")._run_ahead_blocker()
     if dl._HAS_IN_ORDER:
         assert _loader(monkeypatch, in_order=False)._run_ahead_blocker() == "in_order=False"
     class Batches(tud.BatchSampler):

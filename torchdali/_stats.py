@@ -35,11 +35,6 @@ class EpochStats:
     decoded_hybrid: int = 0
     decoded_one_by_one: int = 0
     decoded_cpu: int = 0
-    # GPU path: the JPEGs the workers decoded as the CPU's share (``cpu_decode_share``; part
-    # of decoded_cpu), the worker seconds that took, and the share the epoch ran with
-    share_decoded: int = 0
-    share_decode_s: float = 0.0
-    cpu_share: float = 0.0
 
     @property
     def wait_fraction(self) -> float:
@@ -97,8 +92,6 @@ class LoaderStats:
         if e.executor_s:
             line += (f"; decoded: {e.decoded_hardware} hardware, {e.decoded_hybrid} hybrid, "
                      f"{e.decoded_one_by_one} one by one, {e.decoded_cpu} CPU")
-            if e.cpu_share:
-                line += f" ({e.share_decoded} as the CPU's share {e.cpu_share:g}, {e.share_decode_s:.2f} worker-s)"
         if e.skipped:
             line += f"; {e.skipped} bad samples replaced"
         return line

@@ -39,9 +39,9 @@ the same when it can be sure which samples the next epoch holds:
 * The next ``iter()`` takes the parked iterator (``resume_epoch``) only if
   everything the draw depended on is still what it was (``_continue``): no
   ``load_state_dict`` in between, the same seed, epoch number (``set_epoch``),
-  CPU share, number of batches, the generator's state and a DistributedSampler's
-  epoch. Then it sets the generator to its state after the draw, as the draw at
-  this ``iter()`` would have left it, and offers the epoch after. Batches,
+  number of batches, the generator's state and a DistributedSampler's epoch.
+  Then it sets the generator to its state after the draw, as the draw at this
+  ``iter()`` would have left it, and offers the epoch after. Batches,
   ``state_dict()`` and the generator's state are the same as without run-ahead.
   The offer comes late for an epoch the pipeline went through whole while
   parked (one of at most about ``prefetch_factor * num_workers`` batches): the
@@ -60,9 +60,8 @@ seeds a generator of its own from torch's global one, once per epoch; one it is
 given, it draws from again as its pass ends, after the next epoch was drawn),
 or a ``DistributedSampler``, whose next epoch is taken to follow the
 loader's (``set_epoch`` each epoch) if it did this epoch, and otherwise to stay.
-Other samplers, ``cpu_decode_share="auto"`` (its share is chosen at ``iter()``
-from the epoch before), workers that are not persistent and out-of-order delivery
-never run ahead; nor does anything when ``TORCHDALI_RUN_AHEAD=0``.
+Other samplers, workers that are not persistent and out-of-order delivery never
+run ahead; nor does anything when ``TORCHDALI_RUN_AHEAD=0``.
 """
 from __future__ import annotations
 
@@ -78,8 +77,6 @@ import torch.utils.data as tud
 from ._executor._deliver import Delivery
 from ._executor._iterators import CpuIterator, GpuIterator
 from ._executor._records import EndRecord, WorkerRecords
-from ._executor._cores import KeepOff, plan_decode_core
-from ._executor._share import AUTO_START, next_cpu_share
 from ._executor._tags import (EpochPlan, EpochStart, EpochState, TaggedBatchSampler, TaggedDataset,
                              TaggedIterable, plan_epoch_start)
 from ._executor._worker import PrepareBatch, check_on_error
@@ -217,26 +214,6 @@ class DataLoader(tud.DataLoader):
             any memory is allocated for it, on both paths. Default: Pillow's
             ``Image.MAX_IMAGE_PIXELS`` (89,478,485) when the loader is built;
             None turns the limit off.
-        cpu_decode_share: GPU path: the fraction of JPEGs the workers decode on the
-            CPU (libjpeg-turbo) instead of nvJPEG, so that idle worker cores take part
-            of the decoding; the kernel transforms them with the rest. Which samples is
-            fixed by their position in the epoch, so batches still replay exactly.
-            Default 0: nvJPEG decodes every JPEG it can. ``"auto"``: start at 0.1 and,
-            between epochs, move towards the share at which the batch is ready soonest,
-            from the measured rates: nvJPEG's time per image, which the workers' own
-            decoding slows down (measured at two shares), against the workers'
-            (``_executor/_share.py``); at most ``max_cpu_decode_share``. Then two runs
-            may pick different shares (their outputs differ by the decoders' rounding);
-            ``state_dict()`` keeps the share, so a resumed run replays exactly.
-        max_cpu_decode_share: the cap of ``cpu_decode_share="auto"``.
-        decode_core: GPU path: a CPU kept for the executor thread, which drives nvJPEG
-            (its batched call needs a CPU to itself while it runs): the executor thread
-            runs there and the workers on the other CPUs this process may use. The
-            default ``"auto"`` keeps the highest of them when the workers decode a
-            share (``cpu_decode_share`` above 0 or ``"auto"``) and at least 3 CPUs
-            are left to them (under torchrun, one per local rank:
-            ``_executor/_cores.py``); None never pins a thread; an int names the
-            CPU. The training loop's own thread is left where it is.
         gpu_decode: GPU path: what nvJPEG gives the fused kernel. ``"planar"``
             (default): each JPEG's Y, Cb and Cr planes at their own subsampling; the
             kernel upsamples the chroma as libjpeg-turbo's "fancy" upsampling does and
@@ -283,9 +260,6 @@ class DataLoader(tud.DataLoader):
         distributed: bool = False,
         on_error: str | Callable = "raise",
         max_image_pixels: int | None | object = _PIL_LIMIT,
-        cpu_decode_share: float | str = 0.0,
-        max_cpu_decode_share: float = 0.5,
-        decode_core: int | str | None = "auto",
         gpu_timeout: float = 300.0,
         gpu_decode: str = "planar",
     ) -> None:
@@ -325,14 +299,6 @@ class DataLoader(tud.DataLoader):
             max_image_pixels = default_max_image_pixels()
         if max_image_pixels is not None and (isinstance(max_image_pixels, bool) or int(max_image_pixels) < 1):
             raise ValueError(f"max_image_pixels must be a positive int or None, got {max_image_pixels!r}")
-        if cpu_decode_share != "auto" and (isinstance(cpu_decode_share, (bool, str))
-                                           or not 0.0 <= float(cpu_decode_share) <= 1.0):
-            raise ValueError(f"cpu_decode_share must be a fraction in [0, 1] or 'auto', got {cpu_decode_share!r}")
-        if isinstance(max_cpu_decode_share, bool) or not 0.0 <= float(max_cpu_decode_share) <= 1.0:
-            raise ValueError(f"max_cpu_decode_share must be a fraction in [0, 1], got {max_cpu_decode_share!r}")
-        if not (decode_core is None or decode_core == "auto"
-                or (isinstance(decode_core, int) and not isinstance(decode_core, bool) and decode_core >= 0)):
-            raise ValueError(f"decode_core must be 'auto', None or a CPU number, got {decode_core!r}")
         if prefetch_depth < 1:
             raise ValueError(f"prefetch_depth must be >= 1, got {prefetch_depth}")
         if isinstance(gpu_timeout, bool) or not float(gpu_timeout) >= 0.0:
@@ -358,15 +324,9 @@ class DataLoader(tud.DataLoader):
         self.__dict__["in_order"] = in_order
         self.__dict__["on_error"] = on_error
         self.__dict__["max_image_pixels"] = None if max_image_pixels is None else int(max_image_pixels)
-        self.__dict__["cpu_decode_share"] = cpu_decode_share if cpu_decode_share == "auto" else float(cpu_decode_share)
-        self.__dict__["max_cpu_decode_share"] = float(max_cpu_decode_share)
-        self.__dict__["decode_core"] = decode_core
         self.__dict__["gpu_timeout"] = float(gpu_timeout)
         self.__dict__["gpu_decode"] = gpu_decode
         self.__dict__["_stalled"] = None  # the DecoderStalled that left the GPU executor stuck
-        # the share of the current (or next) epoch
-        self.__dict__["_cpu_share"] = min(AUTO_START, float(max_cpu_decode_share)) \
-            if cpu_decode_share == "auto" else float(cpu_decode_share)
         self.__dict__["_epoch_state"] = EpochState(spares=on_error != "raise")
         self.__dict__["_resume"] = None
         self.__dict__["_logged_bad"] = set()
@@ -401,21 +361,13 @@ class DataLoader(tud.DataLoader):
                 _log.info("torchdali: %d epochs in a row were not the ones drawn ahead; this loader no longer "
                           "starts an epoch before its iter() (Note [torchdali run-ahead] in torchdali/dataloader.py)",
                           RUN_AHEAD_MISSES)
-        last = self._stats.last
-        if self.cpu_decode_share == "auto" and self.device.type == "cuda" and last is not None:
-            epochs = self._stats.epochs
-            self.__dict__["_cpu_share"] = next_cpu_share(self._cpu_share, last, self.num_workers,
-                                                         self.max_cpu_decode_share,
-                                                         # not the first epoch: it compiled and started workers
-                                                         epochs[-2] if len(epochs) > 2 else None)
         if resume is not None:
             self._restore_rng(resume["rng_state"])
+            # (the "cpu_share" of a state_dict saved when the loader had a CPU decode share is ignored)
             state.skip_batches = resume["batches_done"]
-            self.__dict__["_cpu_share"] = resume.get("cpu_share", self._cpu_share)
         self.__dict__["_epoch_rng_state"] = self._rng_state()
         state.seed = self._effective_seed()
         state.epoch = self._epochs_started
-        state.cpu_share = self._cpu_share if self.device.type == "cuda" else 0.0
         self.__dict__["_batches_done"] = state.skip_batches
         self.__dict__["_epochs_started"] = self._epochs_started + 1
         inner = self._inner_loader()
@@ -431,7 +383,7 @@ class DataLoader(tud.DataLoader):
         if plan is None or self._run_ahead_blocker() is not None:
             return False
         if (plan.epoch != self._epochs_started or plan.seed != self._effective_seed()
-                or plan.cpu_share != self._cpu_share or plan.count != len(self.batch_sampler)
+                or plan.count != len(self.batch_sampler)
                 or (plan.sampler_epoch is not None and getattr(self.sampler, "epoch", None) != plan.sampler_epoch)
                 or not torch.equal(self._rng_state(), plan.rng_before)):
             return False
@@ -439,7 +391,7 @@ class DataLoader(tud.DataLoader):
         state = self._epoch_state
         self.__dict__["_epoch_rng_state"] = plan.rng_before
         self._restore_rng(plan.rng_after)
-        state.seed, state.epoch, state.cpu_share = plan.seed, plan.epoch, plan.cpu_share
+        state.seed, state.epoch = plan.seed, plan.epoch
         self.__dict__["_batches_done"] = 0
         self.__dict__["_epochs_started"] = plan.epoch + 1
         running.resume_epoch(self)
@@ -458,8 +410,6 @@ class DataLoader(tud.DataLoader):
             return "workers are not persistent"
         if _HAS_IN_ORDER and not self.in_order:
             return "in_order=False"
-        if self.cpu_decode_share == "auto":
-            return "cpu_decode_share='auto' picks each epoch's share at its iter()"
         sampler = self.sampler
         if type(self.batch_sampler) is not tud.BatchSampler:
             return "a batch_sampler of the user's"
@@ -495,7 +445,7 @@ class DataLoader(tud.DataLoader):
                     dist.epoch = current
                 self._restore_rng(before)
             if batches is not None:
-                plan = EpochPlan(self._effective_seed(), self._epochs_started, state.cpu_share, batches,
+                plan = EpochPlan(self._effective_seed(), self._epochs_started, batches,
                                  len(self.batch_sampler), before, after, sampler_epoch)
         sampler.offer(plan)
 
@@ -522,7 +472,6 @@ class DataLoader(tud.DataLoader):
             "seed": self._effective_seed(),
             "rng_state": rng_state,
             "sampler_epoch": getattr(self.sampler, "epoch", None),
-            "cpu_share": self._cpu_share,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -605,8 +554,6 @@ class DataLoader(tud.DataLoader):
         if self._inner is not None:
             return self._inner
         mode = "gpu" if self.device.type == "cuda" else "cpu"
-        # the largest CPU share this loader may decode (what the ring and the executor's CPU plan for)
-        share = self.max_cpu_decode_share if self.cpu_decode_share == "auto" else self.cpu_decode_share
         ring = None
         # torchdali's own file datasets: the workers read each file straight into the ring
         direct = os.environ.get("TORCHDALI_DIRECT_READ", "1") != "0" \
@@ -617,19 +564,12 @@ class DataLoader(tud.DataLoader):
 
             batch_size = self.batch_size or getattr(self.batch_sampler, "batch_size", None) or 256
             layout = plan_ring(self.dataset, batch_size, self.num_workers, self.prefetch_factor,
-                               self.prefetch_depth, decoded_share=share)
+                               self.prefetch_depth)
             if layout is not None:
                 # with those, the ring's table keeps what each file's header said for later epochs
                 table = direct and os.environ.get("TORCHDALI_HEADER_TABLE", "1") != "0"
                 ring = HostRing(*layout, samples=len(self.dataset) if table else 0)
         self.__dict__["_ring"] = ring
-        worker_init_fn = self.worker_init_fn
-        core = None
-        if mode == "gpu":
-            core, rest = plan_decode_core(self.decode_core, share, self.num_workers)
-            if core is not None:
-                worker_init_fn = KeepOff(rest, worker_init_fn)
-        self.__dict__["_decode_core"] = core  # the executor thread's CPU (_executor/_cores.py)
         prepare = PrepareBatch(self.plan, mode, delivery=self._delivery,
                                channels_last=self.memory_format == torch.channels_last,
                                on_error=self.on_error, dataset=self.dataset, ring=ring,
@@ -645,7 +585,7 @@ class DataLoader(tud.DataLoader):
         kwargs: dict[str, Any] = dict(
             num_workers=self.num_workers, collate_fn=prepare if records is None else EndRecord(prepare, records),
             timeout=self.timeout,
-            worker_init_fn=worker_init_fn, multiprocessing_context=self.multiprocessing_context,
+            worker_init_fn=self.worker_init_fn, multiprocessing_context=self.multiprocessing_context,
             generator=self.generator, prefetch_factor=self.prefetch_factor,
             persistent_workers=self.persistent_workers,
         )

@@ -324,7 +324,7 @@ class GpuDecoder:
         else:
             decoded = self.next_buffer(total)
             stream_order = False
-        # decoded in the worker (the CPU's share, CPU fallback, external source)
+        # decoded in the worker (formats or files nvJPEG does not take, already decoded samples)
         if span is not None:
             start, stop, at = span
             decoded[at: at + stop - start].copy_(pinned[start:stop], non_blocking=True)

@@ -129,8 +129,7 @@ class BatchExecutor:
         kernel_s = self.launcher.previous_kernel_s(kernel_events)
         stages = {"executor_s": t_end - t0, "executor_cpu_s": time.thread_time() - t0_cpu,
                   "decode_s": t_decoded - t0, "launch_s": t_end - t_decoded,
-                  "kernel_s": kernel_s, "share_decoded": batch.share_decoded,
-                  "share_decode_s": batch.share_decode_s, **counts}
+                  "kernel_s": kernel_s, **counts}
         return ReadyBatch(batch, images, targets, ready, stages)
 
 

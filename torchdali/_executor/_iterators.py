@@ -105,7 +105,6 @@ import torch
 from .. import _rng
 from .._fork import keep_in_children
 from ..errors import DecoderStalled, SampleError, WorkerDied
-from ._cores import pin_this_thread
 from ._executor import executor_for
 from ._records import LISTED, worker_died
 from ._staging import Slot, Stopped
@@ -162,7 +161,6 @@ class GpuIterator:
         # what the background threads and _close read, so that they never need the loader
         self._user_timeout = float(loader.timeout or 0)
         self._delivery = loader._delivery
-        self._decode_core = loader.__dict__.get("_decode_core")
         self._persistent = bool(loader.persistent_workers)
         self._epoch_state = loader._epoch_state
         self._device = device
@@ -190,7 +188,6 @@ class GpuIterator:
 
     def _start_stats(self, loader: Any, ran_ahead: bool) -> None:
         self._stats.start_epoch(loader._epoch_state.epoch)
-        self._stats.last.cpu_share = loader._epoch_state.cpu_share
         self._stats.last.ran_ahead = ran_ahead
 
     def resume_epoch(self, loader: Any) -> GpuIterator:
@@ -312,7 +309,6 @@ class GpuIterator:
         """Executor thread: ``_staged`` -> decode + kernel -> the prefetch queue."""
         try:
             torch.cuda.set_device(self._device)
-            pin_this_thread(self._decode_core)  # _cores.py
             k = 0
             ex = self._executor
             staging = ex.staging

@@ -215,40 +215,31 @@ class HostRing:
 
 
 def plan_ring(dataset: Any, batch_size: int, num_workers: int, prefetch_factor: int | None,
-              depth: int, max_bytes: int = 3 << 30, decoded_share: float = 0.0) -> tuple[int, int] | None:
+              depth: int, max_bytes: int = 3 << 30) -> tuple[int, int] | None:
     """(n_slots, slot_bytes) for a loader, or None when the ring would not help or fit.
 
-    Slot size comes from the sizes of a sample of the dataset's files (and, for the
-    ``decoded_share`` of samples the workers decode, from their headers' pixel
-    counts); a batch that does not fit travels the ordinary way, so this is a
-    performance guess, never a limit.
+    Slot size comes from the sizes of a sample of the dataset's files; a batch that
+    does not fit travels the ordinary way, so this is a performance guess, never a
+    limit.
     """
     if not ring_supported():
         return None
     import random
 
-    from ..decode._limits import header_size
-
     samples = getattr(dataset, "samples", None)
-    sizes, pixels = [], []
+    sizes = []
     if samples:
         rng = random.Random(0)
         for entry in rng.sample(list(samples), min(64, len(samples))):
             path = entry[0] if isinstance(entry, (tuple, list)) else entry
             try:
                 sizes.append(os.stat(path).st_size)
-                if decoded_share > 0.0:
-                    with open(path, "rb") as f:
-                        head = header_size(f.read(1 << 16))
-                    pixels.append(head.height * head.width)
             except (OSError, TypeError):
                 pass
     # a batch's total varies little around the mean (a sum of many sizes); a few
     # large files on top cover the tail
     per_sample = (float(np.mean(sizes)) * 1.2 + 4 * float(np.max(sizes)) / max(batch_size, 1)) if sizes \
         else 192 << 10
-    if decoded_share > 0.0:  # decoded RGB pixels of the CPU's share, and a few more for its spread
-        per_sample += 3 * 1.2 * (float(np.mean(pixels)) if pixels else 500 * 375) * min(1.0, decoded_share + 0.02)
     slot_bytes = int(per_sample * batch_size) + (1 << 20)
     in_flight = (num_workers * (prefetch_factor or 2) if num_workers > 0 else 1) + depth + 4
     n_slots = min(in_flight, MAX_SLOTS, max_bytes // slot_bytes)

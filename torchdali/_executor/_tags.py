@@ -38,10 +38,8 @@ class SampleTag(NamedTuple):
     the dataset index to read; ``spare`` marks a replacement candidate that is
     only read if a sample of its batch fails; ``seq`` numbers the batches the
     loader has dispatched (all epochs) and picks their staging-ring slot (-1: not
-    numbered, e.g. an IterableDataset's samples). ``cpu_share`` is the epoch's
-    fraction of JPEGs the workers decode on the CPU (GPU path; see
-    ``_worker.cpu_share_member``). ``parts`` is the number of parts the sample's
-    batch was split into at the start of an epoch (1: sent whole; see
+    numbered, e.g. an IterableDataset's samples). ``parts`` is the number of parts
+    the sample's batch was split into at the start of an epoch (1: sent whole; see
     ``TaggedBatchSampler``), ``part`` which of them holds it.
     """
 
@@ -51,7 +49,6 @@ class SampleTag(NamedTuple):
     index: int
     spare: bool
     seq: int = -1
-    cpu_share: float = 0.0
     parts: int = 1
     part: int = 0
 
@@ -73,24 +70,23 @@ class TagBatch:
     indices: Sequence[int]
     spare_positions: Sequence[int] = ()
     spare_indices: Sequence[int] = ()
-    cpu_share: float = 0.0
     parts: int = 1  # > 1: this is part ``part`` of that many consecutive parts of one batch
     part: int = 0
 
     def __reduce__(self) -> tuple:
         return TagBatch, (self.seed, self.epoch, self.seq, self.first_position, self.indices,
-                          self.spare_positions, self.spare_indices, self.cpu_share, self.parts, self.part)
+                          self.spare_positions, self.spare_indices, self.parts, self.part)
 
     def __len__(self) -> int:
         return len(self.indices) + len(self.spare_indices)
 
     def __iter__(self) -> Iterator[SampleTag]:
-        seed, epoch, seq, pos, share, parts, part = (self.seed, self.epoch, self.seq, self.first_position,
-                                                     self.cpu_share, self.parts, self.part)
+        seed, epoch, seq, pos, parts, part = (self.seed, self.epoch, self.seq, self.first_position,
+                                              self.parts, self.part)
         for i, idx in enumerate(self.indices):
-            yield SampleTag(seed, epoch, pos + i, idx, False, seq, share, parts, part)
+            yield SampleTag(seed, epoch, pos + i, idx, False, seq, parts, part)
         for p, idx in zip(self.spare_positions, self.spare_indices):
-            yield SampleTag(seed, epoch, p, idx, True, seq, share, parts, part)
+            yield SampleTag(seed, epoch, p, idx, True, seq, parts, part)
 
     def __getitem__(self, k: int) -> SampleTag:
         n = len(self.indices)
@@ -100,9 +96,9 @@ class TagBatch:
             raise IndexError(f"TagBatch index {k} out of range for {len(self)} tags")
         if k < n:
             return SampleTag(self.seed, self.epoch, self.first_position + k, self.indices[k], False, self.seq,
-                             self.cpu_share, self.parts, self.part)
+                             self.parts, self.part)
         return SampleTag(self.seed, self.epoch, self.spare_positions[k - n], self.spare_indices[k - n], True,
-                         self.seq, self.cpu_share, self.parts, self.part)
+                         self.seq, self.parts, self.part)
 
 
 class TaggedSample(NamedTuple):
@@ -148,7 +144,6 @@ class EpochState:
     skip_batches: int = 0  # resume: batches of this epoch already consumed
     spares: bool = False  # send replacement candidates with each batch
     next_seq: int = 0  # loader-wide batch counter: picks the staging-ring slot
-    cpu_share: float = 0.0  # GPU path: the fraction of JPEGs the workers decode this epoch
 
 
 START_PART_SAMPLES = 16  # the smallest part an epoch's first batches are split into
@@ -204,7 +199,6 @@ class EpochPlan:
 
     seed: int
     epoch: int
-    cpu_share: float
     batches: Iterator[list[int]]
     count: int  # len(batch_sampler) when drawn
     rng_before: torch.Tensor  # the loader's generator (torch's global one by default) before the draw ...
@@ -292,13 +286,13 @@ class TaggedBatchSampler:
             self._follow = self.ahead = None  # offers are made to the pass that is running
             self.ends.clear()
         state = self.state
-        seed, epoch, skip, share = state.seed, state.epoch, state.skip_batches, state.cpu_share
+        seed, epoch, skip = state.seed, state.epoch, state.skip_batches
         state.skip_batches = 0  # a resume offset applies to one epoch only
         batches: Iterable[list[int]] = self.batch_sampler
         start = self.start
         while True:
             last = -1
-            for tags in self._epoch(seed, epoch, skip, share, batches, start, generation):
+            for tags in self._epoch(seed, epoch, skip, batches, start, generation):
                 last = tags.seq
                 yield tags
             with self._lock:
@@ -307,11 +301,10 @@ class TaggedBatchSampler:
                     return
                 self.ends.append(last)
                 self.ahead = plan
-            seed, epoch, skip, share, batches, start = (plan.seed, plan.epoch, 0, plan.cpu_share, plan.batches,
-                                                        EpochStart())
+            seed, epoch, skip, batches, start = plan.seed, plan.epoch, 0, plan.batches, EpochStart()
 
-    def _epoch(self, seed: int, epoch: int, skip: int, share: float, batches: Iterable[list[int]],
-               start: EpochStart, generation: int) -> Iterator[TagBatch]:
+    def _epoch(self, seed: int, epoch: int, skip: int, batches: Iterable[list[int]], start: EpochStart,
+               generation: int) -> Iterator[TagBatch]:
         """One epoch's ``TagBatch``es; stops early when the pass is retired."""
         order: list[int] | None = None
         if self.state.spares:
@@ -339,8 +332,7 @@ class TaggedBatchSampler:
                     if j == 0:
                         seq = self.state.next_seq
                         self.state.next_seq += 1
-                tags = TagBatch(seed, epoch, seq, pos + first, batch[first:first + size], cpu_share=share,
-                                parts=len(sizes), part=j)
+                tags = TagBatch(seed, epoch, seq, pos + first, batch[first:first + size], parts=len(sizes), part=j)
                 if order:
                     mine = picks[j * spares:(j + 1) * spares]
                     # spare positions live past the epoch's so their params differ from the original's

@@ -167,8 +167,6 @@ class PackedBatch:
     spares: list[SampleTag] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)  # samples replaced under on_error
     seconds: float = 0.0  # worker time spent on this batch
-    share_decoded: int = 0  # JPEGs of the CPU's share decoded here (GPU path), and the time it took
-    share_decode_s: float = 0.0
     slots: torch.Tensor | None = None  # [B, K, SLOT_WIDTH] augment program slots (None: no program)
     batch_values: dict = field(default_factory=dict)  # batch-level drawn values
     # > 1: one of that many consecutive parts of a batch (``_tags.EpochStart``), its bytes in
@@ -260,17 +258,16 @@ class PrepareBatch:
         self.on_error = on_error
         self.dataset = dataset
 
-    def load(self, data: Any, idx: int, path: str | None, on_cpu: bool = False) -> LoadedSample:
-        """One sample's data, classified (and decoded here when the GPU cannot, or when
-        ``on_cpu``: the CPU's share of the decoding); raises SampleError naming it."""
+    def load(self, data: Any, idx: int, path: str | None) -> LoadedSample:
+        """One sample's data, classified (and decoded here when the GPU cannot); raises
+        SampleError naming it."""
         try:
             kind, payload = classify(data)
         except (TypeError, ValueError) as e:
             raise SampleError.for_sample(idx, path, "unsupported sample", e) from None
         if kind == ENCODED:
             header = _checked_header(payload, self.max_image_pixels, idx, path)
-            probe = _gpu_decodable_shape(payload, header.jpeg, self.planar) \
-                if self.mode == "gpu" and not on_cpu else None
+            probe = _gpu_decodable_shape(payload, header.jpeg, self.planar) if self.mode == "gpu" else None
             if probe is not None:
                 shape, hint, scan_start = probe
                 return LoadedSample(kind, payload, shape, hint, scan_start)
@@ -322,44 +319,36 @@ class PrepareBatch:
         scan_starts = np.full(n, -1, dtype=np.int64)
         skipped: list[Skipped] = []
         used: set[SampleTag] = set()
-        share_decoded, share_decode_s = 0, 0.0
         items = [_split_item(s.item) for s in samples]
-        on_cpu = [self.mode == "gpu" and cpu_share_member(int(positions[i]), s.tag.cpu_share)
-                  for i, s in enumerate(samples)]
         seq = samples[0].tag.seq
-        share = self._slot_share(samples[0].tag) if self.mode == "gpu" else None
+        room = self._slot_room(samples[0].tag) if self.mode == "gpu" else None
         slot, direct, stamps, read_end = None, {}, {}, 0
-        if share is not None and any(isinstance(it[0], FileRef) for it in items):
+        if room is not None and any(isinstance(it[0], FileRef) for it in items):
             # the batch's files go straight into its slot, each at the end of the one before
             slot = self.ring.acquire(seq)
-            files = [(i, it[0].path) for i, it in enumerate(items) if isinstance(it[0], FileRef) and not on_cpu[i]]
-            direct, stamps, read_end = read_into(slot, share[0], share[0] + share[1], files)
+            files = [(i, it[0].path) for i, it in enumerate(items) if isinstance(it[0], FileRef)]
+            direct, stamps, read_end = read_into(slot, room[0], room[0] + room[1], files)
         for i, sample in enumerate(samples):
             data, target, has = items[i]
             try:
                 if isinstance(data, FileRef):
                     data = direct.get(i)
-                    if data is None:  # not read into the slot: no room left, or decoded here
+                    if data is None:  # not read into the slot: no room left
                         data = read_file_of(items[i][0].path, int(indices[i]))
                     elif isinstance(data, BaseException):
                         raise SampleError.for_sample(int(indices[i]), sample.path, "cannot read file", data)
-                t_load = time.perf_counter()
                 stamp = stamps.get(i)
                 known = self.ring.known(int(indices[i]), *stamp) if stamp is not None else None
                 if known is not None:  # this file's header, as a worker found it in an earlier epoch
                     kind, payload, (shape, hints[i], scan_starts[i]) = ENCODED, data, known
                 else:
-                    kind, payload, shape, hints[i], scan_starts[i] = self.load(data, int(indices[i]), sample.path,
-                                                                               on_cpu[i])
+                    kind, payload, shape, hints[i], scan_starts[i] = self.load(data, int(indices[i]), sample.path)
                     if stamp is not None and kind == ENCODED and hints[i] >= 0:
                         # the scan-marker check, once per version of the file: Note [torchdali scan check once]
                         if scan_starts[i] >= 0 and self.ring.table is not None \
                                 and _decoders().entropy_data_ok(payload, int(scan_starts[i])):
                             scan_starts[i] = -1
                         self.ring.note(int(indices[i]), *stamp, shape, int(hints[i]), int(scan_starts[i]))
-                if on_cpu[i]:
-                    share_decoded += 1
-                    share_decode_s += time.perf_counter() - t_load
             except SampleError as err:
                 if self.on_error == "raise":
                     raise
@@ -398,7 +387,7 @@ class PrepareBatch:
             # A numbered batch takes its slot even when it does not fit (and then travels as a
             # blob): slot ownership passes from batch to batch in order, so a release can
             # never free a slot that an earlier batch is still being decoded from.
-            if slot is None and share is not None:
+            if slot is None and room is not None:
                 slot = self.ring.acquire(seq)
             # payloads read into the slot stay where they are; the others go after them
             offsets = np.full(n, -1, dtype=np.int64)
@@ -406,9 +395,9 @@ class PrepareBatch:
                 if payloads[i] is view:
                     offsets[i] = view.data_ptr() - slot.data_ptr()
             rest = np.flatnonzero(offsets < 0)
-            start = max(read_end, share[0]) if share is not None else 0
+            start = max(read_end, room[0]) if room is not None else 0
             need = int(lengths[rest].sum())
-            if slot is not None and 0 < total and start + need <= share[0] + share[1]:
+            if slot is not None and 0 < total and start + need <= room[0] + room[1]:
                 offsets[rest] = start + np.cumsum(lengths[rest]) - lengths[rest]
                 if need:
                     torch.cat([flat[i] for i in rest], out=slot[start:start + need])
@@ -423,11 +412,10 @@ class PrepareBatch:
                 batch.rois, batch.frames = windows, shapes[:, :2].copy()
                 on = windows[:, 2] > 0
                 shapes[on, 0], shapes[on, 1] = windows[on, 3], windows[on, 2]  # the decoded window's size
-            batch.share_decoded, batch.share_decode_s = share_decoded, share_decode_s
         batch.seconds = time.perf_counter() - t0
         return batch
 
-    def _slot_share(self, tag: SampleTag) -> tuple[int, int] | None:
+    def _slot_room(self, tag: SampleTag) -> tuple[int, int] | None:
         """(start, bytes) of the staging-ring slot that the batch of ``tag`` may fill (a part
         of a batch: its own share of the slot); None when the batch has no slot."""
         if self.ring is None or tag.seq < 0:
@@ -502,8 +490,7 @@ def merge_parts(parts: Sequence[PackedBatch], delivery: Delivery, ring: Any = No
         scan_starts=cat([p.scan_starts for p in parts]), seq=first.seq, ring_seq=ring_seq,
         first_position=first.first_position,
         spares=[t for p in parts for t in p.spares], skipped=[s for p in parts for s in p.skipped],
-        seconds=sum(p.seconds for p in parts), share_decoded=sum(p.share_decoded for p in parts),
-        share_decode_s=sum(p.share_decode_s for p in parts),
+        seconds=sum(p.seconds for p in parts),
         slots=None if first.slots is None else torch.cat([p.slots for p in parts]))
     if any(p.rois is not None for p in parts):  # a part without windows decodes its images whole
         batch.rois = cat([p.rois if p.rois is not None else np.tile(np.array([0, 0, -1, -1], dtype=np.int64),
@@ -635,20 +622,6 @@ def _checked_header(payload: torch.Tensor, max_pixels: int | None, idx: int, pat
     except (dec.ImageTooLarge, dec.ImplausibleHeader) as e:
         raise SampleError.for_sample(idx, path, "refused before decoding", e) from None
     return header
-
-
-_GOLDEN = (5 ** 0.5 - 1) / 2
-
-
-def cpu_share_member(position: int, share: float) -> bool:
-    """Whether the sample at ``position`` in its epoch is in the CPU's share of the decoding.
-
-    Positions times the golden ratio, modulo 1, spread evenly over [0, 1) (a
-    low-discrepancy sequence): any run of consecutive positions, so every batch,
-    holds ``share`` of its samples to within one, and the choice depends on the
-    position alone, so it replays on resume and with any number of workers.
-    """
-    return share > 0.0 and (position * _GOLDEN) % 1.0 < share
 
 
 def _gpu_decodable_shape(payload: torch.Tensor, info: Any,
