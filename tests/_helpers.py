@@ -1,6 +1,7 @@
 """Shared test utilities: small image folders and tolerance checks."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 
@@ -66,3 +67,11 @@ def photo_image(h: int, w: int, seed: int = 0) -> torch.Tensor:
     base = torch.nn.functional.interpolate(torch.rand(1, 3, 6, 6, generator=g) * 200 + 28, size=(h, w),
                                            mode="bicubic", align_corners=False)[0]
     return (base + torch.randn(3, h, w, generator=g) * 6).clamp(0, 255).round().to(torch.uint8)
+
+
+def set_options(monkeypatch, **changes) -> None:
+    """For the rest of the test, torchdali's private options (``torchdali/_options.py``)
+    with ``changes``, e.g. ``set_options(monkeypatch, staging_ring=False)``."""
+    from torchdali import _options
+
+    monkeypatch.setattr(_options, "OPTIONS", dataclasses.replace(_options.OPTIONS, **changes))

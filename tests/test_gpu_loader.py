@@ -11,7 +11,7 @@ import torch
 import torchdali as td
 from torchdali import transforms as T
 
-from ._helpers import jpeg_bytes, make_folder
+from ._helpers import jpeg_bytes, make_folder, set_options
 
 pytestmark = pytest.mark.cuda
 
@@ -244,13 +244,13 @@ def test_staging_ring_gives_the_same_batches_as_the_copy_path(folder, monkeypatc
             out.extend(_batches(loader))
         return out
 
-    monkeypatch.setenv("TORCHDALI_STAGING_RING", "0")
+    set_options(monkeypatch, staging_ring=False)
     plain = td.DataLoader(ds, generator=torch.Generator().manual_seed(1), **kw)
     expected = epochs(plain)
     assert plain.__dict__.get("_ring") is None
     plain.close()
 
-    monkeypatch.setenv("TORCHDALI_STAGING_RING", "1")
+    set_options(monkeypatch, staging_ring=True)
     ringed = td.DataLoader(ds, generator=torch.Generator().manual_seed(1), **kw)
     got = epochs(ringed)
     ring = ringed.__dict__["_ring"]
@@ -385,7 +385,7 @@ def test_files_found_bad_on_the_gpu_in_a_batch_made_of_parts_are_replaced(tmp_pa
 
 
 def _run_ahead_epochs(ds, monkeypatch, run_ahead, n=4, between=lambda loader, e: None, **kw):
-    monkeypatch.setenv("TORCHDALI_RUN_AHEAD", "1" if run_ahead else "0")
+    set_options(monkeypatch, run_ahead=run_ahead)
     opts = dict(batch_size=4, shuffle=True, num_workers=2, transforms=RECIPE, device="cuda", seed=3,
                 persistent_workers=True)
     opts.update(kw)

@@ -16,6 +16,8 @@ import torchdali.dataloader as dl
 from torchdali import transforms as T
 from torchdali._executor._tags import EpochPlan, EpochStart, EpochState, TaggedBatchSampler
 
+from ._helpers import set_options
+
 
 def _plan(batches, epoch=1, seed=0):
     state = torch.get_rng_state()
@@ -157,8 +159,7 @@ class _Pipeline:
 
 
 def _loader(monkeypatch, run_ahead=True, **kw):
-    monkeypatch.setenv("TORCHDALI_STAGING_RING", "0")
-    monkeypatch.setenv("TORCHDALI_RUN_AHEAD", "1" if run_ahead else "0")
+    set_options(monkeypatch, staging_ring=False, run_ahead=run_ahead)
     monkeypatch.setattr(dl, "GpuIterator", _Pipeline)
     ds = [(b"", 0)] * kw.pop("n", 60)
     opts = dict(batch_size=4, shuffle=True, num_workers=2, persistent_workers=True, device="cpu",

@@ -61,7 +61,8 @@ given, it draws from again as its pass ends, after the next epoch was drawn),
 or a ``DistributedSampler``, whose next epoch is taken to follow the
 loader's (``set_epoch`` each epoch) if it did this epoch, and otherwise to stay.
 Other samplers, workers that are not persistent and out-of-order delivery never
-run ahead; nor does anything when ``TORCHDALI_RUN_AHEAD=0``.
+run ahead; nor does anything when ``TORCHDALI_RUN_AHEAD=0`` was set before
+``import torchdali`` (``_options.py``).
 """
 from __future__ import annotations
 
@@ -80,6 +81,7 @@ from ._executor._records import EndRecord, WorkerRecords
 from ._executor._tags import (EpochPlan, EpochStart, EpochState, TaggedBatchSampler, TaggedDataset,
                              TaggedIterable, plan_epoch_start)
 from ._executor._worker import PrepareBatch, check_on_error
+from . import _options
 from ._fork import keep_in_children
 from ._stats import LoaderStats
 from .datasets import FileBytes, lift_blocker, read_file
@@ -177,7 +179,8 @@ class DataLoader(tud.DataLoader):
     batches are ready at its ``iter()``. That ``iter()`` takes them only when nothing the
     order depends on changed in between; batches, ``state_dict()`` and the generator's state
     are the same as without it (Note [torchdali run-ahead] in ``torchdali/dataloader.py``
-    says when it applies; ``TORCHDALI_RUN_AHEAD=0`` turns it off).
+    says when it applies; ``TORCHDALI_RUN_AHEAD=0`` in the environment of ``import torchdali``
+    turns it off).
 
     Args (in addition to torch's):
         transforms: a ``torchdali.transforms.Compose`` (torchvision v1/v2 and timm
@@ -400,7 +403,7 @@ class DataLoader(tud.DataLoader):
 
     def _run_ahead_blocker(self) -> str | None:
         """Why this loader would not run ahead into its next epoch on the GPU path (None: it would)."""
-        if os.environ.get("TORCHDALI_RUN_AHEAD", "1") == "0":
+        if not _options.OPTIONS.run_ahead:
             return "TORCHDALI_RUN_AHEAD=0"
         if self._run_ahead_misses >= RUN_AHEAD_MISSES:
             return f"{RUN_AHEAD_MISSES} epochs in a row were not the ones drawn ahead"
@@ -554,12 +557,11 @@ class DataLoader(tud.DataLoader):
         if self._inner is not None:
             return self._inner
         mode = "gpu" if self.device.type == "cuda" else "cpu"
+        options = _options.OPTIONS
         ring = None
         # torchdali's own file datasets: the workers read each file straight into the ring
-        direct = os.environ.get("TORCHDALI_DIRECT_READ", "1") != "0" \
-            and callable(getattr(self.dataset, "file_item", None))
-        if mode == "gpu" and not isinstance(self.dataset, tud.IterableDataset) \
-                and os.environ.get("TORCHDALI_STAGING_RING", "1") != "0":
+        direct = options.direct_read and callable(getattr(self.dataset, "file_item", None))
+        if mode == "gpu" and not isinstance(self.dataset, tud.IterableDataset) and options.staging_ring:
             from ._executor._ring import HostRing, plan_ring
 
             batch_size = self.batch_size or getattr(self.batch_sampler, "batch_size", None) or 256
@@ -567,7 +569,7 @@ class DataLoader(tud.DataLoader):
                                self.prefetch_depth)
             if layout is not None:
                 # with those, the ring's table keeps what each file's header said for later epochs
-                table = direct and os.environ.get("TORCHDALI_HEADER_TABLE", "1") != "0"
+                table = direct and options.header_table
                 ring = HostRing(*layout, samples=len(self.dataset) if table else 0)
         self.__dict__["_ring"] = ring
         prepare = PrepareBatch(self.plan, mode, delivery=self._delivery,

@@ -19,7 +19,7 @@ the file keeps its size and modification time, whichever worker reads it. A file
 written again is checked again. A file that fails keeps its scan start, and the GPU
 check sends it to the CPU decoder in every epoch, which names what is wrong with it.
 Samples that are not files read into the ring, and every sample with the table off
-(``TORCHDALI_HEADER_TABLE=0``), are checked on the GPU in every epoch. What the table
+(``_options.Options.header_table``), are checked on the GPU in every epoch. What the table
 cannot see is a file's bytes changing on the medium under the same size and time.
 """
 from __future__ import annotations
