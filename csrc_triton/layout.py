@@ -16,22 +16,15 @@ Blocks:
   the valid window ``[valid0, valid1)`` of the output (outside it, padding),
   and ``filter``, the sample's interpolation code (``FILTER_*`` below), read
   only by a kernel compiled with ``FILTER_PER_SAMPLE``.
-* ``source``: per-sample values of the source stage: ``roi_y0``, ``roi_x0``, where
-  the decoded pixels start in the image when only a window of it was decoded
-  (region-of-interest decode; 0, 0 for a whole image). ``shapes`` then holds the
-  window's size, the geometry stays in image coordinates, and the clamp region is
-  also held to the window ``[roi, roi + size)``. A planar sample's window holds the
-  Y plane's window and the chroma samples that cover it; it must start on a multiple
-  of the chroma factors and keep 2 pixels around the clamp region (or reach the
-  image's edge), so that the chroma upsampling at every pixel read is the whole
-  image's.
+* ``source``: per-sample values of the source stage (how a sample's pixels are read).
 * ``colour``: the per-sample colour program (jitter factors, grayscale, ...).
 * ``epilogue``: per-sample values applied at the output size: the RandomErasing
   box ``[erase_y0, erase_y1) x [erase_x0, erase_x1)`` of the output (empty when
   ``erase_y1 <= erase_y0``) and ``erase_seed``, the per-sample key of the
   ``value="random"`` noise.
 
-``colour`` is empty while no stage reads per-sample values there; adding a column
+``source`` and ``colour`` are empty while no stage reads per-sample values there
+(the source stage finds a sample from ``offsets`` and ``shapes``); adding a column
 is a change to this file only, and ``NUM_PARAMS`` follows.
 
 The second table of this module is the **augment program**: ops that need the
@@ -80,7 +73,7 @@ from typing import NamedTuple
 __all__ = [
     "AxisColumns", "BLOCKS", "Block", "COLUMNS", "NUM_PARAMS", "axis", "block", "column",
     "ORIGIN_Y", "ORIGIN_X", "STEP_Y", "STEP_X", "LO_Y", "HI_Y", "LO_X", "HI_X",
-    "VALID_Y0", "VALID_Y1", "VALID_X0", "VALID_X1", "FILTER", "ROI_Y0", "ROI_X0",
+    "VALID_Y0", "VALID_Y1", "VALID_X0", "VALID_X1", "FILTER",
     "ERASE_Y0", "ERASE_Y1", "ERASE_X0", "ERASE_X1", "ERASE_SEED",
     "FILTER_BILINEAR", "FILTER_BICUBIC", "FILTER_NEAREST", "FILTER_NEAREST_EXACT", "FILTER_PER_SAMPLE",
     "FILTERS", "filter_code", "filter_name",
@@ -116,7 +109,7 @@ BLOCKS: tuple[Block, ...] = _stack(
     ("geometry", ("origin_y", "origin_x", "step_y", "step_x",
                   "lo_y", "hi_y", "lo_x", "hi_x",
                   "valid_y0", "valid_y1", "valid_x0", "valid_x1", "filter")),
-    ("source", ("roi_y0", "roi_x0")),
+    ("source", ()),
     ("colour", ()),
     ("epilogue", ("erase_y0", "erase_y1", "erase_x0", "erase_x1", "erase_seed")),
 )
@@ -171,7 +164,6 @@ LO_Y, HI_Y, LO_X, HI_X = column("lo_y"), column("hi_y"), column("lo_x"), column(
 VALID_Y0, VALID_Y1 = column("valid_y0"), column("valid_y1")
 VALID_X0, VALID_X1 = column("valid_x0"), column("valid_x1")
 FILTER = column("filter")
-ROI_Y0, ROI_X0 = column("roi_y0"), column("roi_x0")
 ERASE_Y0, ERASE_Y1 = column("erase_y0"), column("erase_y1")
 ERASE_X0, ERASE_X1 = column("erase_x0"), column("erase_x1")
 ERASE_SEED = column("erase_seed")

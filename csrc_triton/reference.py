@@ -17,7 +17,7 @@ import torch
 from . import layout
 
 __all__ = ["axis_taps", "chroma_fancy", "chroma_rounding", "chroma_taps", "clamp_region", "colour", "cubic",
-           "epilogue", "erase", "filter_width", "nearest_index", "philox_normal", "roi_start", "sample", "source",
+           "epilogue", "erase", "filter_width", "nearest_index", "philox_normal", "sample", "source",
            "source_ycbcr",
            "triangle", "upsample_chroma", "ycbcr_planes_to_rgb", "ycc_to_rgb"]
 
@@ -149,23 +149,14 @@ def source_ycbcr(data: torch.Tensor, offset: int, shape: tuple[int, int, int],
 # --------------------------------------------------------------------------- #
 
 
-def roi_start(params: torch.Tensor) -> torch.Tensor:
-    """``[B, 2]`` float: where each sample's decoded window starts (``roi_y0``, ``roi_x0``
-    as whole numbers in ``[0, 2**22]``, NaN as 0), as the kernel reads them."""
-    roi = params[:, [layout.ROI_Y0, layout.ROI_X0]].nan_to_num(0.0)
-    return roi.clamp(0.0, float(1 << 22)).floor()
-
-
 def clamp_region(params: torch.Tensor, shapes: torch.Tensor) -> torch.Tensor:
     """Copy of ``params`` with each clamp region forced to a non-empty part of its
-    decoded window (``start <= lo <= start + size - 1``, ``lo < hi <= start + size``,
-    ``start`` from :func:`roi_start`, ``size`` from ``shapes``), as the kernel does."""
+    image (``0 <= lo <= size - 1``, ``lo < hi <= size``, ``size`` from ``shapes``), as
+    the kernel does."""
     p = params.clone()
-    roi = roi_start(params)
-    for k, (ax, size) in enumerate(((layout.axis("y"), shapes[:, 0]), (layout.axis("x"), shapes[:, 1]))):
-        start = roi[:, k]
-        end = start + size.to(p.dtype)
-        lo = torch.minimum(torch.maximum(p[:, ax.lo], start), end - 1.0)
+    for ax, size in ((layout.axis("y"), shapes[:, 0]), (layout.axis("x"), shapes[:, 1])):
+        end = size.to(p.dtype)
+        lo = torch.minimum(torch.maximum(p[:, ax.lo], torch.zeros_like(end)), end - 1.0)
         p[:, ax.lo] = lo
         p[:, ax.hi] = torch.maximum(torch.minimum(p[:, ax.hi], end), lo + 1.0)
     return p

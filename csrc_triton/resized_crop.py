@@ -408,9 +408,7 @@ def resized_crop_reference(
     offsets_l = a.offsets.tolist()
     params = reference.clamp_region(a.params, a.shapes)
     y, x = layout.axis("y"), layout.axis("x")
-    # the clamp region in the decoded window's coordinates (the taps stay in the image's)
-    roi = reference.roi_start(a.params).to(torch.int64).repeat_interleave(2, dim=1)
-    regions = (params[:, [y.lo, y.hi, x.lo, x.hi]].to(torch.int64) - roi).tolist()
+    regions = params[:, [y.lo, y.hi, x.lo, x.hi]].to(torch.int64).tolist()
     if code == layout.FILTER_PER_SAMPLE:
         codes = params[:, layout.FILTER].to(torch.int64).tolist()
     else:

@@ -18,9 +18,8 @@ def jpeg_bytes(arr: np.ndarray, quality: int = 92, **kwargs) -> bytes:
 
 
 def make_folder(root, n: int = 24, classes: int = 3, seed: int = 0, lo: int = 24, hi: int = 72,
-                align: int = 0, every_444: int = 0) -> str:
-    """A tiny ImageFolder of JPEGs with varied sizes (some odd), 4:2:0. With ``align``,
-    every other image's sides are rounded down to a multiple of it; with ``every_444``,
+                every_444: int = 0) -> str:
+    """A tiny ImageFolder of JPEGs with varied sizes (some odd), 4:2:0. With ``every_444``,
     every ``every_444``-th image (the first included) is 4:4:4."""
     from torchdali._synthetic import synthetic_image
 
@@ -30,8 +29,6 @@ def make_folder(root, n: int = 24, classes: int = 3, seed: int = 0, lo: int = 24
         d = os.path.join(root, f"c{i % classes}")
         os.makedirs(d, exist_ok=True)
         h, w = (int(v) for v in rng.integers(lo, hi, size=2))
-        if align and i % 2 == 0:
-            h, w = h // align * align, w // align * align
         subsampling = 0 if every_444 and i % every_444 == 0 else 2
         with open(os.path.join(d, f"{i:04d}.jpg"), "wb") as f:
             f.write(jpeg_bytes(synthetic_image(rng, h, w), subsampling=subsampling))

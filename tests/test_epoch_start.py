@@ -92,7 +92,7 @@ def test_a_tag_batch_pickles_with_its_parts():
 
 
 FIELDS = ("seed", "epoch", "seq", "indices", "positions", "paths", "params", "targets", "has_target", "blob", "kinds",
-          "offsets", "lengths", "shapes", "hints", "rois", "frames", "scan_starts", "first_position", "slots",
+          "offsets", "lengths", "shapes", "hints", "scan_starts", "first_position", "slots",
           "batch_values", "skipped", "images")
 
 
@@ -126,13 +126,8 @@ def _add_files_decoded_in_the_worker(folder: str, k: int, seed: int = 0) -> None
             image.save(path + ".png")
 
 
-@pytest.mark.parametrize("recipe,options", [
-    ("train", dict()),
-    ("train", dict(roi=True)),  # windows: the RGB path's region decode
-    ("colour", dict(planar=True)),
-    ("val", dict(planar=True)),
-])
-def test_merged_parts_equal_the_batch_packed_whole(tmp_path, recipe, options):
+@pytest.mark.parametrize("recipe", ["train", "colour", "val"])
+def test_merged_parts_equal_the_batch_packed_whole(tmp_path, recipe):
     """Every field the executor reads, compared with a worker packing the batch whole;
     the folder mixes 4:2:0 and 4:4:4 JPEGs, odd sizes, PNGs and CMYK JPEGs (decoded in the worker)."""
     from PIL import Image
@@ -144,7 +139,7 @@ def test_merged_parts_equal_the_batch_packed_whole(tmp_path, recipe, options):
           "colour": T.Compose([T.RandomResizedCrop(32), T.ColorJitter(0.4, 0.4, 0.4)]),
           "val": T.Compose([T.Resize(36), T.CenterCrop(32)])}[recipe]
     ds = td.datasets.ImageFolder(folder)
-    prepare = PrepareBatch(compile_transforms(tf), "gpu", delivery=Delivery(), **options)
+    prepare = PrepareBatch(compile_transforms(tf), "gpu", delivery=Delivery())
     batches = torch.utils.data.BatchSampler(torch.randperm(len(ds), generator=torch.Generator().manual_seed(2)).tolist(),
                                             48, False)
     state = dict(seed=9, epoch=3)
@@ -159,8 +154,6 @@ def test_merged_parts_equal_the_batch_packed_whole(tmp_path, recipe, options):
     assert (expected.kinds == 1).sum() >= 3  # the PNGs and CMYK JPEGs: pixels
     for name in FIELDS:
         assert _equal(getattr(got, name), getattr(expected, name)), name
-    if options.get("roi"):
-        assert got.rois is not None  # some RandomResizedCrop windows were small enough to decode alone
 
 
 def test_a_user_collate_fn_gets_the_targets_of_every_part(tmp_path):
@@ -306,14 +299,14 @@ def test_files_read_into_the_slot_pack_as_the_ordinary_read(tmp_path, parts):
                                             len(ds), False)
     state = dict(seed=3, epoch=1)
     whole = next(iter(TaggedBatchSampler(batches, EpochState(**state))))
-    expected = _pack(PrepareBatch(plan, "gpu", planar=True), ds, whole)  # read by the dataset, one blob
+    expected = _pack(PrepareBatch(plan, "gpu"), ds, whole)  # read by the dataset, one blob
     assert (expected.kinds == 1).sum() == 7  # the PNGs and CMYK JPEGs: decoded in the worker
     items = TaggedDataset(ds, defer_files=True).__getitems__(whole)
     assert all(isinstance(s.item[0], _tags.FileRef) and s.item[1] == ds.targets[s.tag.index] for s in items)
     ring = HostRing(3, 4 * int(expected.blob.numel()))
     tbs = [whole] if parts == 1 else \
         [tb for tb in TaggedBatchSampler(batches, EpochState(**state), EpochStart(1, parts)) if tb.parts > 1]
-    packed = [_pack(PrepareBatch(plan, "gpu", ring=ring, planar=True), ds, tb, defer=True) for tb in tbs]
+    packed = [_pack(PrepareBatch(plan, "gpu", ring=ring), ds, tb, defer=True) for tb in tbs]
     got = merge_parts(packed, Delivery(), ring) if parts > 1 else packed[0]
     assert got.ring_seq == 0 and got.blob is None
     slot = ring.slot(0)
@@ -354,7 +347,7 @@ def test_the_pixels_decoded_in_the_workers_reach_the_decode_buffer_each_in_its_p
     ring = HostRing(3, 1 << 20)
     tbs = [whole] if parts == 1 else \
         [tb for tb in TaggedBatchSampler(batches, EpochState(**state), EpochStart(1, parts)) if tb.parts > 1]
-    packed = [_pack(PrepareBatch(plan, "gpu", ring=ring, planar=True), ds, tb, defer=True) for tb in tbs]
+    packed = [_pack(PrepareBatch(plan, "gpu", ring=ring), ds, tb, defer=True) for tb in tbs]
     got = merge_parts(packed, Delivery(), ring) if parts > 1 else packed[0]
     assert got.ring_seq == 0
     slot = ring.slot(0)
@@ -456,16 +449,16 @@ def test_a_later_epoch_takes_each_files_header_from_the_table(tmp_path, monkeypa
     ds = td.datasets.ImageFolder(folder)
     plan = compile_transforms(T.Compose([T.RandomResizedCrop(32)]))
     tb = next(iter(TaggedBatchSampler(torch.utils.data.BatchSampler(range(24), 24, False), EpochState())))
-    expected = _pack(PrepareBatch(plan, "gpu", planar=True), ds, tb)
+    expected = _pack(PrepareBatch(plan, "gpu"), ds, tb)
     ring = HostRing(3, 4 * int(expected.blob.numel()), samples=len(ds))
     parsed = []
     load = PrepareBatch.load
     monkeypatch.setattr(PrepareBatch, "load", lambda self, data, idx, *a: parsed.append(idx) or load(self, data, idx, *a))
-    first = _pack(PrepareBatch(plan, "gpu", ring=ring, planar=True), ds, tb, defer=True)
+    first = _pack(PrepareBatch(plan, "gpu", ring=ring), ds, tb, defer=True)
     assert sorted(parsed) == list(range(24))
     parsed.clear()
     ring.release_upto(0)
-    again = _pack(PrepareBatch(plan, "gpu", ring=ring, planar=True), ds, tb, defer=True)
+    again = _pack(PrepareBatch(plan, "gpu", ring=ring), ds, tb, defer=True)
     assert parsed == []
     for got in (first, again):
         for name in set(FIELDS) - {"offsets", "blob", "scan_starts"}:
@@ -477,10 +470,10 @@ def test_a_later_epoch_takes_each_files_header_from_the_table(tmp_path, monkeypa
     with open(path, "wb") as f:
         f.write(jpeg_bytes(synthetic_image(np.random.default_rng(0), 211, 97)))
     ring.release_upto(1)
-    third = _pack(PrepareBatch(plan, "gpu", ring=ring, planar=True), ds, tb, defer=True)
+    third = _pack(PrepareBatch(plan, "gpu", ring=ring), ds, tb, defer=True)
     assert parsed == [5]
     assert tuple(third.shapes[5, :2]) == (211, 97)
-    assert _equal(third.shapes, _pack(PrepareBatch(plan, "gpu", planar=True), ds, tb).shapes)
+    assert _equal(third.shapes, _pack(PrepareBatch(plan, "gpu"), ds, tb).shapes)
     ring.close()
 
 
@@ -502,7 +495,7 @@ def test_the_workers_check_each_files_scan_data_once_and_leave_a_damaged_one_to_
         open(path, "wb").write(good[:mid] + b"\xff\xc0" + good[mid + 2:])
     plan = compile_transforms(T.Compose([T.RandomResizedCrop(32)]))
     tb = next(iter(TaggedBatchSampler(torch.utils.data.BatchSampler(range(12), 12, False), EpochState())))
-    plain = _pack(PrepareBatch(plan, "gpu", planar=True), ds, tb)
+    plain = _pack(PrepareBatch(plan, "gpu"), ds, tb)
     blob = plain.blob.reshape(-1)
     bad = bad_scan_markers_reference(blob, plain.offsets, plain.lengths, plain.scan_starts).numpy()
     assert bad.tolist() == [k in (4, 9) for k in range(12)]
@@ -510,10 +503,10 @@ def test_the_workers_check_each_files_scan_data_once_and_leave_a_damaged_one_to_
     ring = HostRing(3, 4 * int(blob.numel()), samples=len(ds))
     for epoch in range(2):
         ring.release_upto(epoch - 1)
-        got = _pack(PrepareBatch(plan, "gpu", ring=ring, planar=True), ds, tb, defer=True)
+        got = _pack(PrepareBatch(plan, "gpu", ring=ring), ds, tb, defer=True)
         assert _equal(got.scan_starts, np.where(bad, plain.scan_starts, -1)), epoch
     ring.close()
     untabled = HostRing(3, 4 * int(blob.numel()))
-    got = _pack(PrepareBatch(plan, "gpu", ring=untabled, planar=True), ds, tb, defer=True)
+    got = _pack(PrepareBatch(plan, "gpu", ring=untabled), ds, tb, defer=True)
     assert untabled.table is None and _equal(got.scan_starts, plain.scan_starts)
     untabled.close()

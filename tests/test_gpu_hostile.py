@@ -216,24 +216,23 @@ def _check_good(dec, good, refs, stream) -> None:
 BIG = (5773, 8660)  # ~50 MP
 
 
-def _flat_jpeg(h: int, w: int, value: int) -> bytes:
-    return jpeg_bytes(np.full((h, w, 3), value, np.uint8), quality=90)
+def _flat_jpeg(h: int, w: int, value: int, subsampling: int = 2) -> bytes:
+    return jpeg_bytes(np.full((h, w, 3), value, np.uint8), quality=90, subsampling=subsampling)
 
 
-@pytest.mark.parametrize("gpu_decode", ["rgb", "planar"])
-def test_two_50mp_images_in_a_batch_stay_within_the_decode_bound(tmp_path, watchdog, gpu_decode):
+@pytest.mark.parametrize("subsampling", ["444", "420"])
+def test_two_50mp_images_in_a_batch_stay_within_the_decode_bound(tmp_path, watchdog, subsampling):
     from torchdali._executor._decode import GrowOnlyBuffer
 
     root = make_folder(tmp_path / "big", n=14, classes=1, lo=200, hi=600)
     for k, value in enumerate((60, 200)):
         with open(os.path.join(root, "c0", f"big_{k}.jpg"), "wb") as f:
-            f.write(_flat_jpeg(*BIG, value))
+            f.write(_flat_jpeg(*BIG, value, subsampling=0 if subsampling == "444" else 2))
     ds = td.datasets.ImageFolder(root)
     big = [i for i, (p, _) in enumerate(ds.samples) if "big_" in p]
     assert len(big) == 2
     tf = T.Compose([T.Resize((64, 64))])
-    loader = td.DataLoader(ds, batch_size=8, transforms=tf, device="cuda", seed=0,  # both big ones in batch 1
-                           gpu_decode=gpu_decode)
+    loader = td.DataLoader(ds, batch_size=8, transforms=tf, device="cuda", seed=0)  # both big ones in batch 1
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
@@ -246,9 +245,10 @@ def test_two_50mp_images_in_a_batch_stay_within_the_decode_bound(tmp_path, watch
     peak = torch.cuda.max_memory_allocated() - base
     rgb_bytes = BIG[0] * BIG[1] * 3
     out_bytes = sum(x.numel() * x.element_size() for x in out)
-    if gpu_decode == "rgb":
-        # Both big images together (300 MB) exceed DECODE_GROUP_BYTES, so they are decoded
-        # in turn into one buffer, sized for one big image and a few ordinary ones.
+    if subsampling == "444":
+        # As 4:4:4 planes (150 MB each, as RGB) both big images together exceed
+        # DECODE_GROUP_BYTES, so they are decoded in turn into one buffer, sized for one big
+        # image and a few ordinary ones.
         largest = rgb_bytes + (8 << 20)
     else:
         # As 4:2:0 planes (75 MB each) the whole batch fits one group.
@@ -259,11 +259,11 @@ def test_two_50mp_images_in_a_batch_stay_within_the_decode_bound(tmp_path, watch
 
     # The bound: the decode buffer, the scan check's copy of the encoded bytes (a few MB),
     # the outputs, and 64 MiB for the kernel's working memory on a group, its output and the
-    # parameters (the rgb run on the H200 peaked 87 KiB above 32 MiB of those). Decoding
-    # the RGB batch at once would hold 384 MiB.
+    # parameters (a run decoding to RGB on the H200 peaked 87 KiB above 32 MiB of those).
+    # Decoding the 4:4:4 batch at once would hold 384 MiB.
     bound = held(largest) + held(8 << 20) + out_bytes + (64 << 20)
     assert bound < held(2 * rgb_bytes + (8 << 20))
-    print(f"\n{gpu_decode}: peak torch allocation {peak / 2**20:.0f} MiB for two {BIG[0]}x{BIG[1]} images "
+    print(f"\n{subsampling}: peak torch allocation {peak / 2**20:.0f} MiB for two {BIG[0]}x{BIG[1]} images "
           f"({2 * rgb_bytes / 2**20:.0f} MiB as RGB) among 14 others; bound {bound / 2**20:.0f} MiB")
     assert peak <= bound
     flat = torch.cat(out)

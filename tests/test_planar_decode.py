@@ -21,8 +21,8 @@ from torchdali.transforms import compile_transforms
 from ._helpers import jpeg_bytes
 
 
-def _load(data: bytes, planar: bool):
-    prepare = PrepareBatch(compile_transforms(T.Compose([T.Resize((8, 8))])), "gpu", planar=planar)
+def _load(data: bytes):
+    prepare = PrepareBatch(compile_transforms(T.Compose([T.Resize((8, 8))])), "gpu")
     return prepare.load(torch.frombuffer(bytearray(data), dtype=torch.uint8), 0, "x.jpg")
 
 
@@ -30,28 +30,31 @@ def _load(data: bytes, planar: bool):
 def test_workers_send_colour_jpegs_as_planes(subsampling, code):
     img = synthetic_image(np.random.default_rng(0), 37, 53)
     data = jpeg_bytes(img, subsampling=subsampling)
-    loaded = _load(data, planar=True)
+    loaded = _load(data)
     assert loaded.kind == ENCODED and loaded.shape == (37, 53, layout.PLANAR + code)
-    assert _load(data, planar=False).shape == (37, 53, 3)  # the RGB path is unchanged
+
+
+def test_workers_send_jpegs_without_a_planar_reader_as_rgb():
+    """A JPEG nvJPEG takes but the kernel has no planar reader for (4:1:1, unequal chroma
+    planes: ``planar_chroma`` is None) goes to nvJPEG as RGB, ``(H, W, 3)``."""
+    from torchdali._executor._worker import _gpu_decodable_shape
+    from torchdali.decode._jpeg_header import jpeg_info
+
+    data = jpeg_bytes(synthetic_image(np.random.default_rng(0), 37, 53), subsampling=2)
+    payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    info = jpeg_info(np.frombuffer(data, np.uint8))
+    assert _gpu_decodable_shape(payload, info)[0] == (37, 53, layout.PLANAR + layout.S_420)
+    for sampling in (((4, 1), (1, 1), (1, 1)), ((2, 2), (1, 1), (2, 1))):  # 4:1:1, unequal chroma planes
+        assert _gpu_decodable_shape(payload, info._replace(sampling=sampling))[0] == (37, 53, 3)
 
 
 def test_workers_send_grayscale_as_luma_and_png_decoded():
     gray = jpeg_bytes(synthetic_image(np.random.default_rng(1), 20, 30)[:, :, 0])
-    assert _load(gray, planar=True).shape == (20, 30, layout.PLANAR + layout.S_GRAY)
+    assert _load(gray).shape == (20, 30, layout.PLANAR + layout.S_GRAY)
     buf = io.BytesIO()
     Image.fromarray(synthetic_image(np.random.default_rng(2), 9, 11)).save(buf, format="PNG")
-    png = _load(buf.getvalue(), planar=True)
+    png = _load(buf.getvalue())
     assert png.kind == RAW and png.shape == (9, 11, 3)
-
-
-def test_gpu_decode_defaults_to_planes_and_names_its_choices():
-    import torchdali as td
-
-    ds, tf = [(torch.zeros(3, 4, 4, dtype=torch.uint8), 0)], T.Compose([T.Resize((2, 2))])
-    assert td.DataLoader(ds, transforms=tf).gpu_decode == "planar"
-    assert td.DataLoader(ds, transforms=tf, gpu_decode="rgb").gpu_decode == "rgb"
-    with pytest.raises(ValueError, match="gpu_decode must be one of 'planar', 'rgb', got 'yuv'"):
-        td.DataLoader(ds, transforms=tf, gpu_decode="yuv")
 
 
 def test_decoded_sizes_count_planes_and_pixels():
@@ -140,82 +143,6 @@ def test_nvjpeg_planes_match_libjpeg_planes(backend):
             assert got.shape == ref.shape and diff.mean() < 0.5 and diff.max() <= 3, (k, diff.mean(), diff.max())
 
 
-def test_window_chroma_counts_the_chroma_samples_that_cover_a_window():
-    """Against the planes cut by hand: a window starting on the chroma grid holds chroma
-    rows ``[y / vf, ceil((y + h) / vf))``; whole-image rows and grayscale stay as given."""
-    from torchdali.decode._nvjpeg import window_chroma
-
-    heights, widths = np.array([375, 375, 375, 64, 50]), np.array([500, 500, 500, 64, 41])
-    chroma = np.array([[188, 250], [375, 250], [188, 250], [0, 0], [50, 41]])  # 4:2:0, 4:2:2, 4:2:0, gray, 4:4:4
-    rois = np.array([[32, 48, 160, 96], [32, 48, 161, 97], [16, 352, 224, 23], [16, 16, 32, 32], [0, 0, -1, -1]])
-    got = window_chroma(heights, widths, chroma, rois)
-    for k in range(len(rois)):
-        H, W = int(heights[k]), int(widths[k])
-        x, y, w, h = (int(v) for v in rois[k])
-        ch, cw = (int(v) for v in chroma[k])
-        if ch == 0 or w <= 0:
-            assert tuple(got[k]) == (ch, cw)
-            continue
-        vf, hf = (2 if ch < H else 1), (2 if cw < W else 1)
-        rows = {r // vf for r in range(y, y + h)}  # the chroma rows the window's luma rows use
-        cols = {c // hf for c in range(x, x + w)}
-        assert tuple(got[k]) == (len(rows), len(cols)) and min(rows) == y // vf, k
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("backend", ["auto", "hybrid"])
-def test_nvjpeg_planar_windows_are_the_whole_decodes_planes_cut(backend):
-    """Planar output with windows (``rois`` with ``chroma``): each plane of a window is the
-    same plane of the whole image's planar decode, cut to the window, byte for byte. The
-    hardware engines decode the window; the hybrid backend decodes the whole image and
-    copies it out. Windows end inside the image or at its edge, and one image has none."""
-    from torchdali.decode import NvjpegDecoder
-    from torchdali.decode._jpeg_header import jpeg_info, planar_chroma
-    from torchdali.decode._nvjpeg import window_chroma
-
-    blobs = [_photo_jpeg(203, 317, 2, 0), _photo_jpeg(160, 96, 0, 1), _photo_jpeg(120, 99, 2, 3),
-             _photo_jpeg(37, 53, None, 2), _photo_jpeg(90, 64, 1, 4)]
-    rois = np.array([[32, 16, 128, 96], [16, 48, 64, 112], [48, 32, 51, 88], [16, 0, 32, 32], [0, 0, -1, -1]])
-    infos = [jpeg_info(np.frombuffer(b, np.uint8)) for b in blobs]
-    sizes = np.array([[i.height, i.width] for i in infos])
-    chroma = np.array([planar_chroma(i)[1:] for i in infos])
-    lengths = np.array([len(b) for b in blobs])
-    data = torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8).pin_memory()
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    whole_n = sizes[:, 0] * sizes[:, 1] + 2 * chroma[:, 0] * chroma[:, 1]
-    wc = window_chroma(sizes[:, 0], sizes[:, 1], chroma, rois)
-    on = rois[:, 2] > 0
-    win_n = np.where(on, rois[:, 2] * rois[:, 3], sizes[:, 0] * sizes[:, 1]) + 2 * wc[:, 0] * wc[:, 1]
-    with NvjpegDecoder(backend=backend) as dec:
-        stream = torch.cuda.Stream(dec.device)
-        whole = torch.zeros(int(whole_n.sum()), dtype=torch.uint8, device=dec.device)
-        w_off = np.concatenate([[0], np.cumsum(whole_n)[:-1]])
-        assert dec.decode_batch(data, starts, lengths, sizes, whole, w_off, stream, chroma=chroma) == [0] * 5
-        cut = torch.full((int(win_n.sum()),), 7, dtype=torch.uint8, device=dec.device)
-        c_off = np.concatenate([[0], np.cumsum(win_n)[:-1]])
-        status = dec.decode_batch(data, starts, lengths, sizes, cut, c_off, stream, chroma=chroma, rois=rois)
-        routed, hardware = dict(dec.last_stats), dec.has_hardware
-        stream.synchronize()
-        with pytest.raises(ValueError, match="chroma factors"):  # a window off the 4:2:0 grid
-            dec.decode_batch(data, starts, lengths, sizes, cut, c_off, stream, chroma=chroma,
-                             rois=np.array([[33, 16, 64, 64]] + rois[1:].tolist()))
-    assert status == [0] * 5, dec.last_errors
-    # where the windows were decoded: by the engines, or whole by the hybrid backend and cut
-    assert routed["hardware" if backend == "auto" and hardware else "hybrid"] == 5, routed
-    whole, cut = whole.cpu(), cut.cpu()
-    for k in range(5):
-        (H, W), (ch, cw), o, q = sizes[k], chroma[k], int(w_off[k]), int(c_off[k])
-        x, y, w, h = (int(v) for v in rois[k]) if on[k] else (0, 0, int(W), int(H))
-        vf, hf = (2 if ch < H else 1), (2 if cw < W else 1)
-        assert torch.equal(cut[q:q + h * w].view(h, w), whole[o:o + H * W].view(H, W)[y:y + h, x:x + w]), k
-        if ch:
-            wh, ww = (int(v) for v in wc[k])
-            for p in range(2):
-                src = whole[o + H * W + p * ch * cw: o + H * W + (p + 1) * ch * cw].view(int(ch), int(cw))
-                got = cut[q + h * w + p * wh * ww: q + h * w + (p + 1) * wh * ww].view(wh, ww)
-                assert torch.equal(got, src[y // vf:y // vf + wh, x // hf:x // hf + ww]), (k, p)
-
-
 def _mixed_folder(tmp_path) -> str:
     """Photo JPEGs of every subsampling the planar path takes and grayscale ones, a PNG
     and a CMYK JPEG (both decoded in the workers)."""
@@ -243,22 +170,32 @@ def _mixed_folder(tmp_path) -> str:
 
 
 @pytest.mark.cuda
-def test_planar_loader_matches_the_cpu_path_and_the_rgb_path(tmp_path, monkeypatch):
+def test_planar_loader_matches_the_cpu_path_with_and_without_rgb_decodes(tmp_path, monkeypatch):
     """The loader with nvJPEG decoding to planes and the kernel converting them: within 1
-    of the CPU path (libjpeg) on >= 99.9% of values, never more than 2, as the RGB path."""
+    of the CPU path (libjpeg) on >= 99.9% of values, never more than 2. The same with the
+    4:4:4 JPEGs sent as RGB, as the workers send a JPEG the kernel has no planar reader
+    for (4:1:1, ...): nvJPEG upsamples and converts those itself, in the batch's second
+    nvJPEG call."""
     import torchdali as td
+    from torchdali._executor import _worker
 
     root = _mixed_folder(tmp_path)
     ds = td.datasets.ImageFolder(root)
     tf = T.Compose([T.Resize(64), T.CenterCrop(56)])
-    kw = dict(batch_size=len(ds), transforms=tf, seed=0)
+    kw = dict(batch_size=len(ds), transforms=tf, seed=0)  # no workers: the header checks run here
     cpu = next(iter(td.DataLoader(ds, device="cpu", **kw)))[0].int()
-    rgb = next(iter(td.DataLoader(ds, device="cuda", gpu_decode="rgb", **kw)))[0].cpu().int()
-    loader = td.DataLoader(ds, device="cuda", **kw)  # gpu_decode="planar", the default
+    loader = td.DataLoader(ds, device="cuda", **kw)
     planar = next(iter(loader))[0].cpu().int()
     e = loader.stats().last
     assert e.decoded_cpu == 2 and e.decoded_hardware + e.decoded_hybrid == len(ds) - 2, loader.stats().summary()
-    for name, got in (("planar", planar), ("rgb", rgb)):
+    checks = _worker._decoders()
+    real = checks.planar_chroma
+    monkeypatch.setattr(checks, "planar_chroma", lambda info: None if (real(info) or ("",))[0] == "444" else real(info))
+    loader = td.DataLoader(ds, device="cuda", **kw)
+    rgb = next(iter(loader))[0].cpu().int()
+    e = loader.stats().last
+    assert e.decoded_cpu == 2 and e.decoded_hardware + e.decoded_hybrid == len(ds) - 2, loader.stats().summary()
+    for name, got in (("planar", planar), ("planar and rgb", rgb)):
         diff = (got - cpu).abs()
         within = (diff <= 1).float().mean().item()
         print(f"\n{name} vs CPU path: {100 * within:.4f}% within 1, max {diff.max().item()}, "

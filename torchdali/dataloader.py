@@ -92,7 +92,6 @@ __all__ = ["DataLoader"]
 _log = logging.getLogger("torchdali")
 
 _HAS_IN_ORDER = "in_order" in inspect.signature(tud.DataLoader.__init__).parameters
-GPU_DECODE_OUTPUTS = ("planar", "rgb")  # gpu_decode: what nvJPEG outputs
 _PIL_LIMIT = object()  # max_image_pixels default: Pillow's Image.MAX_IMAGE_PIXELS
 RUN_AHEAD_MISSES = 2  # epochs in a row not drawn as run ahead, after which a loader stops (Note [torchdali run-ahead])
 
@@ -217,15 +216,6 @@ class DataLoader(tud.DataLoader):
             any memory is allocated for it, on both paths. Default: Pillow's
             ``Image.MAX_IMAGE_PIXELS`` (89,478,485) when the loader is built;
             None turns the limit off.
-        gpu_decode: GPU path: what nvJPEG gives the fused kernel. ``"planar"``
-            (default): each JPEG's Y, Cb and Cr planes at their own subsampling; the
-            kernel upsamples the chroma as libjpeg-turbo's "fancy" upsampling does and
-            converts to RGB with its tables, for the pixels the resize reads. On
-            photographs (mixed 4:2:0, 4:4:4, grayscale) the hardware engines decode
-            these about twice as fast as RGB, and the output stays that of the CPU
-            path. ``"rgb"``: nvJPEG upsamples and converts (its own rounding, within 1
-            of libjpeg-turbo). JPEGs the kernel has no planar source for (CMYK, 4:1:1)
-            are decoded to RGB either way.
         gpu_timeout: GPU path: seconds the executor may spend on one batch (nvJPEG and
             the kernels; milliseconds normally, the first batch also compiles the
             kernels) before the training loop's wait ends in ``DecoderStalled``, naming
@@ -264,7 +254,6 @@ class DataLoader(tud.DataLoader):
         on_error: str | Callable = "raise",
         max_image_pixels: int | None | object = _PIL_LIMIT,
         gpu_timeout: float = 300.0,
-        gpu_decode: str = "planar",
     ) -> None:
         keep_in_children(self)
         if distributed and sampler is None and batch_sampler is None:
@@ -306,9 +295,6 @@ class DataLoader(tud.DataLoader):
             raise ValueError(f"prefetch_depth must be >= 1, got {prefetch_depth}")
         if isinstance(gpu_timeout, bool) or not float(gpu_timeout) >= 0.0:
             raise ValueError(f"gpu_timeout must be seconds >= 0 (0: wait forever), got {gpu_timeout!r}")
-        if gpu_decode not in GPU_DECODE_OUTPUTS:
-            raise ValueError(f"gpu_decode must be one of {', '.join(map(repr, GPU_DECODE_OUTPUTS))}, "
-                             f"got {gpu_decode!r}")
         # The fields below are torchdali's; names match the __init__ arguments so
         # frameworks that re-instantiate loaders from their attributes (Lightning)
         # get every argument back.
@@ -328,7 +314,6 @@ class DataLoader(tud.DataLoader):
         self.__dict__["on_error"] = on_error
         self.__dict__["max_image_pixels"] = None if max_image_pixels is None else int(max_image_pixels)
         self.__dict__["gpu_timeout"] = float(gpu_timeout)
-        self.__dict__["gpu_decode"] = gpu_decode
         self.__dict__["_stalled"] = None  # the DecoderStalled that left the GPU executor stuck
         self.__dict__["_epoch_state"] = EpochState(spares=on_error != "raise")
         self.__dict__["_resume"] = None
@@ -575,9 +560,7 @@ class DataLoader(tud.DataLoader):
         prepare = PrepareBatch(self.plan, mode, delivery=self._delivery,
                                channels_last=self.memory_format == torch.channels_last,
                                on_error=self.on_error, dataset=self.dataset, ring=ring,
-                               max_image_pixels=self.max_image_pixels,
-                               planar=self.gpu_decode == "planar",
-                               roi=os.environ.get("TORCHDALI_ROI_DECODE", "0") == "1")
+                               max_image_pixels=self.max_image_pixels)
         records = None
         if self.num_workers > 0:
             # what each worker is building, to name it if the worker dies (_executor/_records.py)

@@ -56,26 +56,16 @@ def max_combine(a, b):
 
 
 @triton.jit
-def roi_start(v):
-    """A ``roi_*`` column as a whole number in ``[0, 2**22]`` (NaN gives 0): start + size stays
-    exact in float32 for any image side up to 2**23."""
-    v = tl.where(v > 0.0, v, 0.0)
-    return tl.floor(tl.where(v < 4194304.0, v, 4194304.0))
-
-
-@triton.jit
-def clamp_region(lo, hi, start, size):
-    """The clamp region ``[lo, hi)`` forced to a non-empty part of the decoded window
-    ``[start, start + size)`` (``start`` from :func:`roi_start`, 0 for a whole image).
+def clamp_region(lo, hi, size):
+    """The clamp region ``[lo, hi)`` forced to a non-empty part of the image ``[0, size)``.
 
     Bad parameters can then only give wrong pixels, never out-of-bounds reads:
     every tap, and the nearest-pixel fallback, lies in ``[lo, hi)``. ``where``
     instead of min/max so that NaN (which compares false) cannot get through.
     """
-    end = start + size
-    lo = tl.where(lo > start, lo, start)
-    lo = tl.where(lo < end - 1.0, lo, end - 1.0)
-    hi = tl.where(hi < end, hi, end)
+    lo = tl.where(lo > 0.0, lo, 0.0)
+    lo = tl.where(lo < size - 1.0, lo, size - 1.0)
+    hi = tl.where(hi < size, hi, size)
     hi = tl.where(hi > lo, hi, lo + 1.0)
     return lo, hi
 
@@ -224,16 +214,14 @@ def tap_weight(k, c, inv, rnorm, fb, FILTER: tl.constexpr, ANTIALIAS: tl.constex
 
 @triton.jit
 def sample(data_ptr, off, H, W, C,
-           cy, ky0, n_y, rnorm_y, fb_y, inv_y, lo_y, hi_y, roi_y,
-           cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x, roi_x,
+           cy, ky0, n_y, rnorm_y, fb_y, inv_y, lo_y, hi_y,
+           cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x,
            FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
            BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr):
     """The resampled tile, three float32 ``[BLOCK_H, BLOCK_W]`` channels, from the
     per-axis taps of :func:`axis_taps`; pixels with no taps are 0. ``lo_*``/``hi_*``
-    are the clamp region as int32, in image coordinates; ``roi_*`` (int32) where the
-    decoded window starts, which the taps are moved by to address it. ``off, H, W, C``
-    locate the sample (its window) in the source ``SOURCE`` (``source.image`` or
-    ``source.planar_image``)."""
+    are the clamp region as int32. ``off, H, W, C`` locate the sample in the source
+    ``SOURCE`` (``source.image`` or ``source.planar_image``)."""
     ch1, ch2 = src_stage.channels(C)
     pitch = W * C
     acc0 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
@@ -248,7 +236,7 @@ def sample(data_ptr, off, H, W, C,
         ky = ky0 + t
         wy = tap_weight(ky, cy, inv_y, rnorm_y, fb_y, FILTER, ANTIALIAS)[:, None]
         m_y = (t < n_y)[:, None]
-        ky_src = tap_index(ky, lo_y, hi_y, FILTER, ANTIALIAS) - roi_y
+        ky_src = tap_index(ky, lo_y, hi_y, FILTER, ANTIALIAS)
         row = src_stage.row_start(off, ky_src, pitch)
         r0 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
         r1 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
@@ -256,7 +244,7 @@ def sample(data_ptr, off, H, W, C,
         for u in range(0, tx_max):
             kx = kx0 + u
             wx = tap_weight(kx, cx, inv_x, rnorm_x, fb_x, FILTER, ANTIALIAS)[None, :]
-            kx_src = tap_index(kx, lo_x, hi_x, FILTER, ANTIALIAS) - roi_x
+            kx_src = tap_index(kx, lo_x, hi_x, FILTER, ANTIALIAS)
             m = m_y & (u < n_x)[None, :]
             if SOURCE == layout.SOURCE_YCBCR:
                 v0, v1, v2 = src_stage.source_ycbcr(data_ptr, off, H, W, C, ky_src, kx_src, m)
@@ -294,10 +282,8 @@ def resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
     Per output row, then per output column, the first tap, tap count, weight
     normaliser and single-pixel flag; then the weighted sums.
     """
-    roi_y = roi_start(tl.load(p + layout.ROI_Y0))
-    roi_x = roi_start(tl.load(p + layout.ROI_X0))
-    lo_y, hi_y = clamp_region(tl.load(p + layout.LO_Y), tl.load(p + layout.HI_Y), roi_y, H.to(tl.float32))
-    lo_x, hi_x = clamp_region(tl.load(p + layout.LO_X), tl.load(p + layout.HI_X), roi_x, W.to(tl.float32))
+    lo_y, hi_y = clamp_region(tl.load(p + layout.LO_Y), tl.load(p + layout.HI_Y), H.to(tl.float32))
+    lo_x, hi_x = clamp_region(tl.load(p + layout.LO_X), tl.load(p + layout.HI_X), W.to(tl.float32))
     step_y = tl.load(p + layout.STEP_Y)
     step_x = tl.load(p + layout.STEP_X)
     support_y, inv_y = filter_width(step_y, FILTER, ANTIALIAS)
@@ -311,8 +297,8 @@ def resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
         tl.load(p + layout.VALID_X0), tl.load(p + layout.VALID_X1), support_x, inv_x,
         FILTER, ANTIALIAS, BLOCK_W)
     return sample(data_ptr, off, H, W, C,
-                  cy, ky0, n_y, rnorm_y, fb_y, inv_y, lo_y.to(tl.int32), hi_y.to(tl.int32), roi_y.to(tl.int32),
-                  cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x.to(tl.int32), hi_x.to(tl.int32), roi_x.to(tl.int32),
+                  cy, ky0, n_y, rnorm_y, fb_y, inv_y, lo_y.to(tl.int32), hi_y.to(tl.int32),
+                  cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x.to(tl.int32), hi_x.to(tl.int32),
                   FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
 
 

@@ -167,7 +167,7 @@ def sub_batch(batch: PackedBatch, start: int, stop: int) -> PackedBatch:
         paths=batch.paths[start:stop], params=batch.params[start:stop], slots=part(batch.slots), targets=targets,
         kinds=part(batch.kinds), offsets=part(batch.offsets), lengths=part(batch.lengths),
         shapes=part(batch.shapes), hints=part(batch.hints), scan_starts=part(batch.scan_starts),
-        rois=part(batch.rois), frames=part(batch.frames), spares=batch.spares, skipped=[], scan_check=None)
+        spares=batch.spares, skipped=[], scan_check=None)
 
 
 def merge_sub_batch(batch: PackedBatch, sub: PackedBatch, start: int, stop: int) -> None:
@@ -264,9 +264,7 @@ class GpuDecoder:
         self.plan = plan
         self.device = device
         with torch.cuda.device(device):
-            # fancy (interpolating) chroma upsampling, as libjpeg-turbo does, so the
-            # GPU and CPU paths agree on 4:2:0/4:2:2 images
-            self.nvjpeg = NvjpegDecoder(device, pipeline_depth=2, fancy_upsampling=True)
+            self.nvjpeg = NvjpegDecoder(device, pipeline_depth=2)
             # the scan check runs beside the decode (see _check_scans)
             self.check_stream = torch.cuda.Stream(device)
         self.check_done: torch.cuda.Event | None = None  # the last decode's scan check, on check_stream
@@ -366,7 +364,8 @@ class GpuDecoder:
             check = self._check_scans(batch, pinned, enc)
         self.check_done = check.done
         reasons: dict[int, str] = {}
-        # One nvJPEG call per output format: planar Y/Cb/Cr (layout.PLANAR + S) or RGB.
+        # One nvJPEG call per output format: planar Y/Cb/Cr (layout.PLANAR + S), or RGB for the
+        # JPEGs the kernel has no planar reader for (``_worker._gpu_decodable_shape``).
         planar = shapes[enc, 2] >= layout.PLANAR
         for part in (enc[~planar], enc[planar]):
             if not len(part):
@@ -375,13 +374,10 @@ class GpuDecoder:
             if hints is not None and (hints < 0).any():
                 hints = None
             chroma = chroma_shapes(shapes[part]) if shapes[part[0], 2] >= layout.PLANAR else None
-            # region-of-interest decode: nvJPEG gets each image's own size and the window (planar: none)
-            sizes = shapes[part, :2] if batch.frames is None else batch.frames[part]
-            rois = batch.rois[part] if batch.rois is not None and chroma is None else None
             t, t_cpu = time.perf_counter(), time.thread_time()
-            status = self.nvjpeg.decode_batch(pinned, batch.offsets[part], batch.lengths[part], sizes,
+            status = self.nvjpeg.decode_batch(pinned, batch.offsets[part], batch.lengths[part], shapes[part, :2],
                                               decoded, out_offsets[part], stream, hints=hints, chroma=chroma,
-                                              rois=rois, stream_order=stream_order)
+                                              stream_order=stream_order)
             self.counts["nvjpeg_s"] += time.perf_counter() - t
             self.counts["nvjpeg_cpu_s"] += time.thread_time() - t_cpu
             routed = self.nvjpeg.last_stats
@@ -398,12 +394,8 @@ class GpuDecoder:
         end = decoded.numel()
         for i in sorted(reasons):
             self.counts["decoded_cpu"] += 1
-            frame = shapes[i] if batch.frames is None else (*batch.frames[i], shapes[i, 2])
             try:
-                img = self._decode_on_cpu(i, batch, pinned, frame, decode_cpu, reasons[i])
-                if batch.rois is not None and batch.rois[i, 2] > 0:  # its slot holds the window only
-                    x, y, w, h = (int(v) for v in batch.rois[i])
-                    img = img[y:y + h, x:x + w].contiguous()
+                img = self._decode_on_cpu(i, batch, pinned, shapes[i], decode_cpu, reasons[i])
             except SampleError as err:
                 if self.fallback.on_error == "raise":
                     raise

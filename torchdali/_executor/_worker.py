@@ -152,11 +152,6 @@ class PackedBatch:
     lengths: np.ndarray | None = None
     shapes: np.ndarray | None = None
     hints: np.ndarray | None = None  # header codes for nvJPEG's backend routing (-1: none)
-    # region-of-interest decode (``decode_windows``): ``(x, y, w, h)`` of the window nvJPEG decodes
-    # (``w = -1``: the whole image), and each image's own ``(H, W)``; ``shapes`` then holds the
-    # window's size and the params' ``roi_y0``/``roi_x0`` where it starts
-    rois: np.ndarray | None = None
-    frames: np.ndarray | None = None
     scan_starts: np.ndarray | None = None  # where each JPEG's scan data starts (-1: not checked)
     scan_check: Any = None  # main process only: the scan check the staging thread started (``_decode.ScanCheck``)
     seq: int = -1  # the loader-wide batch number (-1: not numbered, e.g. an IterableDataset)
@@ -244,11 +239,8 @@ class PrepareBatch:
 
     def __init__(self, plan: Plan, mode: str, delivery: Delivery | None = None,
                  channels_last: bool = False, on_error: Any = "raise", dataset: Any = None,
-                 ring: Any = None, max_image_pixels: int | None = None, planar: bool = False,
-                 roi: bool = False) -> None:
+                 ring: Any = None, max_image_pixels: int | None = None) -> None:
         check_on_error(on_error)
-        self.planar = planar  # GPU path: nvJPEG decodes to Y/Cb/Cr planes, the kernel converts
-        self.roi = roi  # GPU path: nvJPEG decodes only the window of each image the kernel reads
         self.max_image_pixels = max_image_pixels  # larger images are refused from their header
         self.ring = ring  # HostRing the GPU path's workers write batches into, or None
         self.plan = plan
@@ -267,7 +259,7 @@ class PrepareBatch:
             raise SampleError.for_sample(idx, path, "unsupported sample", e) from None
         if kind == ENCODED:
             header = _checked_header(payload, self.max_image_pixels, idx, path)
-            probe = _gpu_decodable_shape(payload, header.jpeg, self.planar) if self.mode == "gpu" else None
+            probe = _gpu_decodable_shape(payload, header.jpeg) if self.mode == "gpu" else None
             if probe is not None:
                 shape, hint, scan_start = probe
                 return LoadedSample(kind, payload, shape, hint, scan_start)
@@ -363,9 +355,6 @@ class PrepareBatch:
             payloads.append(payload)
 
         drawn = draw_params(self.plan, shapes, seed, epoch, positions)
-        windows = None
-        if self.mode == "gpu" and self.roi:
-            windows = decode_windows(drawn.params, shapes, (kinds == ENCODED) & (shapes[:, 2] < layout.PLANAR))
         parts = samples[0].tag.parts if self.mode == "gpu" else 1
         if parts > 1:  # collated once the batch is whole again (merge_parts)
             collated = targets
@@ -408,10 +397,6 @@ class PrepareBatch:
                 batch.blob = torch.cat(flat) if n else torch.empty(0, dtype=torch.uint8)
             batch.kinds, batch.offsets, batch.lengths, batch.shapes = kinds, offsets, lengths, shapes
             batch.hints, batch.scan_starts = hints, scan_starts
-            if windows is not None and (windows[:, 2] > 0).any():
-                batch.rois, batch.frames = windows, shapes[:, :2].copy()
-                on = windows[:, 2] > 0
-                shapes[on, 0], shapes[on, 1] = windows[on, 3], windows[on, 2]  # the decoded window's size
         batch.seconds = time.perf_counter() - t0
         return batch
 
@@ -492,61 +477,7 @@ def merge_parts(parts: Sequence[PackedBatch], delivery: Delivery, ring: Any = No
         spares=[t for p in parts for t in p.spares], skipped=[s for p in parts for s in p.skipped],
         seconds=sum(p.seconds for p in parts),
         slots=None if first.slots is None else torch.cat([p.slots for p in parts]))
-    if any(p.rois is not None for p in parts):  # a part without windows decodes its images whole
-        batch.rois = cat([p.rois if p.rois is not None else np.tile(np.array([0, 0, -1, -1], dtype=np.int64),
-                                                                    (len(p.indices), 1)) for p in parts])
-        batch.frames = cat([p.frames if p.frames is not None else p.shapes[:, :2].copy() for p in parts])
     return batch
-
-
-ROI_MARGIN = 16  # pixels kept around the clamp region: chroma upsampling reads 1-2 beyond a pixel
-ROI_ALIGN = 16  # window edges on multiples of this (a 4:2:0 MCU), where the image allows
-ROI_MAX_SHARE = 0.9  # a window larger than this share of its image: decode the whole image
-
-
-def decode_windows(params: torch.Tensor, shapes: np.ndarray, eligible: np.ndarray) -> np.ndarray:
-    """Region-of-interest decode: the window of each image the kernel reads, ``(N, 4)``
-    int64 ``(x, y, w, h)`` (``(0, 0, -1, -1)``: decode the whole image), and the window's
-    start written into ``params``' ``roi_y0``/``roi_x0`` columns (``params``: the
-    ``[N, NUM_PARAMS]`` float32 rows drawn for the images' own ``shapes``, on the CPU).
-
-    Kernel 1 reads an image only inside its clamp region ``[lo, hi)`` (the crop box of
-    RandomResizedCrop); the window holds it with ``ROI_MARGIN`` pixels around, so the
-    decoder's chroma upsampling at the window's edge never reaches a pixel the kernel
-    reads, and its edges lie on ``ROI_ALIGN`` where the image allows. ``eligible``
-    marks the samples nvJPEG decodes to interleaved RGB; the others, and windows
-    larger than ``ROI_MAX_SHARE`` of their image, decode whole.
-
-    A window never ends at the image's right or bottom edge where that edge cuts an
-    MCU (a width or height not a multiple of ``ROI_ALIGN``): there nvJPEG's hardware
-    decoder upsamples the last chroma column (row) of a window from the MCU's padding
-    rather than from the image's edge, up to 5 levels away from the whole image's
-    decode (H200, 4:2:0, width 180). Such images decode whole.
-    """
-    n = len(shapes)
-    out = np.tile(np.array([0, 0, -1, -1], dtype=np.int64), (n, 1))
-    if not n or not eligible.any():
-        return out
-    y, x = layout.axis("y"), layout.axis("x")
-    p = params.numpy()
-    H, W = shapes[:, 0].astype(np.int64), shapes[:, 1].astype(np.int64)
-    with np.errstate(invalid="ignore"):
-        lo_y = np.nan_to_num(np.floor(p[:, y.lo]), nan=0.0).clip(0, None).astype(np.int64)
-        hi_y = np.nan_to_num(np.ceil(p[:, y.hi]), nan=0.0).astype(np.int64)
-        lo_x = np.nan_to_num(np.floor(p[:, x.lo]), nan=0.0).clip(0, None).astype(np.int64)
-        hi_x = np.nan_to_num(np.ceil(p[:, x.hi]), nan=0.0).astype(np.int64)
-    y0 = np.maximum(lo_y - ROI_MARGIN, 0) // ROI_ALIGN * ROI_ALIGN
-    x0 = np.maximum(lo_x - ROI_MARGIN, 0) // ROI_ALIGN * ROI_ALIGN
-    y1 = np.minimum(-(-(hi_y + ROI_MARGIN) // ROI_ALIGN) * ROI_ALIGN, H)
-    x1 = np.minimum(-(-(hi_x + ROI_MARGIN) // ROI_ALIGN) * ROI_ALIGN, W)
-    h, w = y1 - y0, x1 - x0
-    use = eligible & (h > 0) & (w > 0) & (h * w <= ROI_MAX_SHARE * H * W)
-    use &= ((x1 < W) | (W % ROI_ALIGN == 0)) & ((y1 < H) | (H % ROI_ALIGN == 0))
-    out[use] = np.stack([x0, y0, w, h], 1)[use]
-    rows = torch.from_numpy(np.flatnonzero(use))
-    params[rows, layout.ROI_Y0] = torch.from_numpy(y0[use]).to(params.dtype)
-    params[rows, layout.ROI_X0] = torch.from_numpy(x0[use]).to(params.dtype)
-    return out
 
 
 def read_into(slot: torch.Tensor, start: int, stop: int,
@@ -624,12 +555,12 @@ def _checked_header(payload: torch.Tensor, max_pixels: int | None, idx: int, pat
     return header
 
 
-def _gpu_decodable_shape(payload: torch.Tensor, info: Any,
-                         planar: bool = False) -> tuple[tuple[int, int, int], int, int] | None:
-    """((H, W, 3), header code, scan start) when nvJPEG should decode this sample, else None
-    (decode on the CPU). With ``planar``, samples whose Y/Cb/Cr planes the fused kernel
-    converts (``planar_chroma``) get ``(H, W, layout.PLANAR + S)`` instead: nvJPEG
-    decodes them to planes at their own subsampling.
+def _gpu_decodable_shape(payload: torch.Tensor, info: Any) -> tuple[tuple[int, int, int], int, int] | None:
+    """((H, W, layout.PLANAR + S), header code, scan start) when nvJPEG should decode this
+    sample, else None (decode on the CPU): nvJPEG decodes it to its Y/Cb/Cr planes at their
+    own subsampling ``S``, which the fused kernel converts. A JPEG whose planes the kernel
+    has no reader for (4:1:1, unequal chroma planes: ``planar_chroma`` is None) gets
+    ``(H, W, 3)``: nvJPEG decodes it to interleaved RGB.
 
     CMYK/YCCK, RGB-coded, lossless, arithmetic-coded and 12-bit JPEGs go to the
     CPU, and so do files that do not end in an EOI marker and files whose tables or
@@ -651,11 +582,8 @@ def _gpu_decodable_shape(payload: torch.Tensor, info: Any,
     defect, start = dec.scan_header(data)  # one walk over the segments: defects and the scan start
     if defect is not None:
         return None
-    channels = 3
-    if planar:
-        chroma = dec.planar_chroma(info)
-        if chroma is not None:
-            channels = layout.PLANAR + layout.SUBSAMPLINGS[chroma[0]]
+    chroma = dec.planar_chroma(info)
+    channels = 3 if chroma is None else layout.PLANAR + layout.SUBSAMPLINGS[chroma[0]]
     return (info.height, info.width, channels), dec.header_code(info), start
 
 

@@ -65,38 +65,15 @@ def _as_int64(x, name: str, shape: Optional[Tuple[int, ...]] = None) -> np.ndarr
     return arr.astype(np.int64, copy=False)
 
 
-def window_chroma(heights, widths, chroma, rois) -> np.ndarray:
-    """``(N, 2)`` int64: the height and width of the Cb and Cr planes of each image's window.
-
-    ``chroma`` holds the whole image's chroma plane size (``(0, 0)`` for grayscale,
-    which stays so), ``rois`` the windows ``(x, y, w, h)`` (``w <= 0`` or ``h <= 0``:
-    the whole image). A window starting on a multiple of the chroma factors holds
-    the chroma samples ``[y / vf, ceil((y + h) / vf))`` (and the same across).
-    Factors are 1 or 2: a plane smaller than the image is half of it.
-    """
-    heights, widths = np.asarray(heights, dtype=np.int64), np.asarray(widths, dtype=np.int64)
-    chroma, rois = np.asarray(chroma, dtype=np.int64), np.asarray(rois, dtype=np.int64)
-    ch, cw = chroma[:, 0], chroma[:, 1]
-    vf, hf = np.where(ch < heights, 2, 1), np.where(cw < widths, 2, 1)
-    x, y, w, h = rois[:, 0], rois[:, 1], rois[:, 2], rois[:, 3]
-    on = (w > 0) & (h > 0) & (ch > 0)
-    wch = np.where(on, -(-(y + h) // vf) - y // vf, ch)
-    wcw = np.where(on, -(-(x + w) // hf) - x // hf, cw)
-    return np.stack([wch, wcw], 1)
-
-
 class _StateSet:
     """nvJPEG states used by one decode_batch call, reused ``pipeline_depth`` calls later."""
 
-    __slots__ = ("hw", "hy", "single", "params", "params_fmt", "event", "recorded", "hw_batch", "hy_batch",
-                 "inflight")
+    __slots__ = ("hw", "hy", "single", "event", "recorded", "hw_batch", "hy_batch", "inflight")
 
     def __init__(self) -> None:
         self.hw: Optional[int] = None  # nvjpegJpegState_t on the hardware handle
         self.hy: Optional[int] = None  # batched state on the hybrid handle
         self.single: Optional[int] = None  # nvjpegDecode state on the hybrid handle
-        self.params: List[int] = []  # nvjpegDecodeParams_t for ROI decodes on the hardware handle
-        self.params_fmt: List[int] = []  # the output format each of them is set to
         self.event: Optional[torch.cuda.Event] = None  # recorded after the call's work
         self.recorded = False
         # (batch size, output format) ``hw`` / ``hy`` are initialised for; () forces
@@ -123,37 +100,35 @@ def engine_order(kinds: np.ndarray, heights: np.ndarray, widths: np.ndarray) -> 
 class NvjpegDecoder:
     """Batched JPEG decoder on one GPU: nvJPEG hardware engines first, CUDA hybrid otherwise.
 
-    Every image is decoded to interleaved RGB (HWC, pitch ``3 * width``) into a slice
-    of one caller-provided uint8 CUDA buffer.  Images the hardware backend accepts
-    (``nvjpegDecodeBatchedSupported``) go through one ``nvjpegDecodeBatched`` call on
-    the hardware handle; the rest (progressive JPEGs, and whatever else the engines
-    refuse) through the GPU-hybrid handle.  Images nvJPEG cannot take
-    (not JPEG, CMYK/YCCK, lossless, 12-bit, header errors) are reported as
+    Every image is decoded into a slice of one caller-provided uint8 CUDA buffer, as
+    its Y, Cb and Cr planes at its own chroma subsampling (``chroma`` in
+    :meth:`decode_batch`: the loader's route, its fused kernel upsamples and converts
+    them) or as interleaved RGB (HWC, pitch ``3 * width``: the loader's route for the
+    JPEGs whose planes the kernel has no reader for, such as 4:1:1).  Images the
+    hardware backend accepts (``nvjpegDecodeBatchedSupported``) go through one
+    ``nvjpegDecodeBatched`` call on the hardware handle; the rest (progressive JPEGs,
+    and whatever else the engines refuse) through the GPU-hybrid handle.  Images nvJPEG
+    cannot take (not JPEG, CMYK/YCCK, lossless, 12-bit, header errors) are reported as
     ``STATUS_NEEDS_CPU`` for the caller to decode with :func:`decode_cpu`.
 
     Args:
         device: CUDA device (index, ``torch.device`` or None for the current device).
         backend: "auto" (hardware engines when present, hybrid for the rest),
-            "hardware" (as auto, but raise if there are no engines), "hybrid" (GPU
-            hybrid only) or "default" (``NVJPEG_BACKEND_DEFAULT`` only).
+            "hardware" (as auto, but raise if there are no engines) or "hybrid" (GPU
+            hybrid only).
         max_batch: most images passed to one nvJPEG batched call; larger batches are
             split.
-        fancy_upsampling: create the handles with NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION
-            (nvJPEG >= 12.1) so chroma is interpolated like libjpeg-turbo does and GPU
-            and CPU decodes of 4:2:0/4:2:2 images agree more closely (on by default:
-            measured on an H200, it also kept the hardware engines' rate); dropped
-            silently where nvjpegCreateEx refuses the flag
-            (``self.handle_flags`` says what each handle got).
         gpu_grayscale: decode 1-component JPEGs on the GPU (nvJPEG replicates luma into
             R, G and B).  With False they are reported as needing the CPU.
-        preallocate: ``(batch, height, width)`` passed to nvjpegDecodeBatchedPreAllocate
-            for every hardware state (as 4:4:4, RGB): nvJPEG sizes its device buffers
-            for that much up front instead of freeing and reallocating them when the
-            sizes and subsamplings of the batches change. The default is a hint only.
         pipeline_depth: sets of nvJPEG states used in turn.  A call reuses the states
             of the call ``pipeline_depth`` calls earlier and first waits (on the host)
             until that call's GPU work has finished, so with the default of 2 the host
             side of batch N+1 overlaps the GPU decode of batch N.
+
+    The handles are created with NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION (nvJPEG >=
+    12.1) so that RGB output interpolates chroma as libjpeg-turbo does and GPU and CPU
+    decodes of 4:2:0/4:2:2 images agree more closely; the flag is dropped silently where
+    nvjpegCreateEx refuses it (``self.handle_flags`` says what each handle got).
 
     Calls are serialised by a lock; for parallel host-side work use one decoder per
     thread.
@@ -165,10 +140,8 @@ class NvjpegDecoder:
         backend: str = "auto",
         max_batch: int = 256,
         *,
-        fancy_upsampling: bool = True,
         gpu_grayscale: bool = True,
         pipeline_depth: int = 2,
-        preallocate: Tuple[int, int, int] = (1, 1, 1),
     ):
         self._closed = True  # until every handle exists; close() tolerates partial init
         keep_in_children(self)
@@ -176,8 +149,8 @@ class NvjpegDecoder:
         self._sets: List[_StateSet] = []
         if int(pipeline_depth) < 1:
             raise ValueError(f"pipeline_depth must be >= 1, got {pipeline_depth}")
-        if backend not in ("auto", "hardware", "hybrid", "default"):
-            raise ValueError(f"backend must be 'auto', 'hardware', 'hybrid' or 'default', got {backend!r}")
+        if backend not in ("auto", "hardware", "hybrid"):
+            raise ValueError(f"backend must be 'auto', 'hardware' or 'hybrid', got {backend!r}")
         if int(max_batch) < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         if not torch.cuda.is_available():
@@ -186,7 +159,6 @@ class NvjpegDecoder:
         index = _device_index(device)
         self.device = torch.device("cuda", index)
         self.max_batch = int(max_batch)
-        self._preallocate = tuple(max(int(v), 1) for v in preallocate)  # (batch, height, width)
         self.gpu_grayscale = bool(gpu_grayscale)
         self.hardware_engines = 0
         self.hardware_cores_per_engine = 0
@@ -203,21 +175,17 @@ class NvjpegDecoder:
         self._next_set = 0
         #: backend chosen per header code (see decode_batch's ``hints``): True = hardware
         self._routes: Dict[int, bool] = {}
-        self._routes_ex: Dict[Tuple[int, bool], bool] = {}  # the same for windowed calls (BatchedEx)
         self._call_hints: Optional[List[int]] = None
         self._call_codes: Optional[np.ndarray] = None  # the same as an array
         # where grayscale images' chroma planes go in planar decodes; never read, so calls
         # share it (each call's state set holds it until its work is done)
         self._gray_scratch: Optional[torch.Tensor] = None
-        lib = self._lib
-        self._has_ex = hasattr(lib, "nvjpegDecodeBatchedEx") and hasattr(lib, "nvjpegDecodeBatchedSupportedEx")
         wanted_flags = NVJPEG_FLAGS_DEFAULT
-        if fancy_upsampling:
-            try:
-                if nvjpeg_version()[:2] >= (12, 1):
-                    wanted_flags |= NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION
-            except NvjpegError:
-                pass
+        try:
+            if nvjpeg_version()[:2] >= (12, 1):
+                wanted_flags |= NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION
+        except NvjpegError:
+            pass
         self._closed = False
         try:
             with torch.cuda.device(index):
@@ -274,10 +242,9 @@ class NvjpegDecoder:
                     f"the nvJPEG hardware decoder is not available on {torch.cuda.get_device_name(self.device)}: "
                     f"{self.hardware_unavailable_reason}. Use backend='auto' to fall back to the CUDA decoder."
                 )
-        order = [(NVJPEG_BACKEND_DEFAULT, "default")] if backend == "default" else [
-            (NVJPEG_BACKEND_GPU_HYBRID, "gpu_hybrid"), (NVJPEG_BACKEND_DEFAULT, "default")]
+        # the CUDA decoder: the GPU-hybrid backend, else nvJPEG's default one
         status = 0
-        for code, name in order:
+        for code, name in ((NVJPEG_BACKEND_GPU_HYBRID, "gpu_hybrid"), (NVJPEG_BACKEND_DEFAULT, "default")):
             status, handle, used = self._create_handle(code, flags)
             if status == 0:
                 self._hy = handle
@@ -297,10 +264,9 @@ class NvjpegDecoder:
                 ss.hw = self._new(lib.nvjpegJpegStateCreate, self._hw, "nvjpegJpegStateCreate")
                 if hasattr(lib, "nvjpegDecodeBatchedPreAllocate"):
                     # It lets the hardware backend keep a memory pool instead of
-                    # reallocating for every batch.  Failure is harmless.
-                    pre_batch, pre_h, pre_w = self._preallocate
-                    lib.nvjpegDecodeBatchedPreAllocate(self._hw, ss.hw, pre_batch, pre_w, pre_h, NVJPEG_CSS_444,
-                                                       NVJPEG_OUTPUT_RGBI)
+                    # reallocating for every batch (a batch of one 1x1 image: a hint
+                    # only).  Failure is harmless.
+                    lib.nvjpegDecodeBatchedPreAllocate(self._hw, ss.hw, 1, 1, 1, NVJPEG_CSS_444, NVJPEG_OUTPUT_RGBI)
             ss.event = torch.cuda.Event()
         # Scratch output cells reused by the per-image header queries.
         self._c_ncomp = ctypes.c_int()
@@ -310,19 +276,6 @@ class NvjpegDecoder:
         self._c_enc = ctypes.c_int()
         self._c_prec = ctypes.c_uint()
         self._c_sup = ctypes.c_int()
-
-    def _params(self, ss: _StateSet, k: int, fmt: int) -> int:
-        """k-th decode-params object of a state set (created on demand), set to output ``fmt``."""
-        while len(ss.params) <= k:
-            ss.params.append(self._new(self._lib.nvjpegDecodeParamsCreate, self._hw, "nvjpegDecodeParamsCreate"))
-            ss.params_fmt.append(-1)
-        handle = ss.params[k]
-        if ss.params_fmt[k] != fmt:
-            status = self._lib.nvjpegDecodeParamsSetOutputFormat(handle, fmt)
-            if status:
-                raise NvjpegError(status, "nvjpegDecodeParamsSetOutputFormat")
-            ss.params_fmt[k] = fmt
-        return handle
 
     # ---------------------------------------------------------------- properties
 
@@ -401,7 +354,6 @@ class NvjpegDecoder:
         out_offsets=None,
         stream: Union[torch.cuda.Stream, int, None] = None,
         *,
-        rois=None,
         hints=None,
         chroma=None,
         stream_order: bool = True,
@@ -419,7 +371,7 @@ class NvjpegDecoder:
             out: 1-D uint8 CUDA tensor on this decoder's device.
             out_offsets: ``(N,)`` byte offsets into ``out``; image ``i`` occupies
                 ``h * w * 3`` bytes there (HWC, row pitch ``3 * w``) where ``(h, w)``
-                is its size, or its ROI size when ``rois`` is given.
+                is its size (with ``chroma``, its planes' bytes).
             stream: CUDA stream (``torch.cuda.Stream`` or a raw ``cudaStream_t`` int) to
                 decode on; default: the current stream of the decoder's device.
             hints: optional ``(N,)`` int64 codes of what each image's header says
@@ -432,16 +384,7 @@ class NvjpegDecoder:
                 ``i``'s Cb and Cr planes (``ceil(h * h_i / h_max)`` etc. from its sampling
                 factors); image ``i`` then occupies ``h * w + 2 * ch * cw`` bytes at its
                 offset: Y (row pitch ``w``), then Cb, then Cr (row pitch ``cw``). ``(0, 0)``
-                marks a grayscale image: Y only. With ``rois``, rows still give the whole
-                image's planes, and the output holds each plane's window (see ``rois``).
-            rois: optional ``(N, 4)`` ints ``(x, y, w, h)``: decode only that window.
-                Rows with ``w <= 0`` or ``h <= 0`` decode the whole image.  The hardware
-                engines crop while decoding where nvJPEG supports it; elsewhere the
-                image is decoded whole into scratch memory and the window copied.
-                Planar output (``chroma``): a window starts on a multiple of the
-                image's chroma factors; its Y plane is ``h x w`` (row pitch ``w``) and
-                its Cb and Cr planes hold the chroma samples that cover it,
-                ``window_chroma(...)`` of them (row pitch their width).
+                marks a grayscale image: Y only.
             stream_order: the hardware engines write ``out`` while the call runs,
                 whatever work is still queued on ``stream`` before it (nvJPEG's batched
                 hardware decode does not wait for the stream). With True the call first
@@ -483,40 +426,10 @@ class NvjpegDecoder:
                     i = int(np.flatnonzero(bad)[0])
                     raise ValueError(f"chroma planes {tuple(planes[i])} of image {i} do not fit its "
                                      f"{heights[i]}x{widths[i]} frame")
-            roi = None
-            if rois is not None:
-                roi = _as_int64(rois, "rois", (n, 4))
-                has_roi = (roi[:, 2] > 0) & (roi[:, 3] > 0)
-                if has_roi.any():
-                    x, y, rw, rh = roi[:, 0], roi[:, 1], roi[:, 2], roi[:, 3]
-                    bad = has_roi & ((x < 0) | (y < 0) | (x + rw > widths) | (y + rh > heights))
-                    if bad.any():
-                        i = int(np.flatnonzero(bad)[0])
-                        raise ValueError(f"roi {tuple(roi[i])} of image {i} lies outside its "
-                                         f"{heights[i]}x{widths[i]} frame")
-                    roi = np.where(has_roi[:, None], roi, np.array([0, 0, -1, -1], dtype=np.int64))
-                else:
-                    roi = None
-            if roi is None:
-                out_h, out_w = heights, widths
+            if planes is None:
+                nbytes = heights * widths * 3
             else:
-                roi_on = roi[:, 2] > 0
-                out_h = np.where(roi_on, roi[:, 3], heights)
-                out_w = np.where(roi_on, roi[:, 2], widths)
-            out_planes = None
-            if planes is not None:
-                out_planes = planes
-                if roi is not None:
-                    out_planes = window_chroma(heights, widths, planes, roi)
-                    vf = np.where(planes[:, 0] < heights, 2, 1)
-                    hf = np.where(planes[:, 1] < widths, 2, 1)
-                    bad = (roi[:, 2] > 0) & (planes[:, 0] > 0) & ((roi[:, 1] % vf != 0) | (roi[:, 0] % hf != 0))
-                    if bad.any():
-                        i = int(np.flatnonzero(bad)[0])
-                        raise ValueError(f"roi {tuple(roi[i])} of planar image {i} does not start on a multiple "
-                                         f"of its chroma factors ({hf[i]}, {vf[i]})")
-            nbytes = out_h * out_w * 3 if planes is None else \
-                out_h * out_w + 2 * out_planes[:, 0] * out_planes[:, 1]
+                nbytes = heights * widths + 2 * planes[:, 0] * planes[:, 1]
             if n and ((out_off < 0).any() or (out_off + nbytes > out.numel()).any()):
                 i = int(np.flatnonzero((out_off < 0) | (out_off + nbytes > out.numel()))[0])
                 raise ValueError(f"image {i} needs bytes [{out_off[i]}, {out_off[i] + nbytes[i]}) of out, "
@@ -545,17 +458,16 @@ class NvjpegDecoder:
                     ss.inflight = ()
                 scratch: list = []
                 try:
-                    self._decode(ss, ptrs, lens, heights, widths, roi, out, out_off, dst, status, stream, scratch,
-                                 planes, stream_order)
+                    self._decode(ss, ptrs, lens, heights, widths, dst, status, stream, scratch, planes,
+                                 stream_order)
                 finally:
                     ss.event.record(stream)
                     ss.recorded = True
                     ss.inflight = (data, out, scratch)
             return status.tolist()
 
-    def _classify(self, ss: _StateSet, ptrs, lens, heights, widths, roi, status,
-                  planes=None) -> Tuple[List[int], List[int], List[int]]:
-        """Header checks for every image: (hardware indices, their params, hybrid indices)."""
+    def _classify(self, ptrs, lens, heights, widths, status, planes=None) -> Tuple[List[int], List[int]]:
+        """Header checks for every image: (hardware indices, hybrid indices)."""
         lib = self._lib
         errors = self.last_errors
         get_info = lib.nvjpegGetImageInfo
@@ -563,8 +475,6 @@ class NvjpegDecoder:
         get_encoding = lib.nvjpegJpegStreamGetJpegEncoding
         get_precision = lib.nvjpegJpegStreamGetSamplePrecision
         supported = lib.nvjpegDecodeBatchedSupported
-        supported_ex = getattr(lib, "nvjpegDecodeBatchedSupportedEx", None)
-        set_roi = lib.nvjpegDecodeParamsSetROI
         hw = self._hw
         info_handle = hw if hw is not None else self._hy
         js = self._jstream
@@ -573,37 +483,19 @@ class NvjpegDecoder:
         p_enc, p_prec, p_sup = ctypes.byref(self._c_enc), ctypes.byref(self._c_prec), ctypes.byref(self._c_sup)
         c_ncomp, c_css, c_enc, c_prec, c_sup = self._c_ncomp, self._c_css, self._c_enc, self._c_prec, self._c_sup
         gray_ok = self.gpu_grayscale
-        use_ex = roi is not None and self._has_ex and hw is not None
-        fmt = NVJPEG_OUTPUT_RGBI if planes is None else NVJPEG_OUTPUT_YUV
         ptr_l, len_l = ptrs.tolist(), lens.tolist()
         h_l, w_l = heights.tolist(), widths.tolist()
-        roi_l = roi.tolist() if roi is not None else None
         hw_idx: List[int] = []
-        hw_params: List[int] = []
         hy_idx: List[int] = []
         hints_l = self._call_hints
         # The backend that took the first image of a header code takes the others without
-        # nvJPEG's per-image checks: whole images (keyed by the code), and windows through
-        # nvjpegDecodeBatchedEx (keyed by the code and whether a window is set); a cached
-        # hardware image there only needs its window written into its params.
-        routes = self._routes if roi is None else (self._routes_ex if use_ex else None)
+        # nvJPEG's per-image checks.
+        routes = self._routes
         for i in range(len(ptr_l)):
-            hint = hints_l[i] if hints_l is not None and routes is not None else None
-            key = hint if roi is None or hint is None else (hint, roi_l[i][2] > 0, fmt)
-            if hint is not None and key in routes:
-                if not routes[key]:
-                    hy_idx.append(i)
-                    continue
-                if not use_ex:
-                    hw_idx.append(i)
-                    continue
-                prm = self._params(ss, len(hw_idx), fmt)
-                x, y, rw, rh = roi_l[i]
-                if set_roi(prm, x, y, rw, rh) == 0:
-                    hw_idx.append(i)
-                    hw_params.append(prm)
-                    continue
-                hint = None  # the window was refused: the full checks below decide, uncached
+            hint = hints_l[i] if hints_l is not None else None
+            if hint is not None and hint in routes:
+                (hw_idx if routes[hint] else hy_idx).append(i)
+                continue
             p, length = ptr_l[i], len_l[i]
             if length == 0 or h_l[i] <= 0 or w_l[i] <= 0:
                 status[i] = STATUS_NEEDS_CPU
@@ -649,29 +541,16 @@ class NvjpegDecoder:
                 errors[i] = f"{c_prec.value}-bit samples"
                 continue
             if hw is not None:
-                if use_ex:
-                    prm = self._params(ss, len(hw_idx), fmt)
-                    x, y, rw, rh = roi_l[i]
-                    st = set_roi(prm, x, y, rw, rh)
-                    if st == 0:
-                        st = supported_ex(hw, js, prm, p_sup)
-                    if st == 0 and c_sup.value == 0:
-                        hw_idx.append(i)
-                        hw_params.append(prm)
-                        if hint is not None:
-                            routes[key] = True
-                        continue
-                elif roi_l is None or roi_l[i][2] <= 0:
-                    st = supported(hw, js, p_sup)
-                    if st == 0 and c_sup.value == 0:
-                        hw_idx.append(i)
-                        if hint is not None:
-                            routes[key] = True
-                        continue
+                st = supported(hw, js, p_sup)
+                if st == 0 and c_sup.value == 0:
+                    hw_idx.append(i)
+                    if hint is not None:
+                        routes[hint] = True
+                    continue
             hy_idx.append(i)
             if hint is not None:
-                routes[key] = False
-        return hw_idx, hw_params, hy_idx
+                routes[hint] = False
+        return hw_idx, hy_idx
 
     @staticmethod
     def _claim(state: int, used: set, stream) -> None:
@@ -686,9 +565,9 @@ class NvjpegDecoder:
             stream.synchronize()
         used.add(state)
 
-    def _batched(self, ss: _StateSet, which: str, idx: List[int], ptrs, lens, images, fmt: int, params,
+    def _batched(self, ss: _StateSet, which: str, idx: List[int], ptrs, lens, images, fmt: int,
                  stream, used: set) -> int:
-        """One nvjpegDecodeBatched(Ex) call for images ``idx`` into ``images`` (their
+        """One nvjpegDecodeBatched call for images ``idx`` into ``images`` (their
         nvjpegImage_t rows, from :meth:`_image_rows`) in output format ``fmt``; returns
         its status."""
         lib = self._lib
@@ -709,13 +588,8 @@ class NvjpegDecoder:
                 setattr(ss, attr, ())
                 return st
             setattr(ss, attr, (k, fmt))
-        if params is not None:
-            param_arr = np.asarray(params, dtype=np.uint64)
-            st = lib.nvjpegDecodeBatchedEx(handle, state, data_arr.ctypes.data, len_arr.ctypes.data,
-                                           images.ctypes.data, param_arr.ctypes.data, stream_handle)
-        else:
-            st = lib.nvjpegDecodeBatched(handle, state, data_arr.ctypes.data, len_arr.ctypes.data,
-                                         images.ctypes.data, stream_handle)
+        st = lib.nvjpegDecodeBatched(handle, state, data_arr.ctypes.data, len_arr.ctypes.data,
+                                     images.ctypes.data, stream_handle)
         if st:
             # "If the batch decoding fails, call nvjpegDecodeBatchedInitialize() again."
             setattr(ss, attr, ())
@@ -729,24 +603,19 @@ class NvjpegDecoder:
             img.pitch[c] = int(row[4 + c])
         return self._lib.nvjpegDecode(self._hy, ss.single, ptr, length, fmt, ctypes.byref(img), stream.cuda_stream)
 
-    def _image_rows(self, heights, widths, roi, dst, planes, stream, scratch) -> np.ndarray:
+    def _image_rows(self, heights, widths, dst, planes, stream, scratch) -> np.ndarray:
         """The nvjpegImage_t of every image, ``(n, 8)`` uint64: channel pointers, then pitches.
 
-        Interleaved RGB: one channel, pitch ``3 * width`` (of the ROI, where one is set).
-        Planar: Y, Cb and Cr back to back (of the ROI's planes, where one is set). nvJPEG
-        may write chroma planes for a grayscale image too; they go to scratch memory,
-        never into the batch.
+        Interleaved RGB: one channel, pitch ``3 * width``. Planar: Y, Cb and Cr back to
+        back. nvJPEG may write chroma planes for a grayscale image too; they go to scratch
+        memory, never into the batch.
         """
         rows = np.zeros((len(dst), 8), dtype=np.uint64)
         rows[:, 0] = dst
-        on = None if roi is None else (roi[:, 2] > 0) & (roi[:, 3] > 0)
-        h = heights if on is None else np.where(on, roi[:, 3], heights)
-        w = widths if on is None else np.where(on, roi[:, 2], widths)
+        h, w = heights, widths
         if planes is None:
             rows[:, 4] = 3 * w
             return rows
-        if on is not None:
-            planes = window_chroma(heights, widths, planes, roi)
         luma = h * w
         ch, cw = planes[:, 0], planes[:, 1]
         rows[:, 1] = dst + luma.astype(np.uint64)
@@ -776,15 +645,13 @@ class NvjpegDecoder:
             return (ch == 0) * 4 + (ch < heights[sel]) * 2 + (cw < widths[sel])
         return np.zeros(len(sel), dtype=np.int64)
 
-    def _decode(self, ss: _StateSet, ptrs, lens, heights, widths, roi, out, out_off, dst, status, stream,
-                scratch, planes=None, stream_order: bool = True) -> None:
-        hw_idx, hw_params, hy_idx = self._classify(ss, ptrs, lens, heights, widths, roi, status, planes)
+    def _decode(self, ss: _StateSet, ptrs, lens, heights, widths, dst, status, stream, scratch,
+                planes=None, stream_order: bool = True) -> None:
+        hw_idx, hy_idx = self._classify(ptrs, lens, heights, widths, status, planes)
         if len(hw_idx) > 1:
             sel = np.asarray(hw_idx, dtype=np.int64)
             order = engine_order(self._kinds(sel, heights, widths, planes), heights[sel], widths[sel])
             hw_idx = sel[order].tolist()
-            if hw_params:
-                hw_params = [hw_params[k] for k in order.tolist()]
         errors = self.last_errors
         stats = self.last_stats
         stats["needs_cpu"] = int((status == STATUS_NEEDS_CPU).sum())
@@ -792,7 +659,7 @@ class NvjpegDecoder:
         retry: List[int] = []
         step = self.max_batch
         fmt = NVJPEG_OUTPUT_RGBI if planes is None else NVJPEG_OUTPUT_YUV
-        rows = self._image_rows(heights, widths, roi, dst, planes, stream, scratch)
+        rows = self._image_rows(heights, widths, dst, planes, stream, scratch)
         if hw_idx and stream_order:
             # The engines write the images during the call, not in the stream's order
             # (the CUDA decoder's calls below are ordered): let earlier work finish first.
@@ -800,8 +667,7 @@ class NvjpegDecoder:
         for start in range(0, len(hw_idx), step):
             chunk = hw_idx[start:start + step]
             sel = np.asarray(chunk, dtype=np.int64)
-            params = hw_params[start:start + step] if hw_params else None
-            st = self._batched(ss, "hw", chunk, ptrs, lens, rows[sel], fmt, params, stream, used)
+            st = self._batched(ss, "hw", chunk, ptrs, lens, rows[sel], fmt, stream, used)
             if st:
                 retry.extend(chunk)
                 errors.update((i, f"hardware batch failed ({status_name(st)}), retried alone") for i in chunk)
@@ -811,25 +677,7 @@ class NvjpegDecoder:
         fallback = hy_idx + retry
         if not fallback:
             return
-        # Hybrid decodes always produce the whole frame; images with a ROI are decoded
-        # into scratch memory and the window is copied out afterwards.
-        crops, frames = [], None
-        fb = np.asarray(fallback, dtype=np.int64)
-        fb_rows = rows[fb].copy()
-        if roi is not None:
-            need = np.asarray([j for j, i in enumerate(fallback) if roi[i, 2] > 0], dtype=np.int64)
-            if len(need):
-                idx = fb[need]
-                whole = None if planes is None else planes[idx]
-                size = heights[idx] * widths[idx] * 3 if whole is None else \
-                    heights[idx] * widths[idx] + 2 * whole[:, 0] * whole[:, 1]
-                with torch.cuda.stream(stream):
-                    frames = self._empty(int(size.sum()))
-                scratch.append(frames)
-                pos = np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64)
-                fb_rows[need] = self._image_rows(heights[idx], widths[idx], None,
-                                                 frames.data_ptr() + pos.astype(np.uint64), whole, stream, scratch)
-                crops = list(zip(idx.tolist(), pos.tolist()))
+        fb_rows = rows[np.asarray(fallback, dtype=np.int64)]
         single_only = set(retry)
         batch = [j for j, i in enumerate(fallback) if i not in single_only]
         singles = [j for j, i in enumerate(fallback) if i in single_only]
@@ -839,7 +687,7 @@ class NvjpegDecoder:
         for start in range(0, len(batch), step):
             js = batch[start:start + step]
             chunk = [fallback[j] for j in js]
-            st = self._batched(ss, "hy", chunk, ptrs, lens, fb_rows[js], fmt, None, stream, used)
+            st = self._batched(ss, "hy", chunk, ptrs, lens, fb_rows[js], fmt, stream, used)
             if st:
                 singles.extend(js)
                 errors.update((i, f"hybrid batch failed ({status_name(st)}), retried alone") for i in chunk)
@@ -851,35 +699,6 @@ class NvjpegDecoder:
                 errors[i] = f"nvjpegDecode: {status_name(st)}"
             else:
                 errors.pop(i, None)
-        if crops:
-            with torch.cuda.stream(stream):
-                for i, pos in crops:
-                    if not status[i]:
-                        self._copy_window(frames, pos, out, int(out_off[i]), int(heights[i]), int(widths[i]),
-                                          roi[i], None if planes is None else planes[i])
-
-    @staticmethod
-    def _copy_window(frames: torch.Tensor, pos: int, out: torch.Tensor, o: int, h: int, w: int, roi,
-                     whole) -> None:
-        """Copy the window ``roi`` of a whole frame decoded at ``frames[pos:]`` to ``out[o:]``:
-        interleaved RGB (``whole`` None), or each plane's window (``whole``: the frame's
-        chroma plane size)."""
-        x, y, rw, rh = (int(v) for v in roi)
-        if whole is None:
-            frame = frames[pos:pos + h * w * 3].view(h, w, 3)
-            out[o:o + rh * rw * 3].view(rh, rw, 3).copy_(frame[y:y + rh, x:x + rw])
-            return
-        out[o:o + rh * rw].view(rh, rw).copy_(frames[pos:pos + h * w].view(h, w)[y:y + rh, x:x + rw])
-        ch, cw = int(whole[0]), int(whole[1])
-        if ch == 0:
-            return
-        (wch, wcw), = window_chroma(np.array([h]), np.array([w]), np.array([[ch, cw]]), np.array([roi]))
-        vf, hf = (2 if ch < h else 1), (2 if cw < w else 1)
-        src, dst = pos + h * w, o + rh * rw
-        for _ in range(2):  # Cb, then Cr
-            plane = frames[src:src + ch * cw].view(ch, cw)
-            out[dst:dst + wch * wcw].view(wch, wcw).copy_(plane[y // vf:y // vf + wch, x // hf:x // hf + wcw])
-            src, dst = src + ch * cw, dst + wch * wcw
 
     # ---------------------------------------------------------------- teardown
 
@@ -899,7 +718,6 @@ class NvjpegDecoder:
         sets = getattr(self, "_sets", [])
         objects = []
         for ss in sets:
-            objects += [("nvjpegDecodeParamsDestroy", p) for p in ss.params]
             objects += [("nvjpegJpegStateDestroy", ss.hw), ("nvjpegJpegStateDestroy", ss.single),
                         ("nvjpegJpegStateDestroy", ss.hy)]
         objects += [

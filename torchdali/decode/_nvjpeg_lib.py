@@ -151,16 +151,10 @@ _REQUIRED = {
     "nvjpegJpegStreamGetFrameDimensions": (_P, _PU, _PU),
     "nvjpegJpegStreamGetComponentsNum": (_P, _PU),
     "nvjpegDecodeBatchedSupported": (_P, _P, _PI),
-    "nvjpegDecodeParamsCreate": (_P, _PP),
-    "nvjpegDecodeParamsDestroy": (_P,),
-    "nvjpegDecodeParamsSetOutputFormat": (_P, _I),
-    "nvjpegDecodeParamsSetROI": (_P, _I, _I, _I, _I),
 }
 # Newer entry points; used when present.
 _OPTIONAL = {
     "nvjpegGetHardwareDecoderInfo": (_P, _PU, _PU),
-    "nvjpegDecodeBatchedSupportedEx": (_P, _P, _P, _PI),
-    "nvjpegDecodeBatchedEx": (_P, _P, _P, _P, _P, _P, _P),
     "nvjpegDecodeBatchedPreAllocate": (_P, _P, _I, _I, _I, _I, _I),
 }
 
