@@ -49,3 +49,25 @@ def test_image_folder_datamodule_trains_and_validates(tmp_path):
     loader = dm.train_dataloader()
     assert isinstance(loader, DataLoader) and loader.device.type == "cpu" and loader.seed == 3
     assert dm.train_set.classes == ["c0", "c1", "c2"]
+
+
+def test_a_loader_lightning_reinstantiates_gets_the_arguments_and_none_of_the_state(tmp_path):
+    """Lightning rebuilds a loader from its ``__init__`` arguments (to put a sampler in) and sets
+    again each attribute set outside ``__init__`` while its dataloader hook ran; the loader's
+    own state is written past that (``DataLoader._set``), so the new loader starts fresh."""
+    import torch.utils.data as tud
+    from lightning.fabric.utilities.data import _replace_dunder_methods, _update_dataloader
+
+    from torchdali import DataLoader
+    from torchdali import transforms as T
+    from torchdali.datasets import ImageFolder
+
+    ds = ImageFolder(make_folder(tmp_path, n=6))
+    with _replace_dunder_methods(tud.DataLoader, "dataset"):  # what Lightning does around the hook
+        loader = DataLoader(ds, batch_size=2, transforms=T.Compose([T.Resize((16, 16))]), device="cpu", seed=3)
+        next(iter(loader))
+    assert loader._inner is not None and loader._epochs_started == 1
+    new = _update_dataloader(loader, tud.SequentialSampler(ds))
+    assert type(new) is DataLoader and new.seed == 3 and new.transforms is loader.transforms
+    assert new._inner is None and new._epochs_started == 0 and new._stats is not loader._stats
+    assert [x.shape for x, _ in new] == [(2, 3, 16, 16)] * 3

@@ -133,7 +133,7 @@ class _Pipeline:
             raise StopIteration
         if self.epoch_over:
             self.parked, self.epoch_over = True, False
-            self.loader.__dict__["_running"] = self
+            self.loader._set(_running=self)
             raise StopIteration
         self.ready.extend(itertools.islice(self.pass_, 1))
         if not self.ready:

@@ -297,32 +297,32 @@ class DataLoader(tud.DataLoader):
             raise ValueError(f"gpu_timeout must be seconds >= 0 (0: wait forever), got {gpu_timeout!r}")
         # The fields below are torchdali's; names match the __init__ arguments so
         # frameworks that re-instantiate loaders from their attributes (Lightning)
-        # get every argument back.
-        self.__dict__["transforms"] = transforms
+        # get every argument back. After __init__, state is written with _set.
+        self.transforms = transforms
         # None: the dataset runs as under torch (its transform was not lifted)
-        self.__dict__["plan"] = None if not_lifted is not None else compile_transforms(transforms)
-        self.__dict__["batch_transforms"] = batch_transforms
-        self.__dict__["_delivery"] = Delivery(self.collate_fn, batch_transforms)
+        self.plan = None if not_lifted is not None else compile_transforms(transforms)
+        self.batch_transforms = batch_transforms
+        self._delivery = Delivery(self.collate_fn, batch_transforms)
         if self._delivery.native is not None and self.plan is not None:
             self._delivery.native.check_dtype(self.plan.out_dtype)
-        self.__dict__["device"] = _resolve_device(device)
-        self.__dict__["seed"] = seed
-        self.__dict__["memory_format"] = memory_format
-        self.__dict__["prefetch_depth"] = prefetch_depth
-        self.__dict__["distributed"] = distributed
-        self.__dict__["in_order"] = in_order
-        self.__dict__["on_error"] = on_error
-        self.__dict__["max_image_pixels"] = None if max_image_pixels is None else int(max_image_pixels)
-        self.__dict__["gpu_timeout"] = float(gpu_timeout)
-        self.__dict__["_stalled"] = None  # the DecoderStalled that left the GPU executor stuck
-        self.__dict__["_epoch_state"] = EpochState(spares=on_error != "raise")
-        self.__dict__["_resume"] = None
-        self.__dict__["_logged_bad"] = set()
-        self.__dict__["_epochs_started"] = 0
-        self.__dict__["_inner"] = None
-        self.__dict__["_stats"] = LoaderStats()
-        self.__dict__["_running"] = None  # a GpuIterator parked with the next epoch under way
-        self.__dict__["_run_ahead_misses"] = 0  # epochs in a row not as drawn ahead (Note [torchdali run-ahead])
+        self.device = _resolve_device(device)
+        self.seed = seed
+        self.memory_format = memory_format
+        self.prefetch_depth = prefetch_depth
+        self.distributed = distributed
+        self.in_order = in_order
+        self.on_error = on_error
+        self.max_image_pixels = None if max_image_pixels is None else int(max_image_pixels)
+        self.gpu_timeout = float(gpu_timeout)
+        self._stalled = None  # the DecoderStalled that left the GPU executor stuck
+        self._epoch_state = EpochState(spares=on_error != "raise")
+        self._resume = None
+        self._logged_bad = set()
+        self._epochs_started = 0
+        self._inner = None
+        self._stats = LoaderStats()
+        self._running = None  # a GpuIterator parked with the next epoch under way
+        self._run_ahead_misses = 0  # epochs in a row not as drawn ahead (Note [torchdali run-ahead])
 
     # -- torch hooks -------------------------------------------------------
     def __iter__(self):
@@ -337,14 +337,14 @@ class DataLoader(tud.DataLoader):
             raise RuntimeError(f"this DataLoader's GPU executor is stuck on an earlier batch ({self._stalled}); "
                                "build a new DataLoader, without the files named there") from self._stalled
         state = self._epoch_state
-        resume, self.__dict__["_resume"] = self._resume, None
-        running, self.__dict__["_running"] = self._running, None
+        resume, running = self._resume, self._running
+        self._set(_resume=None, _running=None)
         if running is not None and running.parked:  # Note [torchdali run-ahead]
             if resume is None and self._continue(running):
-                self.__dict__["_run_ahead_misses"] = 0
+                self._set(_run_ahead_misses=0)
                 return running
             running.close()
-            self.__dict__["_run_ahead_misses"] = self._run_ahead_misses + 1
+            self._set(_run_ahead_misses=self._run_ahead_misses + 1)
             if self._run_ahead_misses == RUN_AHEAD_MISSES:
                 _log.info("torchdali: %d epochs in a row were not the ones drawn ahead; this loader no longer "
                           "starts an epoch before its iter() (Note [torchdali run-ahead] in torchdali/dataloader.py)",
@@ -353,11 +353,10 @@ class DataLoader(tud.DataLoader):
             self._restore_rng(resume["rng_state"])
             # (the "cpu_share" of a state_dict saved when the loader had a CPU decode share is ignored)
             state.skip_batches = resume["batches_done"]
-        self.__dict__["_epoch_rng_state"] = self._rng_state()
+        self._set(_epoch_rng_state=self._rng_state())
         state.seed = self._effective_seed()
         state.epoch = self._epochs_started
-        self.__dict__["_batches_done"] = state.skip_batches
-        self.__dict__["_epochs_started"] = self._epochs_started + 1
+        self._set(_batches_done=state.skip_batches, _epochs_started=self._epochs_started + 1)
         inner = self._inner_loader()
         if self.device.type == "cuda":
             return GpuIterator(self, inner)
@@ -377,11 +376,10 @@ class DataLoader(tud.DataLoader):
             return False
         sampler.ahead = None
         state = self._epoch_state
-        self.__dict__["_epoch_rng_state"] = plan.rng_before
+        self._set(_epoch_rng_state=plan.rng_before)
         self._restore_rng(plan.rng_after)
         state.seed, state.epoch = plan.seed, plan.epoch
-        self.__dict__["_batches_done"] = 0
-        self.__dict__["_epochs_started"] = plan.epoch + 1
+        self._set(_batches_done=0, _epochs_started=plan.epoch + 1)
         running.resume_epoch(self)
         self._offer_next_epoch()
         return True
@@ -467,8 +465,7 @@ class DataLoader(tud.DataLoader):
         if state["seed"] != self._effective_seed():
             raise ValueError(f"state_dict was saved with seed {state['seed']}, this loader has "
                              f"{self._effective_seed()}; pass the same seed= to resume exactly")
-        self.__dict__["_epochs_started"] = state["epoch"]
-        self.__dict__["_resume"] = state
+        self._set(_epochs_started=state["epoch"], _resume=state)
         if state.get("sampler_epoch") is not None and hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(state["sampler_epoch"])
 
@@ -478,7 +475,7 @@ class DataLoader(tud.DataLoader):
         # what outlives iterators: Note [torchdali iterator shutdown] in _executor/_iterators.py
         running = self.__dict__.get("_running")
         if running is not None:  # Note [torchdali run-ahead]
-            self.__dict__["_running"] = None
+            self._set(_running=None)
             running.close()
         executors = self.__dict__.pop("_executors", {})
         inner = self.__dict__.get("_inner")
@@ -490,12 +487,12 @@ class DataLoader(tud.DataLoader):
             # the stuck executor thread may still be reading the ring's pinned memory and be
             # inside nvJPEG: neither is ever freed (destroying its handles may block as well)
             _STUCK.append((executors, ring))
-            self.__dict__["_inner"] = None
+            self._set(_inner=None)
             return
         for ex in executors.values():
             ex.close()
         if ring is not None:
-            self.__dict__["_inner"] = None  # its workers wrote into the ring: a later iter() builds anew
+            self._set(_inner=None)  # its workers wrote into the ring: a later iter() builds anew
             ring.close()
 
     def __del__(self) -> None:
@@ -506,11 +503,19 @@ class DataLoader(tud.DataLoader):
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch used for per-sample random parameters (and the sampler's, if it has one)."""
-        self.__dict__["_epochs_started"] = int(epoch)
+        self._set(_epochs_started=int(epoch))
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 
     # -- internals ---------------------------------------------------------
+    def _set(self, **values: Any) -> None:
+        """Write loader state after ``__init__`` straight into ``__dict__``, past
+        ``__setattr__``: Lightning, while a dataloader hook runs, records every attribute
+        set on a DataLoader outside ``__init__`` and sets it again on the loader it
+        re-instantiates (to add a sampler), which must not get this loader's epoch
+        counters, resume point, inner loader or ring."""
+        self.__dict__.update(values)
+
     def _effective_seed(self) -> int:
         if self.seed is not None:
             return int(self.seed)
@@ -530,7 +535,7 @@ class DataLoader(tud.DataLoader):
 
     def _on_batch(self, batch: Any) -> None:
         """Book-keeping for a delivered batch: position for state_dict, skipped samples."""
-        self.__dict__["_batches_done"] = self.__dict__.get("_batches_done", 0) + 1
+        self._set(_batches_done=self.__dict__.get("_batches_done", 0) + 1)
         for index, path, reason in batch.skipped:
             self._stats.last.skipped += 1
             if (index, path) not in self._logged_bad:
@@ -556,7 +561,7 @@ class DataLoader(tud.DataLoader):
                 # with those, the ring's table keeps what each file's header said for later epochs
                 table = direct and options.header_table
                 ring = HostRing(*layout, samples=len(self.dataset) if table else 0)
-        self.__dict__["_ring"] = ring
+        self._set(_ring=ring)
         prepare = PrepareBatch(self.plan, mode, delivery=self._delivery,
                                channels_last=self.memory_format == torch.channels_last,
                                on_error=self.on_error, dataset=self.dataset, ring=ring,
@@ -566,7 +571,7 @@ class DataLoader(tud.DataLoader):
             # what each worker is building, to name it if the worker dies (_executor/_records.py)
             capacity = (self.batch_size or getattr(self.batch_sampler, "batch_size", None) or 256)
             records = WorkerRecords(self.num_workers, capacity)
-        self.__dict__["_records"] = records
+        self._set(_records=records)
         kwargs: dict[str, Any] = dict(
             num_workers=self.num_workers, collate_fn=prepare if records is None else EndRecord(prepare, records),
             timeout=self.timeout,
@@ -587,6 +592,6 @@ class DataLoader(tud.DataLoader):
             inner = tud.DataLoader(TaggedDataset(self.dataset, records, defer_files=direct and ring is not None),
                                    batch_sampler=TaggedBatchSampler(self.batch_sampler, self._epoch_state, start),
                                    **kwargs)
-        self.__dict__["_inner"] = inner
+        self._set(_inner=inner)
         return inner
 

@@ -388,7 +388,7 @@ class GpuIterator:
             self._stats.end_epoch()
             loader, self._loader = self._loader, None
             self._parked = True
-            loader.__dict__["_running"] = self
+            loader._set(_running=self)
             raise StopIteration
         if isinstance(item, _Failure):
             died = self._worker_died(item.exc)  # Note [torchdali iterator shutdown], "A worker dies"
@@ -441,7 +441,7 @@ class GpuIterator:
             "torchdali.decode.decode_cpu to find it.", index=samples[0][0] if samples else None,
             path=samples[0][1] if samples else None, samples=samples, seconds=seconds)
         self._stuck = True
-        self._loader.__dict__["_stalled"] = err
+        self._loader._set(_stalled=err)
         return err
 
     def _worker_died(self, exc: BaseException) -> WorkerDied | None:
