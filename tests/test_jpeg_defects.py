@@ -17,7 +17,8 @@ import torch
 from PIL import Image
 
 from torchdali._executor._worker import _gpu_decodable_shape
-from torchdali.decode._jpeg_header import header_defect, jpeg_info, scan_header, scan_offset
+from torchdali.decode._jpeg_defects import header_defect, scan_header
+from torchdali.decode._jpeg_header import jpeg_info, scan_offset
 
 from ._fuzz import _base_jpegs, _segments, fuzz_corpus
 

@@ -249,7 +249,7 @@ def test_entropy_data_check_accepts_valid_jpegs_and_flags_overwritten_ones():
     import io
 
     from torchdali._synthetic import synthetic_image
-    from torchdali.decode._jpeg_header import entropy_data_ok
+    from torchdali.decode._jpeg_defects import entropy_data_ok
 
     rng = np.random.default_rng(0)
     arr = synthetic_image(rng, 90, 130)

@@ -15,7 +15,8 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 from csrc_triton.scan_check import bad_scan_markers, bad_scan_markers_reference  # noqa: E402
-from torchdali.decode._jpeg_header import entropy_data_ok, scan_offset  # noqa: E402
+from torchdali.decode._jpeg_defects import entropy_data_ok  # noqa: E402
+from torchdali.decode._jpeg_header import scan_offset  # noqa: E402
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")

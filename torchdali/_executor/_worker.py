@@ -598,7 +598,8 @@ def _decoders() -> Any:
         from types import SimpleNamespace
 
         from ..decode import DecodeError, decode_cpu
-        from ..decode._jpeg_header import entropy_data_ok, header_code, planar_chroma, scan_header
+        from ..decode._jpeg_defects import entropy_data_ok, scan_header
+        from ..decode._jpeg_header import header_code, planar_chroma
         from ..decode._limits import ImageTooLarge, ImplausibleHeader, check_header, header_size
 
         _DECODERS = SimpleNamespace(

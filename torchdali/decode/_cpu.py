@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ._errors import DecodeError
-from ._jpeg_header import (
+from ._formats import (
     FORMAT_JPEG,
     FORMAT_NAMES,
     FORMAT_PNG,

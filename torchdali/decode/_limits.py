@@ -3,9 +3,9 @@
 A decoder allocates its output from the size the header claims: a 2 KB JPEG whose
 frame header says 65500 x 65500 makes libjpeg (and nvJPEG) reserve 12.9 GB before
 reading a single coefficient. ``check_header`` reads the claimed size with the
-cheap parsers of ``_jpeg_header`` (JPEG SOF, PNG IHDR, GIF, BMP and WebP headers;
-Pillow's lazy ``Image.open``, which reads the header only, for TIFF and the rest)
-and refuses, before decoding:
+cheap parsers of ``_jpeg_header`` (JPEG SOF) and ``_formats`` (PNG IHDR, GIF, BMP
+and WebP headers; Pillow's lazy ``Image.open``, which reads the header only, for
+TIFF and the rest) and refuses, before decoding:
 
 - an image of more than ``max_pixels`` pixels (the DataLoader's
   ``max_image_pixels``, by default Pillow's ``Image.MAX_IMAGE_PIXELS``);
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ._errors import DecodeError
-from ._jpeg_header import (
+from ._formats import (
     FORMAT_BMP,
     FORMAT_GIF,
     FORMAT_JPEG,
@@ -33,11 +33,10 @@ from ._jpeg_header import (
     FORMAT_PNG,
     FORMAT_UNKNOWN,
     FORMAT_WEBP,
-    JpegInfo,
     _other_dims,
-    _parse_jpeg,
     _sniff,
 )
+from ._jpeg_header import JpegInfo, _parse_jpeg
 
 __all__ = ["ImageTooLarge", "ImplausibleHeader", "HeaderSize", "check_header", "default_max_image_pixels",
            "header_size"]
@@ -63,7 +62,7 @@ class ImplausibleHeader(DecodeError):
 class HeaderSize(NamedTuple):
     """What a header says about an image's size (0 where unknown)."""
 
-    format: int  # FORMAT_* code of _jpeg_header
+    format: int  # FORMAT_* code of _formats
     height: int
     width: int
     jpeg: Optional[JpegInfo]  # the parsed JPEG header; None for other formats or a corrupt one
