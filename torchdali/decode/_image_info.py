@@ -7,11 +7,7 @@ import struct
 from typing import NamedTuple
 
 import numpy as np
-
-try:  # torch is a hard dependency of the package, but keep this module importable alone
-    import torch
-except ImportError:  # pragma: no cover
-    torch = None  # type: ignore[assignment]
+import torch
 
 from ._formats import FORMAT_JPEG, FORMAT_UNKNOWN, Buffer, _as_buffer, _other_dims, _sniff
 from ._jpeg_header import JpegInfo, _parse_jpeg
@@ -90,7 +86,7 @@ def _jpeg_flags(info: JpegInfo) -> int:
 
 
 def _as_index_list(x, name: str) -> list:
-    if torch is not None and isinstance(x, torch.Tensor):
+    if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
     arr = np.asarray(x)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
