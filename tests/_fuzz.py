@@ -121,7 +121,7 @@ def loader_gate(blob: bytes, max_pixels: int = 4 << 20) -> tuple[int, int] | Non
     the batch's scan check, ``entropy_data_ok``)."""
     import torch
 
-    from torchdali._executor._worker import _gpu_decodable_shape
+    from torchdali._executor._classify import _gpu_decodable_shape
     from torchdali.decode._jpeg_defects import entropy_data_ok
     from torchdali.decode._jpeg_header import jpeg_info
     from torchdali.decode._limits import ImageTooLarge, ImplausibleHeader, check_header, header_size

@@ -218,7 +218,7 @@ def test_the_loader_plans_parts_only_where_the_staging_thread_merges_them(tmp_pa
 def test_every_field_of_a_packed_batch_is_compared_or_known_to_differ():
     import dataclasses
 
-    from torchdali._executor._worker import PackedBatch
+    from torchdali._executor._wire import PackedBatch
 
     differ = {"spares",  # dealt per part: compared in the spares tests above
               "ring_seq", "parts",  # compared in the ring tests
@@ -334,7 +334,7 @@ def test_the_pixels_decoded_in_the_workers_reach_the_decode_buffer_each_in_its_p
 
     from torchdali._executor._decode import decoded_layout, decoded_sizes
     from torchdali._executor._ring import HostRing
-    from torchdali._executor._worker import RAW
+    from torchdali._executor._wire import RAW
 
     folder = make_folder(tmp_path, n=40, lo=40, hi=200, every_444=3, seed=7)
     Image.fromarray(np.full((37, 41, 3), 90, np.uint8)).save(os.path.join(folder, "c1", "0100.png"))
@@ -374,7 +374,7 @@ def test_the_pixels_decoded_in_the_workers_reach_the_decode_buffer_each_in_its_p
 
 def test_pixels_decoded_in_the_workers_scattered_among_jpegs_are_placed_one_by_one():
     from torchdali._executor._decode import decoded_layout
-    from torchdali._executor._worker import ENCODED, RAW
+    from torchdali._executor._wire import ENCODED, RAW
 
     kinds = np.array([ENCODED, RAW, ENCODED, RAW, ENCODED])
     k = 100  # sizes well above the span's allowance of 64 KiB

@@ -332,7 +332,7 @@ def test_decode_groups_split_a_batch_at_the_cap():
 
 def test_sub_batch_replacements_carry_back():
     from torchdali._executor._decode import merge_sub_batch, sub_batch
-    from torchdali._executor._worker import PackedBatch, Skipped
+    from torchdali._executor._wire import PackedBatch, Skipped
 
     n = 6
     batch = PackedBatch(seed=0, epoch=0, indices=np.arange(n), positions=np.arange(n) + 100,

@@ -16,7 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
-from torchdali._executor._worker import _gpu_decodable_shape
+from torchdali._executor._classify import _gpu_decodable_shape
 from torchdali.decode._jpeg_defects import header_defect, scan_header
 from torchdali.decode._jpeg_header import jpeg_info, scan_offset
 

@@ -14,7 +14,8 @@ from PIL import Image
 from csrc_triton import layout
 from torchdali import transforms as T
 from torchdali._executor._decode import decode_groups, decoded_sizes, kernel_source
-from torchdali._executor._worker import ENCODED, RAW, PrepareBatch
+from torchdali._executor._wire import ENCODED, RAW
+from torchdali._executor._worker import PrepareBatch
 from torchdali._synthetic import synthetic_image
 from torchdali.transforms import compile_transforms
 
@@ -37,7 +38,7 @@ def test_workers_send_colour_jpegs_as_planes(subsampling, code):
 def test_workers_send_jpegs_without_a_planar_reader_as_rgb():
     """A JPEG nvJPEG takes but the kernel has no planar reader for (4:1:1, unequal chroma
     planes: ``planar_chroma`` is None) goes to nvJPEG as RGB, ``(H, W, 3)``."""
-    from torchdali._executor._worker import _gpu_decodable_shape
+    from torchdali._executor._classify import _gpu_decodable_shape
     from torchdali.decode._jpeg_header import jpeg_info
 
     data = jpeg_bytes(synthetic_image(np.random.default_rng(0), 37, 53), subsampling=2)
@@ -177,7 +178,7 @@ def test_planar_loader_matches_the_cpu_path_with_and_without_rgb_decodes(tmp_pat
     for (4:1:1, ...): nvJPEG upsamples and converts those itself, in the batch's second
     nvJPEG call."""
     import torchdali as td
-    from torchdali._executor import _worker
+    from torchdali._executor import _classify
 
     root = _mixed_folder(tmp_path)
     ds = td.datasets.ImageFolder(root)
@@ -188,7 +189,7 @@ def test_planar_loader_matches_the_cpu_path_with_and_without_rgb_decodes(tmp_pat
     planar = next(iter(loader))[0].cpu().int()
     e = loader.stats().last
     assert e.decoded_cpu == 2 and e.decoded_hardware + e.decoded_hybrid == len(ds) - 2, loader.stats().summary()
-    checks = _worker._decoders()
+    checks = _classify.decoders()
     real = checks.planar_chroma
     monkeypatch.setattr(checks, "planar_chroma", lambda info: None if (real(info) or ("",))[0] == "444" else real(info))
     loader = td.DataLoader(ds, device="cuda", **kw)

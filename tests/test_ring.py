@@ -12,7 +12,8 @@ import torch
 from torchdali import transforms as T
 from torchdali._executor._ring import HostRing, plan_ring, ring_supported
 from torchdali._executor._tags import SampleTag, TaggedSample
-from torchdali._executor._worker import PackedBatch, PrepareBatch
+from torchdali._executor._wire import PackedBatch
+from torchdali._executor._worker import PrepareBatch
 from torchdali.transforms import compile_transforms
 
 from ._helpers import make_folder

@@ -80,7 +80,8 @@ from ._executor._iterators import CpuIterator, GpuIterator
 from ._executor._records import EndRecord, WorkerRecords
 from ._executor._tags import (EpochPlan, EpochStart, EpochState, TaggedBatchSampler, TaggedDataset,
                              TaggedIterable, plan_epoch_start)
-from ._executor._worker import PrepareBatch, check_on_error
+from ._executor._replace import check_on_error
+from ._executor._worker import PrepareBatch
 from . import _options
 from ._fork import keep_in_children
 from ._stats import LoaderStats

@@ -28,7 +28,8 @@ from csrc_triton.scan_check import bad_scan_markers
 
 from ..errors import SampleError, without_frames
 from ._tags import SampleTag
-from ._worker import ENCODED, RAW, PackedBatch, PrepareBatch, Skipped, draw_params
+from ._wire import ENCODED, RAW, PackedBatch, Skipped
+from ._worker import PrepareBatch, draw_params
 
 
 # Most decoded bytes (H x W x 3 summed over a group of samples) on the GPU at a time
@@ -365,7 +366,7 @@ class GpuDecoder:
         self.check_done = check.done
         reasons: dict[int, str] = {}
         # One nvJPEG call per output format: planar Y/Cb/Cr (layout.PLANAR + S), or RGB for the
-        # JPEGs the kernel has no planar reader for (``_worker._gpu_decodable_shape``).
+        # JPEGs the kernel has no planar reader for (``_classify._gpu_decodable_shape``).
         planar = shapes[enc, 2] >= layout.PLANAR
         for part in (enc[~planar], enc[planar]):
             if not len(part):

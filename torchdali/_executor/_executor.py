@@ -20,7 +20,7 @@ from ._decode import ROUTE_COUNTERS, GpuDecoder, decode_groups, decoded_sizes, m
 from ._deliver import Delivery
 from ._launch import KernelEvents, KernelLauncher
 from ._staging import Slot, Staging
-from ._worker import PackedBatch
+from ._wire import PackedBatch
 
 
 class ReadyBatch(NamedTuple):

@@ -76,7 +76,7 @@ be read after the workers are gone.
 A batch stalls
 --------------
 nvJPEG has hung on malformed JPEGs (the workers keep the ones they can recognise
-from it: ``_worker._gpu_decodable_shape``). A hung call cannot be cancelled, so
+from it: ``_classify._gpu_decodable_shape``). A hung call cannot be cancelled, so
 the executor thread notes the batch it is inside (``_busy``), and ``__next__``,
 waking every ``CONSUMER_POLL_S``, raises ``DecoderStalled`` naming that batch's
 samples once it has been there for the loader's ``gpu_timeout``. The executor
@@ -109,7 +109,8 @@ from ._executor import executor_for
 from ._records import LISTED, worker_died
 from ._staging import Slot, Stopped
 from ._tags import sample_path
-from ._worker import PackedBatch, merge_parts
+from ._wire import PackedBatch
+from ._worker import merge_parts
 
 QUEUE_POLL_S = 0.1  # how often a blocked put, or the executor's wait for a staged batch, checks the stop event
 RING_POLL_S = 0.002  # that wait's step while ring slots wait for the GPU: a worker may be waiting for one

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Union
 
 import torch
 
-from ._worker import PackedBatch
+from ._wire import PackedBatch
 
 SLOT_POLL_S = 0.1  # a wait for a free pinned slot checks this often whether the iterator is stopping
 
