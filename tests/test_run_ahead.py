@@ -1,4 +1,4 @@
-"""Run-ahead (Note [torchdali run-ahead] in torchdali/dataloader.py): the inner sampler's
+"""Run-ahead (Note [torchdali run-ahead] in torchdali/_executor/_run_ahead.py): the inner sampler's
 pass goes on into the next epoch, drawn at the previous ``iter()``; the next ``iter()``
 takes it only when nothing the draw depended on changed. Batches, the generator's state
 and ``state_dict()`` must be those of a loader that does not run ahead."""

@@ -1,7 +1,7 @@
 """The loader's private options, read once when torchdali is imported.
 
 Users set only one of them, ``run_ahead``, through the documented escape hatch
-``TORCHDALI_RUN_AHEAD=0`` (Note [torchdali run-ahead] in ``dataloader.py``), which
+``TORCHDALI_RUN_AHEAD=0`` (Note [torchdali run-ahead] in ``_executor/_run_ahead.py``), which
 must be in the environment before ``import torchdali``. The others exist so that
 tests can compare a path with the one it replaced: they replace ``OPTIONS`` (e.g.
 ``monkeypatch.setattr(_options, "OPTIONS", dataclasses.replace(OPTIONS, ...))``), so

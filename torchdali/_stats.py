@@ -13,7 +13,7 @@ class EpochStats:
     wall_s: float = 0.0  # from the first request to the end of the epoch
     first_batch_s: float = 0.0  # from the first request to the first batch handed to the loop
     # GPU path: the epoch's first batches were prepared while the epoch before ran
-    # (Note [torchdali run-ahead] in dataloader.py)
+    # (Note [torchdali run-ahead] in _executor/_run_ahead.py)
     ran_ahead: bool = False
     wait_s: float = 0.0  # time the training loop spent blocked on the loader
     worker_s: float = 0.0  # summed worker time (read + pack, or decode + transform on the CPU path)

@@ -12,57 +12,8 @@ A torchvision folder dataset passed without ``transforms=`` has its own
 ``transform`` lifted onto the GPU when it converts (``_lift``), and otherwise runs
 exactly as under torch.
 
-Note [torchdali run-ahead]
-==========================
-
-An epoch's start costs time that the rest of the epoch does not: until the
-workers have read and packed the first batch and nvJPEG has decoded it, the
-training loop waits (tens of milliseconds; ``stats().last.first_batch_s``).
-NVIDIA DALI's pipeline does not stop at an epoch's end, so its next epoch starts
-with batches ready. On the GPU path, with persistent workers, torchdali's does
-the same when it can be sure which samples the next epoch holds:
-
-* At ``iter()`` (``_offer_next_epoch``), once the epoch's own batch order is
-  drawn, the loader draws the next epoch's too: its batch sampler's next pass,
-  first batch taken, so that a shuffling sampler has made its random draw
-  (``EpochPlan.draw``). The loader's generator (torch's global one by default) is
-  then set back, so the loop sees the state it would see without run-ahead. The
-  plan is offered to the inner sampler's pass (``TaggedBatchSampler.offer``).
-* When the epoch's batches run out, the pass goes on into the plan instead of
-  ending: the workers, the staging thread and the executor carry on with the next
-  epoch's batches, as far as the ring and the prefetch queue let them. The pass
-  notes the epoch's last batch number (``ends``); after that batch the staging
-  thread sends ``_EPOCH_END`` down the queues. The training loop's iterator
-  stops there (``StopIteration``) and parks itself on the loader (``_running``),
-  holding the loader only weakly, so that a loader dropped without ``close()``
-  is still collected and closes it.
-* The next ``iter()`` takes the parked iterator (``resume_epoch``) only if
-  everything the draw depended on is still what it was (``_continue``): no
-  ``load_state_dict`` in between, the same seed, epoch number (``set_epoch``),
-  number of batches, the generator's state and a DistributedSampler's epoch.
-  Then it sets the generator to its state after the draw, as the draw at this
-  ``iter()`` would have left it, and offers the epoch after. Batches,
-  ``state_dict()`` and the generator's state are the same as without run-ahead.
-  The offer comes late for an epoch the pipeline went through whole while
-  parked (one of at most about ``prefetch_factor * num_workers`` batches): the
-  epoch after it then starts at its own ``iter()``.
-* Otherwise the parked iterator is closed (Note [torchdali iterator shutdown]
-  in ``_executor/_iterators.py``; the persistent workers stay, and torch's reset
-  drops what they built ahead) and the epoch starts from scratch. After
-  ``RUN_AHEAD_MISSES`` such epochs in a row the loader runs ahead no more: a
-  loop that draws from torch's global generator between its epochs (another
-  DataLoader's ``iter()`` without persistent workers does) would pay for work
-  thrown away at each. A ``DistributedSampler`` does not draw from it.
-
-The draw is only known to depend on nothing else for torch's ``BatchSampler``
-over a ``SequentialSampler``, a ``RandomSampler`` without a ``generator`` (it
-seeds a generator of its own from torch's global one, once per epoch; one it is
-given, it draws from again as its pass ends, after the next epoch was drawn),
-or a ``DistributedSampler``, whose next epoch is taken to follow the
-loader's (``set_epoch`` each epoch) if it did this epoch, and otherwise to stay.
-Other samplers, workers that are not persistent and out-of-order delivery never
-run ahead; nor does anything when ``TORCHDALI_RUN_AHEAD=0`` was set before
-``import torchdali`` (``_options.py``).
+On the GPU path, with persistent workers, the next epoch's batches are under way
+before its ``iter()``: Note [torchdali run-ahead] in ``_executor/_run_ahead.py``.
 """
 from __future__ import annotations
 
@@ -75,12 +26,13 @@ from typing import Any, Callable
 import torch
 import torch.utils.data as tud
 
+from ._executor import _run_ahead
 from ._executor._deliver import Delivery
 from ._executor._iterators import CpuIterator, GpuIterator
 from ._executor._records import EndRecord, WorkerRecords
-from ._executor._tags import (EpochPlan, EpochStart, EpochState, TaggedBatchSampler, TaggedDataset,
-                             TaggedIterable, plan_epoch_start)
 from ._executor._replace import check_on_error
+from ._executor._tags import (EpochStart, EpochState, TaggedBatchSampler, TaggedDataset, TaggedIterable,
+                             plan_epoch_start)
 from ._executor._worker import PrepareBatch
 from . import _options
 from ._fork import keep_in_children
@@ -94,7 +46,6 @@ _log = logging.getLogger("torchdali")
 
 _HAS_IN_ORDER = "in_order" in inspect.signature(tud.DataLoader.__init__).parameters
 _PIL_LIMIT = object()  # max_image_pixels default: Pillow's Image.MAX_IMAGE_PIXELS
-RUN_AHEAD_MISSES = 2  # epochs in a row not drawn as run ahead, after which a loader stops (Note [torchdali run-ahead])
 
 
 def _resolve_device(device: Any) -> torch.device:
@@ -178,7 +129,7 @@ class DataLoader(tud.DataLoader):
     the executor go on into it when this epoch's batches run out, so the next epoch's first
     batches are ready at its ``iter()``. That ``iter()`` takes them only when nothing the
     order depends on changed in between; batches, ``state_dict()`` and the generator's state
-    are the same as without it (Note [torchdali run-ahead] in ``torchdali/dataloader.py``
+    are the same as without it (Note [torchdali run-ahead] in ``torchdali/_executor/_run_ahead.py``
     says when it applies; ``TORCHDALI_RUN_AHEAD=0`` in the environment of ``import torchdali``
     turns it off).
 
@@ -340,16 +291,8 @@ class DataLoader(tud.DataLoader):
         state = self._epoch_state
         resume, running = self._resume, self._running
         self._set(_resume=None, _running=None)
-        if running is not None and running.parked:  # Note [torchdali run-ahead]
-            if resume is None and self._continue(running):
-                self._set(_run_ahead_misses=0)
-                return running
-            running.close()
-            self._set(_run_ahead_misses=self._run_ahead_misses + 1)
-            if self._run_ahead_misses == RUN_AHEAD_MISSES:
-                _log.info("torchdali: %d epochs in a row were not the ones drawn ahead; this loader no longer "
-                          "starts an epoch before its iter() (Note [torchdali run-ahead] in torchdali/dataloader.py)",
-                          RUN_AHEAD_MISSES)
+        if running is not None and running.parked and _run_ahead.take_parked(self, running, resume):
+            return running  # Note [torchdali run-ahead]
         if resume is not None:
             self._restore_rng(resume["rng_state"])
             # (the "cpu_share" of a state_dict saved when the loader had a CPU decode share is ignored)
@@ -363,78 +306,14 @@ class DataLoader(tud.DataLoader):
             return GpuIterator(self, inner)
         return CpuIterator(self, inner)
 
-    def _continue(self, running: Any) -> bool:
-        """Hand ``running`` the next epoch if it is the one its threads went on to
-        (Note [torchdali run-ahead])."""
-        sampler = self._inner.batch_sampler
-        plan: EpochPlan | None = sampler.ahead
-        if plan is None or self._run_ahead_blocker() is not None:
-            return False
-        if (plan.epoch != self._epochs_started or plan.seed != self._effective_seed()
-                or plan.count != len(self.batch_sampler)
-                or (plan.sampler_epoch is not None and getattr(self.sampler, "epoch", None) != plan.sampler_epoch)
-                or not torch.equal(self._rng_state(), plan.rng_before)):
-            return False
-        sampler.ahead = None
-        state = self._epoch_state
-        self._set(_epoch_rng_state=plan.rng_before)
-        self._restore_rng(plan.rng_after)
-        state.seed, state.epoch = plan.seed, plan.epoch
-        self._set(_batches_done=0, _epochs_started=plan.epoch + 1)
-        running.resume_epoch(self)
-        self._offer_next_epoch()
-        return True
-
     def _run_ahead_blocker(self) -> str | None:
         """Why this loader would not run ahead into its next epoch on the GPU path (None: it would)."""
-        if not _options.OPTIONS.run_ahead:
-            return "TORCHDALI_RUN_AHEAD=0"
-        if self._run_ahead_misses >= RUN_AHEAD_MISSES:
-            return f"{RUN_AHEAD_MISSES} epochs in a row were not the ones drawn ahead"
-        if isinstance(self.dataset, tud.IterableDataset):
-            return "an IterableDataset"
-        if not self.persistent_workers or self.num_workers < 1:
-            return "workers are not persistent"
-        if _HAS_IN_ORDER and not self.in_order:
-            return "in_order=False"
-        sampler = self.sampler
-        if type(self.batch_sampler) is not tud.BatchSampler:
-            return "a batch_sampler of the user's"
-        if type(sampler) is tud.RandomSampler:
-            if sampler.generator is not None or self.generator is not None:
-                # torch's RandomSampler draws from a generator it was given again as the pass ends
-                return "a RandomSampler with a generator"
-            return None
-        if type(sampler) in (tud.SequentialSampler, tud.DistributedSampler):
-            return None
-        return f"a sampler of the user's ({type(sampler).__name__})"
+        return _run_ahead.blocker(self)
 
     def _offer_next_epoch(self) -> None:
         """Draw the next epoch now and offer it to the inner sampler's pass, or offer nothing
         (Note [torchdali run-ahead]). Called once this epoch's own order is drawn."""
-        sampler = self._inner.batch_sampler
-        if not isinstance(sampler, TaggedBatchSampler):
-            return
-        plan = None
-        if self._run_ahead_blocker() is None and len(self) > 0:
-            state = self._epoch_state
-            before = self._rng_state()
-            dist = self.sampler if isinstance(self.sampler, tud.DistributedSampler) else None
-            sampler_epoch = None
-            if dist is not None:  # it follows the loader's epoch, or stays where it is
-                sampler_epoch = self._epochs_started if dist.epoch == state.epoch else dist.epoch
-                current, dist.epoch = dist.epoch, sampler_epoch
-            try:
-                batches = EpochPlan.draw(self.batch_sampler)
-                after = self._rng_state()
-            finally:
-                if dist is not None:
-                    dist.epoch = current
-                self._restore_rng(before)
-            if batches is not None:
-                plan = EpochPlan(self._effective_seed(), self._epochs_started, batches,
-                                 len(self.batch_sampler), before, after, sampler_epoch)
-        sampler.offer(plan)
+        _run_ahead.offer_next_epoch(self)
 
     # -- public ------------------------------------------------------------
     def stats(self) -> LoaderStats:
@@ -534,6 +413,11 @@ class DataLoader(tud.DataLoader):
         else:
             torch.set_rng_state(state)
 
+    def _in_order(self) -> bool:
+        """Whether the inner loader hands batches over in the order they were sampled (a torch
+        without the ``in_order`` argument always does)."""
+        return not _HAS_IN_ORDER or self.in_order
+
     def _on_batch(self, batch: Any) -> None:
         """Book-keeping for a delivered batch: position for state_dict, skipped samples."""
         self._set(_batches_done=self.__dict__.get("_batches_done", 0) + 1)
@@ -587,7 +471,7 @@ class DataLoader(tud.DataLoader):
                                    drop_last=self.drop_last, **kwargs)
         else:
             start = EpochStart()
-            if mode == "gpu" and (not _HAS_IN_ORDER or self.in_order):  # parts are put together in order
+            if mode == "gpu" and self._in_order():  # parts are put together in order
                 start = plan_epoch_start(self.batch_size or getattr(self.batch_sampler, "batch_size", None),
                                          self.num_workers)
             inner = tud.DataLoader(TaggedDataset(self.dataset, records, defer_files=direct and ring is not None),

@@ -14,7 +14,7 @@ A GPU iterator ends in one of three ways: the epoch ends (the staging thread
 meets StopIteration and sends ``_END`` down the queues; ``__next__`` closes the
 iterator; when the pass went on into the next epoch, ``_EPOCH_END`` instead
 parks the iterator, open, on the loader: Note [torchdali run-ahead] in
-``dataloader.py``; it ends later, in one of these ways), the user leaves early
+``_run_ahead.py``; it ends later, in one of these ways), the user leaves early
 (``close()``, garbage collection, ``DataLoader.close``), or something fails
 (a background thread sends a ``_Failure``; or the user's own wait is
 interrupted, by Ctrl-C or by torch's SIGCHLD handler when a worker dies). Every path ends in ``_close``, which is

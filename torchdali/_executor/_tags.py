@@ -194,7 +194,7 @@ def split_sizes(n: int, parts: int) -> list[int]:
 @dataclass
 class EpochPlan:
     """The next epoch, drawn while the current one runs (Note [torchdali run-ahead] in
-    ``dataloader.py``): its batch sampler's pass with the first batch already drawn,
+    ``_run_ahead.py``): its batch sampler's pass with the first batch already drawn,
     and what the draw depended on, which ``iter()`` compares before taking it."""
 
     seed: int
@@ -233,7 +233,7 @@ class TaggedBatchSampler:
     A pass goes on into the epoch ``offer``-ed to it (an ``EpochPlan``) when the
     current epoch's batches run out, instead of ending: ``ends`` then gets the
     number of the epoch's last batch, and ``ahead`` the plan (Note [torchdali
-    run-ahead] in ``dataloader.py``). The epoch it goes on to is sent whole: the
+    run-ahead] in ``_run_ahead.py``). The epoch it goes on to is sent whole: the
     workers are already busy when it starts.
     """
 
