@@ -100,8 +100,8 @@ def tile_settings(out_h: int, out_w: int) -> LaunchSettings:
 
     8 output pixels per thread; a row of stores is 256 contiguous bytes in NCHW
     float32, and source rows are reused across the 8 output rows through L1.
-    Measured 25-35% faster than 16x32 on 4 warps in every recipe of
-    ``benchmarks/kernel_bandwidth.py --sweep`` on an H200. Small outputs get
+    Faster than 16x32 on 4 warps in every recipe of ``benchmarks/kernel_bandwidth.py
+    --sweep`` (``benchmarks/RESULTS.md``, decisions table: tiles). Small outputs get
     smaller tiles (powers of two, at most 512 pixels).
     """
     block_w = max(8, min(64, next_power_of_2(max(out_w, 1))))

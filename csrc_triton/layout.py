@@ -246,7 +246,7 @@ S_GRAY = 6  # luma only
 SUBSAMPLING: dict[int, tuple[int, int]] = {S_444: (1, 1), S_422: (2, 1), S_420: (2, 2), S_440: (1, 2),
                                            S_GRAY: (1, 1)}
 
-#: name (as ``decode._jpeg_header.JpegHeader.subsampling`` spells it) -> code
+#: name (as ``decode._jpeg_header.JpegInfo.subsampling`` spells it) -> code
 SUBSAMPLINGS: dict[str, int] = {"444": S_444, "422": S_422, "420": S_420, "440": S_440, "gray": S_GRAY}
 
 

@@ -165,8 +165,9 @@ def test_fuzz_through_the_decoder_on_each_backend(backend):
     CPU decoder, which the loader fuzz test and test_hostile.py cover); every file is
     decoded or reported, and the context stays usable. The decoding runs in a child
     process, so a hang or a crash inside nvJPEG fails this test naming the chunk instead
-    of taking the run down. ``benchmarks/fuzz_nvjpeg.py`` also feeds the decoder the
-    files the gate keeps back, and isolates single files."""
+    of taking the run down. ``benchmarks/fuzz_nvjpeg.py`` (last changed in 26b488a,
+    removed since: check out 26b488a to run it) also fed the decoder the files the gate
+    keeps back, and isolated single files."""
     import multiprocessing as mp
     import queue
 

@@ -9,20 +9,21 @@ epoch is not parsed again: ``load_noted`` takes what a worker found in its heade
 the first time, while the file keeps its size and modification time.
 
 Note [torchdali scan check once]
-nvJPEG's hardware engines decode a JPEG whose compressed data holds a marker no scan
-can hold (a bad disk block, a cut download) into garbage without an error, so the GPU
-path checks every JPEG's scan data (``GpuDecoder._check_scans``). On the GPU that check
-copies each batch's bytes over the bus a second time, beside the engines' own reads;
-the loader ran 2-5% faster without it (``benchmarks/RESULTS.md``). So a worker that
-reads a file straight into the ring and notes its header in the header table
-(``HostRing.note``) checks its scan data here first, in numpy (``entropy_data_ok``, the
-same rule), and notes a clean file with no scan start: no batch checks it again while
-the file keeps its size and modification time, whichever worker reads it. A file
-written again is checked again. A file that fails keeps its scan start, and the GPU
-check sends it to the CPU decoder in every epoch, which names what is wrong with it.
-Samples that are not files read into the ring, and every sample with the table off
-(``_options.Options.header_table``), are checked on the GPU in every epoch. What the table
-cannot see is a file's bytes changing on the medium under the same size and time.
+nvJPEG's hardware engines decode a JPEG whose compressed data holds a marker no scan can
+hold (a bad disk block, a cut download) into garbage without an error, so the GPU path
+checks every JPEG's scan data (``GpuDecoder._check_scans``). On the GPU that check
+copies each batch's bytes over the bus a second time, beside the engines' own reads, and
+the loader ran measurably faster without it (``benchmarks/RESULTS.md``, decisions table:
+the scan-marker check once per file). So a worker that reads a file straight into the
+ring and notes its header in the header table (``HostRing.note``) checks its scan data
+first (``load_noted``), in numpy (``entropy_data_ok``, the same rule), and notes a clean
+file with no scan start: no batch checks it again while the file keeps its size and
+modification time, whichever worker reads it. A file written again is checked again. A
+file that fails keeps its scan start, and the GPU check sends it to the CPU decoder in
+every epoch, which names what is wrong with it. Samples that are not files read into the
+ring, and every sample with the table off (``_options.Options.header_table``), are
+checked on the GPU in every epoch. What the table cannot see is a file's bytes changing
+on the medium under the same size and time.
 """
 from __future__ import annotations
 

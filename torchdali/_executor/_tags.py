@@ -156,15 +156,16 @@ class EpochStart(NamedTuple):
 
     A worker builds a batch alone, and at the start of an epoch every worker starts
     one at once: the first batch can only be decoded once a worker has read and
-    packed all of it (about 35 ms for 256 photographs alone, up to 70 ms with every
-    worker busy), while the GPU waits. Instead, the workers' first round of tasks
-    (one each) builds the first ``batches`` batches in parts, so they are ready when
-    a part is; the workers' next tasks are whole batches, which are ready by the
-    time the executor is through the first ones (about 11 ms a batch). The parts
-    write their bytes into their batch's staging-ring slot, each into its own
-    ``1 / parts`` of it, and the staging thread puts the batch back together from
-    the parts' metadata (``_worker.merge_parts``). Later batches go whole: a whole
-    batch costs the main process one hand-over instead of ``parts``.
+    packed all of it (several times as long as the executor takes over a batch, longer
+    with every worker busy), while the GPU waits. Instead, the workers' first round of
+    tasks (one each) builds the first ``batches`` batches in parts, so they are ready
+    when a part is; the workers' next tasks are whole batches, which are ready by the
+    time the executor is through the first ones (``benchmarks/RESULTS.md``, decisions
+    table: epoch start in parts). The parts write their bytes into their batch's
+    staging-ring slot, each into its own ``1 / parts`` of it, and the staging thread
+    puts the batch back together from the parts' metadata (``_worker.merge_parts``).
+    Later batches go whole: a whole batch costs the main process one hand-over instead
+    of ``parts``.
     """
 
     batches: int = 0

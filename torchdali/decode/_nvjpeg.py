@@ -89,10 +89,9 @@ def engine_order(kinds: np.ndarray, heights: np.ndarray, widths: np.ndarray) -> 
     ties keep their order.
 
     Every image keeps its own bytes and its own place in the output; only the order of the
-    call's arrays changes. On 4,096 photographs (90% 4:2:0, 7% 4:4:4, 3% grayscale, sizes
-    from 333 to 500 on the short side) an H200's engines decoded 5.0% more images per second
-    so ordered than in the order drawn, 2.9% with the kinds grouped alone
-    (``benchmarks/decode_order.py``; ``benchmarks/RESULTS.md``, tenth GPU run).
+    call's arrays changes. The engines decode a batch of photographs faster so ordered than
+    in the order drawn, and faster than with the kinds grouped alone (``benchmarks/RESULTS.md``,
+    decisions table: engine order, and the tenth GPU run).
     """
     return np.lexsort((np.asarray(widths), np.asarray(heights), np.asarray(kinds)))
 
