@@ -18,9 +18,10 @@ def resized_crop_kernel(
     params_ptr,  # float32 [B, layout.NUM_PARAMS] contiguous
     affine_ptr,  # float32 [6]: scale[0..2], bias[0..2]
     erase_ptr,  # float32 [3]: the erase value (read when ERASE == 1)
+    placement_ptr,  # int64 [B, layout.PLACEMENT_WIDTH] contiguous (read when RAGGED)
     out_ptr,
     n_data,  # number of elements in data; bounds every image read
-    out_h,
+    out_h,  # RAGGED: the largest sample's height (the grid's), each sample's own is in placement
     out_w,
     n_tiles_w,
     n_tiles,
@@ -34,6 +35,7 @@ def resized_crop_kernel(
     OUT_UINT8: tl.constexpr,
     ERASE: tl.constexpr,  # 0: no erasing, 1: erase with erase_ptr's value, 2: with noise
     SOURCE: tl.constexpr,  # layout.SOURCE_INTERLEAVED, SOURCE_YCBCR or SOURCE_MIXED
+    RAGGED: tl.constexpr,  # per-sample output sizes, offsets and strides from placement_ptr
     BLOCK_H: tl.constexpr,
     BLOCK_W: tl.constexpr,
 ):
@@ -44,9 +46,18 @@ def resized_crop_kernel(
     tile = pid % n_tiles
     rows = (tile // n_tiles_w) * BLOCK_H + tl.arange(0, BLOCK_H)
     cols = (tile % n_tiles_w) * BLOCK_W + tl.arange(0, BLOCK_W)
-    row_in = rows < out_h
-    col_in = cols < out_w
     b64 = b.to(tl.int64)
+    if RAGGED:
+        # The grid covers the largest sample; a tile outside this sample's own size gets
+        # empty masks, so it computes no taps and stores nothing (no early return).
+        q = placement_ptr + b64 * layout.PLACEMENT_WIDTH
+        h_b = tl.load(q + layout.PLACE_H).to(tl.int32)
+        w_b = tl.load(q + layout.PLACE_W).to(tl.int32)
+        row_in = (rows < h_b) & ((tile % n_tiles_w) * BLOCK_W < w_b)
+        col_in = cols < w_b
+    else:
+        row_in = rows < out_h
+        col_in = cols < out_w
 
     # source and sample: where sample b is and how its pixels are read (compiled in, or
     # per sample in a mixed batch); the resampled tile, with the filter compiled in or,
@@ -77,6 +88,15 @@ def resized_crop_kernel(
     v0, v1, v2 = colour.colour(v0, v1, v2)
 
     # epilogue: quantise, scale and bias, erase, cast, store
-    epilogue.epilogue(out_ptr, b64, rows, cols, row_in[:, None] & col_in[None, :],
-                      stride_ob, stride_oc, stride_oh, stride_ow, affine_ptr, v0, v1, v2, QUANTIZE, OUT_UINT8,
-                      p, erase_ptr, out_h, out_w, ERASE)
+    if RAGGED:
+        # sample b at its own offset and strides in the one output buffer; its noise
+        # counters run over its own size, as in a batch of its own
+        epilogue.epilogue(out_ptr + tl.load(q + layout.PLACE_OFFSET), b64 * 0, rows, cols,
+                          row_in[:, None] & col_in[None, :], stride_ob,
+                          tl.load(q + layout.PLACE_STRIDE_C), tl.load(q + layout.PLACE_STRIDE_H),
+                          tl.load(q + layout.PLACE_STRIDE_W), affine_ptr, v0, v1, v2, QUANTIZE, OUT_UINT8,
+                          p, erase_ptr, h_b, w_b, ERASE)
+    else:
+        epilogue.epilogue(out_ptr, b64, rows, cols, row_in[:, None] & col_in[None, :],
+                          stride_ob, stride_oc, stride_oh, stride_ow, affine_ptr, v0, v1, v2, QUANTIZE, OUT_UINT8,
+                          p, erase_ptr, out_h, out_w, ERASE)

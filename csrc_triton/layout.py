@@ -22,10 +22,25 @@ Blocks:
   box ``[erase_y0, erase_y1) x [erase_x0, erase_x1)`` of the output (empty when
   ``erase_y1 <= erase_y0``) and ``erase_seed``, the per-sample key of the
   ``value="random"`` noise.
+* ``output``: ``out_h``, ``out_w``, the sample's own output size (integers). With a
+  fixed output size they equal it and no kernel reads them; when the size varies
+  from sample to sample they say, on the host, how large each sample's output is
+  (the batch's **placement** below is computed from them) and whether a batch's
+  samples share one size.
 
 ``source`` and ``colour`` are empty while no stage reads per-sample values there
 (the source stage finds a sample from ``offsets`` and ``shapes``); adding a column
 is a change to this file only, and ``NUM_PARAMS`` follows.
+
+**Placement** of a variable-size output (the third table): when the samples of a
+batch have different output sizes, the fused kernel writes every sample into one
+1-D output buffer, sample ``b`` as the ``[3, height, width]`` image at element
+``offset`` with element strides ``(stride_c, stride_h, stride_w)``: an int64 row of
+``PLACEMENT_WIDTH`` columns per sample, ``placement[B, PLACEMENT_WIDTH]``. A side
+tensor rather than ``params`` columns: offsets pass float32's 2**24 exact integers
+in any real batch. The strides let one kernel write a list of contiguous CHW images
+(``stride_c = height * width``), channels-last ones (``stride_c = 1``) or a padded
+``[B, 3, H, W]`` batch (``stride_h = W``): the caller decides, the kernel only reads.
 
 The second table of this module is the **augment program**: ops that need the
 whole output-size image (auto-augment policies, warps after the resize,
@@ -74,7 +89,9 @@ __all__ = [
     "AxisColumns", "BLOCKS", "Block", "COLUMNS", "NUM_PARAMS", "axis", "block", "column",
     "ORIGIN_Y", "ORIGIN_X", "STEP_Y", "STEP_X", "LO_Y", "HI_Y", "LO_X", "HI_X",
     "VALID_Y0", "VALID_Y1", "VALID_X0", "VALID_X1", "FILTER",
-    "ERASE_Y0", "ERASE_Y1", "ERASE_X0", "ERASE_X1", "ERASE_SEED",
+    "ERASE_Y0", "ERASE_Y1", "ERASE_X0", "ERASE_X1", "ERASE_SEED", "OUT_H", "OUT_W",
+    "PLACEMENT_COLUMNS", "PLACEMENT_WIDTH", "PLACE_OFFSET", "PLACE_H", "PLACE_W", "PLACE_STRIDE_C",
+    "PLACE_STRIDE_H", "PLACE_STRIDE_W", "placement_column",
     "FILTER_BILINEAR", "FILTER_BICUBIC", "FILTER_NEAREST", "FILTER_NEAREST_EXACT", "FILTER_PER_SAMPLE",
     "FILTERS", "filter_code", "filter_name",
     "SOURCE_INTERLEAVED", "SOURCE_YCBCR", "SOURCE_MIXED", "PLANAR", "SOURCES", "source_code",
@@ -112,6 +129,7 @@ BLOCKS: tuple[Block, ...] = _stack(
     ("source", ()),
     ("colour", ()),
     ("epilogue", ("erase_y0", "erase_y1", "erase_x0", "erase_x1", "erase_seed")),
+    ("output", ("out_h", "out_w")),
 )
 
 #: column name -> index in a row
@@ -130,7 +148,7 @@ def column(name: str) -> int:
 
 
 def block(name: str) -> Block:
-    """The block ``name`` (``geometry``, ``source``, ``colour``, ``epilogue``)."""
+    """The block ``name`` (``geometry``, ``source``, ``colour``, ``epilogue``, ``output``)."""
     for b in BLOCKS:
         if b.name == name:
             return b
@@ -167,6 +185,27 @@ FILTER = column("filter")
 ERASE_Y0, ERASE_Y1 = column("erase_y0"), column("erase_y1")
 ERASE_X0, ERASE_X1 = column("erase_x0"), column("erase_x1")
 ERASE_SEED = column("erase_seed")
+OUT_H, OUT_W = column("out_h"), column("out_w")
+
+
+# --------------------------------------------------------------------------- #
+# Placement of a variable-size output: one int64 row per sample (module docstring)
+# --------------------------------------------------------------------------- #
+
+PLACEMENT_COLUMNS: tuple[str, ...] = ("offset", "height", "width", "stride_c", "stride_h", "stride_w")
+PLACEMENT_WIDTH: int = len(PLACEMENT_COLUMNS)
+
+
+def placement_column(name: str) -> int:
+    """Index of the placement column ``name``."""
+    try:
+        return PLACEMENT_COLUMNS.index(name)
+    except ValueError:
+        raise KeyError(f"no placement column {name!r}; a placement row has {list(PLACEMENT_COLUMNS)}") from None
+
+
+PLACE_OFFSET, PLACE_H, PLACE_W = (placement_column(n) for n in ("offset", "height", "width"))
+PLACE_STRIDE_C, PLACE_STRIDE_H, PLACE_STRIDE_W = (placement_column(n) for n in ("stride_c", "stride_h", "stride_w"))
 
 
 # --------------------------------------------------------------------------- #

@@ -56,6 +56,7 @@ class _Args:
     out_w: int
     out: torch.Tensor  # allocated or the caller's
     source: int  # layout.SOURCE_*
+    placement: torch.Tensor | None = None  # int64 [B, PLACEMENT_WIDTH]: a variable-size output
 
 
 def _require_tensor(name: str, x: object) -> torch.Tensor:
@@ -166,6 +167,7 @@ def _prepare(
     check_values: bool,
     interpolation: int = layout.FILTER_BILINEAR,
     source: int = layout.SOURCE_INTERLEAVED,
+    placement: torch.Tensor | None = None,
 ) -> _Args:
     data = _require_tensor("data", data)
     offsets = _require_tensor("offsets", offsets)
@@ -208,7 +210,9 @@ def _prepare(
         raise TypeError(f"out_dtype must be one of {[str(d) for d in _OUT_DTYPES]}, got {out_dtype}")
 
     shape = (B, 3, out_h, out_w)
-    if out is None:
+    if placement is not None:
+        placement, out = _prepare_placement(placement, out, B, out_h, out_w, out_dtype, device)
+    elif out is None:
         fmt = torch.channels_last if channels_last else torch.contiguous_format
         out = torch.empty(shape, dtype=out_dtype, device=device, memory_format=fmt)
     else:
@@ -226,7 +230,59 @@ def _prepare(
     params = params.contiguous()
     if check_values and B > 0:
         _check_values(data, offsets, shapes, params, interpolation, source)
-    return _Args(data, offsets, shapes, params, affine, out_h, out_w, out, source)
+    return _Args(data, offsets, shapes, params, affine, out_h, out_w, out, source, placement)
+
+
+def placement_extent(placement: torch.Tensor) -> int:
+    """Elements a 1-D output buffer needs for ``placement`` (host rows): one past the
+    farthest element any sample writes (0 for an empty batch)."""
+    p = placement.to(device="cpu", dtype=torch.int64)
+    if p.shape[0] == 0:
+        return 0
+    h, w = p[:, layout.PLACE_H], p[:, layout.PLACE_W]
+    last = (p[:, layout.PLACE_OFFSET] + 2 * p[:, layout.PLACE_STRIDE_C] + (h - 1) * p[:, layout.PLACE_STRIDE_H]
+            + (w - 1) * p[:, layout.PLACE_STRIDE_W])
+    empty = (h <= 0) | (w <= 0)
+    return int(torch.where(empty, 0, last + 1).max())
+
+
+def _prepare_placement(placement: object, out: torch.Tensor | None, B: int, out_h: int, out_w: int,
+                       out_dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check a variable-size output's ``placement`` (and ``out``, allocated when None):
+    (placement as contiguous int64, the 1-D output buffer). Per-sample values are read
+    only from a host placement (a device one would synchronise)."""
+    placement = _require_tensor("placement", placement)
+    if placement.dtype != torch.int64 or tuple(placement.shape) != (B, layout.PLACEMENT_WIDTH):
+        raise ValueError(f"placement must be int64 [B, {layout.PLACEMENT_WIDTH}]=[{B}, {layout.PLACEMENT_WIDTH}] "
+                         f"({', '.join(layout.PLACEMENT_COLUMNS)} per sample), got {placement.dtype} "
+                         f"{tuple(placement.shape)}")
+    host = placement.device.type == "cpu"
+    if out is None:
+        if not host:
+            raise ValueError("a placement on the device needs out= (sizing the buffer would read the placement "
+                             "back to the host)")
+        out = torch.empty(placement_extent(placement), dtype=out_dtype, device=device)
+    out = _require_tensor("out", out)
+    if out.dim() != 1 or not out.is_contiguous():
+        raise ValueError(f"with a placement, out must be a contiguous 1-D buffer, got shape {tuple(out.shape)}")
+    if out.dtype != out_dtype:
+        raise TypeError(f"out has dtype {out.dtype} but out_dtype is {out_dtype}")
+    if out.device != device:
+        raise ValueError(f"out is on {out.device} but data is on {device}")
+    if host and B > 0:
+        p = placement
+        h, w = p[:, layout.PLACE_H], p[:, layout.PLACE_W]
+        strides = p[:, [layout.PLACE_STRIDE_C, layout.PLACE_STRIDE_H, layout.PLACE_STRIDE_W]]
+        for bad, what in (((h < 0) | (w < 0), "height and width must be >= 0"),
+                          ((h > out_h) | (w > out_w), f"size must fit in out_size {(out_h, out_w)} (the grid)"),
+                          ((p[:, layout.PLACE_OFFSET] < 0) | (strides < 0).any(dim=1),
+                           "offset and strides must be >= 0")):
+            if bad.any():
+                i = int(bad.nonzero()[0, 0])
+                raise ValueError(f"sample {i}: placement {p[i].tolist()}: {what}")
+        if placement_extent(p) > out.numel():
+            raise ValueError(f"placement writes up to element {placement_extent(p)} but out has {out.numel()}")
+    return placement.to(device).contiguous(), out
 
 
 # --------------------------------------------------------------------------- #
@@ -251,6 +307,7 @@ def fused_resized_crop(
     erase_value: Sequence[float] | torch.Tensor | None = None,
     erase_random: bool = False,
     source: int | str = "interleaved",
+    placement: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     launch: _triton.LaunchSettings | None = None,
 ) -> torch.Tensor:
@@ -270,7 +327,8 @@ def fused_resized_crop(
             ``stages/sample.py``). ``lo``/``hi`` are integers, normally ``0 <= lo < hi <= H`` (resp.
             ``W``); a region reaching outside the image is clamped to it,
             keeping at least one pixel.
-        out_size: ``(out_h, out_w)`` for the whole batch.
+        out_size: ``(out_h, out_w)`` for the whole batch; with ``placement``, the
+            largest sample's (the grid is sized over it; every sample fits in it).
         scale: 3 per-channel multipliers applied after resampling.
         bias: 3 per-channel addends applied after ``scale``. ``scale`` and
             ``bias`` may be tensors on any device.
@@ -305,13 +363,25 @@ def fused_resized_crop(
             :func:`csrc_triton.reference.ycbcr_planes_to_rgb`'s images.
             ``"mixed"``: either, per sample (``shapes[:, 2]`` 1 or 3: interleaved;
             ``layout.PLANAR`` + a subsampling code: planar).
+        placement: a variable-size output: ``int64 [B, layout.PLACEMENT_WIDTH]``,
+            per sample ``(offset, height, width, stride_c, stride_h, stride_w)``
+            (``layout.PLACEMENT_COLUMNS``): sample ``b`` is written as the ``[3,
+            height, width]`` image at element ``offset`` of ``out`` (1-D) with those
+            element strides, its output pixel ``(y, x)`` mapped by its ``params``
+            row as in a batch of its own (the erase noise counts over its own size).
+            ``height``/``width`` are normally the sample's ``out_h``/``out_w``
+            columns. Without ``out``, a host placement sizes a new buffer
+            (:func:`placement_extent`); a device placement needs ``out``. Samples must
+            not overlap (not checked). ``channels_last`` is ignored (the strides say it).
         out: optional preallocated ``[B, 3, out_h, out_w]`` output of dtype
-            ``out_dtype`` on the data's device; any strides.
+            ``out_dtype`` on the data's device; any strides. With ``placement``, the
+            contiguous 1-D buffer the samples are written into.
         launch: tile shape and warps to use instead of
             :func:`csrc_triton._triton.tile_settings`'s choice (for tuning sweeps).
 
     Returns:
-        ``[B, 3, out_h, out_w]`` tensor (``out`` when given).
+        ``[B, 3, out_h, out_w]`` tensor (``out`` when given); with ``placement``, the
+        1-D buffer.
 
     Raises:
         TypeError / ValueError: for unsupported or inconsistent arguments.
@@ -328,7 +398,7 @@ def fused_resized_crop(
     a = _prepare(
         data, offsets, shapes, params, out_size, scale, bias, out_dtype, channels_last, out,
         check_values=device is not None and device.type == "cpu", interpolation=code,
-        source=layout.source_code(source),
+        source=layout.source_code(source), placement=placement,
     )
     B = a.params.shape[0]
     mode = reference.erase_mode(erase_value, erase_random)
@@ -342,11 +412,14 @@ def fused_resized_crop(
     n_tiles_w = _triton.cdiv(a.out_w, s.block_w)
     n_tiles = _triton.cdiv(a.out_h, s.block_h) * n_tiles_w
     grid = (B * n_tiles,)
-    so = a.out.stride()
+    if a.placement is None:
+        so, placement_t = a.out.stride(), a.params  # placement_t: any pointer, never read
+    else:
+        so, placement_t = (0, 0, 0, 0), a.placement  # each sample's strides are in its placement row
     # Triton launches on the current CUDA device, which need not be the data's.
     with torch.cuda.device(a.data.device) if a.data.device.type == "cuda" else nullcontext():
         kernel[grid](
-            a.data, a.offsets, a.shapes, a.params, a.affine, erase_t, a.out,
+            a.data, a.offsets, a.shapes, a.params, a.affine, erase_t, placement_t, a.out,
             a.data.numel(), a.out_h, a.out_w, n_tiles_w, n_tiles,
             so[0], so[1], so[2], so[3],
             FILTER=code,
@@ -356,6 +429,7 @@ def fused_resized_crop(
             OUT_UINT8=out_dtype == torch.uint8,
             ERASE=mode,
             SOURCE=a.source,
+            RAGGED=a.placement is not None,
             BLOCK_H=s.block_h,
             BLOCK_W=s.block_w,
             num_warps=s.num_warps,
@@ -386,6 +460,7 @@ def resized_crop_reference(
     erase_value: Sequence[float] | torch.Tensor | None = None,
     erase_random: bool = False,
     source: int | str = "interleaved",
+    placement: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Plain-torch twin of :func:`fused_resized_crop` (same arguments and result).
@@ -397,7 +472,7 @@ def resized_crop_reference(
     code = layout.filter_code(interpolation)
     a = _prepare(
         data, offsets, shapes, params, out_size, scale, bias, out_dtype, channels_last, out,
-        check_values=True, interpolation=code, source=layout.source_code(source),
+        check_values=True, interpolation=code, source=layout.source_code(source), placement=placement,
     )
     B = a.params.shape[0]
     mode = reference.erase_mode(erase_value, erase_random)
@@ -413,24 +488,42 @@ def resized_crop_reference(
         codes = params[:, layout.FILTER].to(torch.int64).tolist()
     else:
         codes = [code] * B
-    # The taps of every sample, computed for all samples of one filter at once.
-    taps: list[tuple] = [()] * B
-    for f in sorted(set(codes)):
-        members = [b for b in range(B) if codes[b] == f]
-        sel = params[members]
-        idx_y, w_y, ty = reference.axis_taps(sel, "y", a.out_h, antialias, f)
-        idx_x, w_x, tx = reference.axis_taps(sel, "x", a.out_w, antialias, f)
-        for j, b in enumerate(members):
-            taps[b] = (idx_y[j, :, : ty[j]], w_y[j, :, : ty[j]], idx_x[j, :, : tx[j]], w_x[j, :, : tx[j]],
-                       quantize and f == layout.FILTER_BICUBIC)
+    if a.placement is None:
+        sizes = [(a.out_h, a.out_w)] * B
+        dst = [a.out[b].permute(1, 2, 0) for b in range(B)]
+    else:
+        sizes, dst = _placed(a.out, a.placement)
+    # The taps of every sample, computed for all samples of one filter (and one output
+    # height, resp. width) at once.
+    taps_y: list[tuple] = [()] * B
+    taps_x: list[tuple] = [()] * B
+    for axis, dim, taps in (("y", 0, taps_y), ("x", 1, taps_x)):
+        for f, n_out in sorted({(codes[b], sizes[b][dim]) for b in range(B)}):
+            members = [b for b in range(B) if codes[b] == f and sizes[b][dim] == n_out]
+            idx, w, t = reference.axis_taps(params[members], axis, n_out, antialias, f)
+            for j, b in enumerate(members):
+                taps[b] = (idx[j, :, : t[j]], w[j, :, : t[j]])
     scale_t, bias_t = a.affine[:3], a.affine[3:]
     for b in range(B):
+        if sizes[b][0] == 0 or sizes[b][1] == 0:
+            continue
         if a.source == layout.SOURCE_YCBCR or a.source == layout.SOURCE_MIXED and shapes_l[b][2] >= layout.PLANAR:
             pixels = reference.source_ycbcr(a.data, offsets_l[b], shapes_l[b], regions[b])
         else:
             pixels = reference.source(a.data, offsets_l[b], shapes_l[b], regions[b])
-        v = reference.sample(pixels, *taps[b])
+        v = reference.sample(pixels, *taps_y[b], *taps_x[b], quantize and codes[b] == layout.FILTER_BICUBIC)
         v = reference.colour(v)
-        reference.epilogue(v, scale_t, bias_t, quantize, a.out[b].permute(1, 2, 0),
-                           reference.erase_args(a.params, b, mode, value))
+        reference.epilogue(v, scale_t, bias_t, quantize, dst[b], reference.erase_args(a.params, b, mode, value))
     return a.out
+
+
+def _placed(out: torch.Tensor, placement: torch.Tensor) -> tuple[list[tuple[int, int]], list[torch.Tensor]]:
+    """Per sample of a variable-size output: its ``(height, width)`` and its HWC view of ``out``."""
+    rows = placement.cpu().tolist()
+    sizes, views = [], []
+    for r in rows:
+        h, w = r[layout.PLACE_H], r[layout.PLACE_W]
+        sc, sh, sw = r[layout.PLACE_STRIDE_C], r[layout.PLACE_STRIDE_H], r[layout.PLACE_STRIDE_W]
+        sizes.append((h, w))
+        views.append(out.as_strided((h, w, 3), (sh, sw, sc), r[layout.PLACE_OFFSET]) if h and w else None)
+    return sizes, views

@@ -82,12 +82,15 @@ class BatchGeometry:
         """``[B, layout.NUM_PARAMS]`` float32 kernel parameters.
 
         Fills the ``geometry`` and ``epilogue`` blocks column by column from the
-        fields of the same name; the other blocks stay zero until a stage reads
-        per-sample values there.
+        fields of the same name and the ``output`` block from ``height``/``width``
+        (the size of the output image); the other blocks stay zero until a stage
+        reads per-sample values there.
         """
         rows = np.zeros((len(self), layout.NUM_PARAMS), dtype=np.float32)
         for name in layout.block("geometry").columns + layout.block("epilogue").columns:
             rows[:, layout.column(name)] = getattr(self, name)
+        rows[:, layout.OUT_H] = self.height
+        rows[:, layout.OUT_W] = self.width
         return torch.from_numpy(rows)
 
 
