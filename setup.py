@@ -29,8 +29,9 @@ setup(
         "cu12": ["nvidia-nvjpeg-cu12>=12,<13; platform_system == 'Linux'"],
         "bench": ["pillow", "matplotlib", "scikit-image"],  # scikit-image: the photographs of benchmarks/photo_folder.py
         "lightning": ["lightning>=2.0"],
-        # timm: the parity tests of its augmentations (the library itself never imports it)
-        "test": ["pytest", "pillow", "matplotlib", "lightning>=2.0", "timm>=1.0"],
+        # timm: the parity tests of its augmentations; pycocotools: torchvision's CocoDetection, which
+        # the COCO tests compare with (the library itself imports neither)
+        "test": ["pytest", "pillow", "matplotlib", "lightning>=2.0", "timm>=1.0", "pycocotools"],
     },
     entry_points={"console_scripts": ["torchdali-bench=torchdali.bench:main"]},
 )
