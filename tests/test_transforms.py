@@ -127,8 +127,12 @@ def test_torchvision_compose_is_accepted():
     assert plan.scale == ours.scale and plan.bias == ours.bias
 
 
+def test_a_pipeline_without_a_fixed_size_compiles_with_per_sample_sizes():
+    plan = T.compile_transforms(T.Compose([T.Resize(64)]))  # tests/test_variable_size.py runs it
+    assert plan.out_size is None and plan.varies
+
+
 @pytest.mark.parametrize("bad,match", [
-    (lambda: T.Compose([T.Resize(64)]), "fixed output size"),
     (lambda: T.Compose([T.CenterCrop(8), T.Normalize(MEAN, STD)]), "uint8"),
     (lambda: T.Compose([T.Resize((8, 8), interpolation=v2.InterpolationMode.LANCZOS)]),
      "closest supported mode is bicubic"),

@@ -5,7 +5,8 @@ Everything that decides *which* samples form a batch (sampler, batch_sampler,
 shuffle, generator, drop_last, len(), workers, worker_init_fn, persistent_workers)
 is torch's own code. Only ``_get_iterator`` changes: an inner torch DataLoader
 reads and packs bytes in the workers, and the executor turns each packed batch
-into one ``[B, 3, H, W]`` tensor on ``device``; ``collate_fn`` then sees the
+into one ``[B, 3, H, W]`` tensor on ``device`` (the images at their own sizes, in
+one buffer, when the pipeline does not fix the size); ``collate_fn`` then sees the
 samples with their images decoded and transformed.
 
 A torchvision folder dataset passed without ``transforms=`` has its own
@@ -97,7 +98,10 @@ class DataLoader(tud.DataLoader):
     Every torch argument keeps its meaning. The dataset returns ``(encoded bytes,
     target)`` (or an already decoded uint8 image, or just the image). By default a
     batch is ``(images, targets)``: ``images`` one ``[B, 3, H, W]`` tensor on
-    ``device``, ``targets`` collated by ``default_collate`` in the workers.
+    ``device``, ``targets`` collated by ``default_collate`` in the workers. When the
+    pipeline does not fix the output size, a batch whose images differ in size is
+    ``(list of [3, h_i, w_i] images, list of targets)``, as torchvision's detection
+    references load it (``torchdali/transforms/_ragged.py``; ``BatchImages`` pads it).
 
     ``collate_fn`` keeps torch's meaning: it receives the batch's samples
     ``[(image, target), ...]`` (``image``: that sample's transformed image, a view of
@@ -136,9 +140,12 @@ class DataLoader(tud.DataLoader):
     Args (in addition to torch's):
         transforms: a ``torchdali.transforms.Compose`` (torchvision v1/v2 and timm
             objects, weights' ``transforms()`` and reference-script presets are
-            accepted too) whose output size is fixed. Random parameters are drawn
-            per sample. An unsupported pipeline raises one ``ValueError`` listing
-            every unsupported step with its position and what to use instead.
+            accepted too). Random parameters are drawn per sample. An unsupported
+            pipeline raises one ``ValueError`` listing every unsupported step with its
+            position and what to use instead. Without a step that fixes the output
+            size, each image keeps its own (see above); its size must then be
+            bounded, by ``max_image_pixels`` or a ``Resize(size, max_size=...)``, or
+            the loader refuses the pipeline when it is built.
         device: where batches are produced: ``"cuda"`` (nvJPEG + fused Triton kernel)
             or ``"cpu"`` (decode + reference kernel inside the workers). Default:
             cuda if available.
@@ -253,8 +260,10 @@ class DataLoader(tud.DataLoader):
         self.transforms = transforms
         # None: the dataset runs as under torch (its transform was not lifted)
         self.plan = None if not_lifted is not None else compile_transforms(transforms)
+        if self.plan is not None:
+            self.plan.check_bound(max_image_pixels)  # an output size that varies must be boundable
         self.batch_transforms = batch_transforms
-        self._delivery = Delivery(self.collate_fn, batch_transforms)
+        self._delivery = Delivery(self.collate_fn, batch_transforms, self.plan)
         if self._delivery.native is not None and self.plan is not None:
             self._delivery.native.check_dtype(self.plan.out_dtype)
         self.device = _resolve_device(device)

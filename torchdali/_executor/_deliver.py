@@ -13,6 +13,18 @@ loop receives (``Delivery``):
   (``images[i]`` is a view of the batch; a sample is ``images[i]`` alone when the
   dataset has no targets). The targets travel to it uncollated.
 
+A pipeline without a fixed output size (``transforms/_ragged.py``) lays each batch
+out once its samples' sizes are drawn. A batch whose images share one size is the
+``[B, C, H, W]`` tensor above, its targets collated by ``default_collate``; otherwise
+``images`` is the list of the images (``[C, h_i, w_i]`` views of one buffer) and
+``targets`` the list of the samples' targets, uncollated: what torchvision's
+detection references get from ``collate_fn=lambda b: tuple(zip(*b))``. With
+``BatchImages`` ``images`` is an ``ImageList`` and the targets a list. So the targets
+leave the worker uncollated (``collate_targets``) and are collated where the batch's
+layout is known (``settle_targets``). ``collate_fn`` gets the samples with each
+sample's own image, as above; our batch transforms (MixUp, CutMix) need a stacked
+batch and raise ValueError on another.
+
 Randomness. A batch's draws are keyed by ``(seed, epoch, batch)`` (``batch_key``),
 so the same seed gives the same batches for any ``num_workers`` and after a
 mid-epoch resume. ``batch`` (``PackedBatch.first_position``) is the epoch position of the batch's first sample, as
@@ -44,6 +56,7 @@ import torch
 from torch.utils.data._utils.collate import default_collate
 
 from .. import _rng
+from ..transforms import _ragged
 from ..transforms._batch import BatchTransform, to_batch_transform
 
 
@@ -79,9 +92,11 @@ class Delivery:
     ``collate_fn``: the user's (torch's ``default_collate`` counts as none: it gives the
     same batch as the fast path). ``batch_transforms``: converted to ours when it can be
     (``to_batch_transform``), else run as it is. Passing both raises ValueError.
+    ``plan``: the loader's compiled pipeline (whether its output size varies).
     """
 
-    def __init__(self, collate_fn: Callable | None = None, batch_transforms: Callable | None = None) -> None:
+    def __init__(self, collate_fn: Callable | None = None, batch_transforms: Callable | None = None,
+                 plan: Any = None) -> None:
         collate_fn = None if _is_default_collate(collate_fn) else collate_fn
         if collate_fn is not None and batch_transforms is not None:
             raise ValueError(
@@ -95,6 +110,8 @@ class Delivery:
         self.native: BatchTransform | None = to_batch_transform(batch_transforms) \
             if batch_transforms is not None else None
         self.foreign_transform = batch_transforms if batch_transforms is not None and self.native is None else None
+        #: the batches are laid out per batch (``_ragged.py``), so the targets are collated late
+        self.varies = bool(plan is not None and plan.varies)
 
     @property
     def has_foreign(self) -> bool:
@@ -102,33 +119,52 @@ class Delivery:
         return self.collate_fn is not None or self.foreign_transform is not None
 
     def collate_targets(self, targets: list) -> Any:
-        """The targets as they leave the worker: collated, or the list itself for the user's collate_fn."""
-        return list(targets) if self.collate_fn is not None else default_collate(targets)
+        """The targets as they leave the worker: collated, or the list itself for the user's
+        collate_fn or a pipeline without a fixed output size (``settle_targets`` collates them)."""
+        return list(targets) if self.collate_fn is not None or self.varies else default_collate(targets)
 
-    def run_native(self, images: torch.Tensor, targets: Any, has_target: bool, key: int) -> tuple[torch.Tensor, Any]:
+    def settle_targets(self, images: Any, targets: Any) -> Any:
+        """The targets once the batch's images are laid out: collated for a stacked batch of a
+        pipeline without a fixed output size, as they are otherwise. Idempotent."""
+        if self.varies and self.collate_fn is None and isinstance(targets, list) \
+                and isinstance(images, torch.Tensor):
+            return default_collate(targets)
+        return targets
+
+    def run_native(self, images: Any, targets: Any, has_target: bool, key: int) -> tuple[Any, Any]:
         """Our batch transform, if any, on ``(images, targets)``; thread-safe (no global state)."""
+        targets = self.settle_targets(images, targets)
         if self.native is None:
             return images, targets
+        if not isinstance(images, torch.Tensor):
+            sizes = sorted({tuple(im.shape[1:]) for im in _ragged.unbind(images)})
+            raise ValueError(
+                f"{self.native!r} mixes the images of a batch, so they must share one size, but this batch's "
+                f"images are {'padded from ' if isinstance(images, _ragged.ImageList) else ''}sizes {sizes[:4]}"
+                f"{' ...' if len(sizes) > 4 else ''}: end the pipeline with a fixed-size step (CenterCrop, "
+                f"RandomResizedCrop, Resize((h, w))) to use it")
         rng = _rng.Stream(key)
         if not has_target:
             return self.native.forward(images, rng), None
         images, targets = self.native.forward((images, targets), rng)
         return images, targets
 
-    def run_foreign(self, images: torch.Tensor, targets: Any, has_target: bool, key: int,
+    def run_foreign(self, images: Any, targets: Any, has_target: bool, key: int,
                     device: torch.device | None = None) -> Any:
         """What the loop gets, after the user's collate_fn or foreign batch transform (if any)."""
         if self.collate_fn is not None:
-            views = images.unbind(0)
+            views = _ragged.unbind(images)
             samples = list(zip(views, targets)) if has_target else list(views)
             with seeded(key, device):
                 return self.collate_fn(samples)
+        targets = self.settle_targets(images, targets)
+        images = _ragged.for_loop(images)
         if self.foreign_transform is not None:
             with seeded(key, device):
                 return self.foreign_transform(images, targets) if has_target else self.foreign_transform(images)
         return (images, targets) if has_target else images
 
-    def finish(self, images: torch.Tensor, targets: Any, has_target: bool, key: int,
+    def finish(self, images: Any, targets: Any, has_target: bool, key: int,
                device: torch.device | None = None) -> Any:
         """What the loop gets, all steps in one place (CPU path, in the worker)."""
         images, targets = self.run_native(images, targets, has_target, key)

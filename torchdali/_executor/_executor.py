@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import torch
 
 from .. import _rng
+from ..transforms import _ragged
 from ._decode import ROUTE_COUNTERS, GpuDecoder, decode_groups, decoded_sizes, merge_sub_batch, sub_batch
 from ._deliver import Delivery
 from ._launch import KernelEvents, KernelLauncher
@@ -27,7 +28,7 @@ class ReadyBatch(NamedTuple):
     """A batch the GPU is producing, as it waits in the prefetch queue for the training loop."""
 
     batch: PackedBatch
-    images: torch.Tensor
+    images: Any  # [B, 3, H, W], or a RaggedImages or ImageList (a pipeline without a fixed size)
     targets: Any
     ready: torch.cuda.Event  # passed once ``images`` (and ``targets``) are written
     stages: dict  # host/GPU seconds per stage, for LoaderStats
@@ -104,6 +105,8 @@ class BatchExecutor:
                     images, kernel_events, decode_s, counts = self._process_groups(batch, slot, groups)
                     t_decoded = t0 + decode_s
                     targets = batch.targets
+                # a pipeline without a fixed size: the targets of a stacked batch are collated now
+                targets = self.delivery.settle_targets(images, targets)
                 if isinstance(targets, torch.Tensor) and targets.device != self.device:
                     targets = targets.to(self.device, non_blocking=True)
                 if self.delivery.native is not None:  # ours only: foreign callables run in the loop's thread
@@ -134,7 +137,7 @@ class BatchExecutor:
 
 
     def _process_groups(self, batch: PackedBatch, slot: Slot,
-                        groups: list[tuple[int, int]]) -> tuple[torch.Tensor, KernelEvents, float, dict]:
+                        groups: list[tuple[int, int]]) -> tuple[Any, KernelEvents, float, dict]:
         """Decode and transform a batch too large to decode at once, group by group
         (``_decode.decode_groups``): (images, timing events, seconds spent decoding,
         decode route counters).
@@ -147,6 +150,7 @@ class BatchExecutor:
         block per new size.)
         """
         images = first = last = None
+        parts = []  # a pipeline without a fixed size: each group's output, put together at the end
         decode_s = 0.0
         counts = dict.fromkeys(ROUTE_COUNTERS, 0)
         numel = decoded_sizes(batch.shapes)
@@ -160,14 +164,20 @@ class BatchExecutor:
                 counts[k] += v
             part, events, _ = self.launcher.launch(decoded, sub.batch_params, self.stream)
             merge_sub_batch(batch, sub, start, stop)
+            first = first or events
+            last = events
+            if self.launcher.plan.varies:
+                parts.append(part)
+                continue
             if images is None:
                 layout = torch.channels_last if self.launcher.channels_last and part.dim() == 4 \
                     else torch.contiguous_format
                 images = torch.empty((len(batch.indices), *part.shape[1:]), dtype=part.dtype, device=part.device,
                                      memory_format=layout)
             images[start:stop].copy_(part)
-            first = first or events
-            last = events
+        if parts:
+            plan = self.launcher.plan
+            images = _ragged.concat(parts, self.launcher.channels_last, plan.batch_images)
         return images, KernelEvents(first.start, last.end), decode_s, counts
 
 

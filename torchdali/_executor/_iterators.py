@@ -105,6 +105,7 @@ import torch
 from .. import _rng
 from .._fork import keep_in_children
 from ..errors import DecoderStalled, SampleError, WorkerDied
+from ..transforms._ragged import for_loop, tensors_of
 from ._executor import executor_for
 from ._records import LISTED, worker_died
 from ._staging import Slot, Stopped
@@ -402,8 +403,9 @@ class GpuIterator:
         consumer.wait_event(item.ready)
         # Freeing a block used on another stream records CUDA events, which a forked
         # worker cannot do (it aborts): a batch alive at a fork is kept alive in the child.
-        item.images.record_stream(consumer)
-        keep_in_children(item.images)
+        for t in tensors_of(item.images):
+            t.record_stream(consumer)
+            keep_in_children(t)
         targets = item.targets
         if isinstance(targets, torch.Tensor) and targets.is_cuda:
             targets.record_stream(consumer)
@@ -413,7 +415,8 @@ class GpuIterator:
             key = _rng.batch_key(batch.seed, batch.epoch, batch.first_position)
             out = delivery.run_foreign(item.images, targets, batch.has_target, key, self._device)
         else:
-            out = (item.images, targets) if batch.has_target else item.images
+            images = for_loop(item.images)  # a batch of images of different sizes: their list
+            out = (images, targets) if batch.has_target else images
         self._stats.add_batch(len(batch.indices), wait=time.perf_counter() - t0, worker=batch.seconds,
                               stages=item.stages)
         self._loader._on_batch(batch)
@@ -532,6 +535,8 @@ class CpuIterator:
         self._loader._on_batch(batch)
         if batch.has_output:  # batch transforms or collate_fn ran in the worker (_deliver.py)
             return batch.output
+        # a pipeline without a fixed size: the list of a ragged batch's images, a stacked one's targets collated
+        images = for_loop(batch.images)
         if batch.has_target:
-            return batch.images, batch.targets
-        return batch.images
+            return images, self._loader._delivery.settle_targets(batch.images, batch.targets)
+        return images

@@ -13,8 +13,9 @@ from typing import Any, NamedTuple
 import torch
 from csrc_triton._triton import upload
 
-from ..transforms._execute import KERNEL, execute
+from ..transforms._execute import KERNEL, batch_layout, execute
 from ..transforms._plan import BatchParams
+from ..transforms._ragged import ImageList, RaggedImages
 from ._decode import DecodedBatch
 
 
@@ -43,7 +44,7 @@ class KernelLauncher:
         self._previous: KernelEvents | None = None
 
     def launch(self, decoded: DecodedBatch, params: BatchParams, stream: torch.cuda.Stream,
-               targets: Any = None) -> tuple[torch.Tensor, KernelEvents, Any]:
+               targets: Any = None) -> tuple[torch.Tensor | RaggedImages | ImageList, KernelEvents, Any]:
         """(output images, timing events, ``targets`` on the device when they are a
         tensor) of the batch's kernels.
 
@@ -51,13 +52,20 @@ class KernelLauncher:
         in one copy through pinned memory (``upload``: a copy from pageable memory
         could make the host wait for the decode queued before it), and the kernels are
         ordered on the stream after the decode. The events span every kernel of the
-        batch (kernel 1, the program's slots, the finishing kernel).
+        batch (kernel 1, the program's slots, the finishing kernel). A pipeline without
+        a fixed output size lays the batch out from the host parameters first
+        (``_execute.batch_layout``); its placement travels in the same copy.
         """
+        out_layout = batch_layout(self.plan, params.params, self.channels_last)
         parts = [decoded.shapes, decoded.offsets, params.params]
+        send_placement = out_layout is not None and out_layout.placement is not None
+        if send_placement:
+            parts.append(out_layout.placement)
         send_targets = isinstance(targets, torch.Tensor) and targets.dtype in _PLAIN_DTYPES
         if send_targets:
             parts.append(targets)
         shapes_d, offsets_d, params_d, *rest = upload(parts, self.device)
+        placement_d = rest.pop(0) if send_placement else None
         if send_targets:
             targets = rest[0]
         params = params._replace(params=params_d)
@@ -65,7 +73,7 @@ class KernelLauncher:
         k_start.record(stream)
         images = execute(self.plan, decoded.buffer, offsets_d, shapes_d, params, KERNEL,
                          channels_last=self.channels_last, scale=self.scale, bias=self.bias,
-                         source=decoded.source)
+                         source=decoded.source, out_layout=out_layout, placement=placement_d)
         k_end.record(stream)
         return images, KernelEvents(k_start, k_end), targets
 

@@ -2,7 +2,8 @@
 
 Layers, bottom up (each imports only those before it): ``_geometry`` (per-sample
 geometry algebra), ``_state`` (static pipeline state), ``_args`` (argument checks),
-``_reference`` (CPU reference execution), ``_execute`` (a compiled plan run on
+``_reference`` (CPU reference execution), ``_ragged`` (how a batch whose images differ
+in size is laid out and delivered, ``ImageList``), ``_execute`` (a compiled plan run on
 one batch, kernel or reference backend), ``_registry`` (the list of supported
 transforms), ``_convert`` (converting a whole pipeline, listing every refusal),
 ``_plan`` (the Transform protocol, the augment-program protocol and the
@@ -19,6 +20,7 @@ from . import _presets, _registry, functional
 from ._random import RandomApply, RandomChoice, RandomOrder
 from ._plan import BatchParams, Plan, compile_transforms, to_torchdali
 from ._transforms import (
+    BatchImages,
     CenterCrop,
     Compose,
     ConvertImageDtype,
@@ -55,15 +57,17 @@ from ._erase import RandomErasing
 from ._timm import TimmAutoAugment, TimmRandAugment, TimmRandomErasing
 # after _transforms: registration order is the order of the README table's rows
 from ._batch import BatchRandomChoice, BatchTransform, CutMix, MixUp, to_batch_transform
+from ._ragged import ImageList
 
 #: torchvision transform names torchdali converts (every class in ``_transforms`` and ``_batch`` has registered by now)
 SUPPORTED = _registry.supported()
 supported_table = _registry.supported_table
 
 __all__ = [
-    "AugMix", "AutoAugment", "AutoAugmentPolicy", "BatchParams", "BatchRandomChoice", "BatchTransform",
+    "AugMix", "AutoAugment", "AutoAugmentPolicy", "BatchImages", "BatchParams", "BatchRandomChoice",
+    "BatchTransform",
     "CenterCrop", "ColorJitter", "Compose", "ConvertImageDtype", "CutMix", "GaussianBlur", "Grayscale",
-    "Identity", "MixUp", "Normalize", "PILToTensor", "Pad", "Plan", "RandAugment", "RandomAdjustSharpness",
+    "Identity", "ImageList", "MixUp", "Normalize", "PILToTensor", "Pad", "Plan", "RandAugment", "RandomAdjustSharpness",
     "RandomAffine", "RandomApply", "RandomAutocontrast", "RandomChoice", "RandomCrop", "RandomEqualize",
     "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomInvert", "RandomOrder",
     "RandomPerspective", "RandomPosterize", "RandomResizedCrop", "RandomRotation", "RandomSolarize",

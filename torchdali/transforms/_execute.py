@@ -19,6 +19,15 @@ parameters (``Plan.params``), and returns the output batch ``[B, 3, H, W]``:
 The ``KERNEL`` backend runs the Triton launchers (the GPU executor's
 ``_launch.py``); ``REFERENCE`` runs their plain-torch twins (the CPU path's
 ``run_reference`` and the functionals). Both see exactly the same steps.
+
+A pipeline without a fixed output size (``Plan.out_size`` None, or ending with
+``BatchImages``) is laid out per batch from the samples' drawn sizes
+(``_ragged.output_layout``): a batch whose samples share one size runs the steps
+above at that size; otherwise kernel 1 writes every sample at its own place in one
+buffer (``placement``), in one launch. With a program, kernel 1 writes the uint8
+images grouped by size, and the program and the finishing kernel run once per
+group of equal-size samples, each group an ``[n, 3, h, w]`` batch (a ragged
+augment program is not written yet).
 """
 from __future__ import annotations
 
@@ -27,8 +36,12 @@ from typing import Any, Callable, NamedTuple
 import csrc_triton
 import torch
 from csrc_triton import layout
+from csrc_triton._triton import upload
 
-__all__ = ["Backend", "KERNEL", "REFERENCE", "execute"]
+from . import _ragged
+from ._ragged import ImageList, OutputLayout, RaggedImages
+
+__all__ = ["Backend", "KERNEL", "REFERENCE", "batch_layout", "execute"]
 
 _IDENTITY = (1.0, 1.0, 1.0)
 _ZERO = (0.0, 0.0, 0.0)
@@ -60,10 +73,19 @@ def _erase_kwargs(plan: Any) -> dict[str, Any]:
     return {"erase_value": plan.erase_value, "erase_random": plan.erase_random}
 
 
+def batch_layout(plan: Any, params: torch.Tensor, channels_last: bool = False) -> OutputLayout | None:
+    """How a batch of ``plan`` with the (host) parameter rows ``params`` is laid out
+    (``_ragged.output_layout``); None for a pipeline with a fixed output size."""
+    if not plan.varies:
+        return None
+    return _ragged.output_layout(_ragged.output_sizes(params), channels_last, plan.batch_images)
+
+
 def execute(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor,
             batch_params: Any, backend: Backend, *, channels_last: bool = False,
             scale: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-            source: int = layout.SOURCE_INTERLEAVED) -> torch.Tensor:
+            source: int = layout.SOURCE_INTERLEAVED, out_layout: OutputLayout | None = None,
+            placement: torch.Tensor | None = None) -> torch.Tensor | RaggedImages | ImageList:
     """The output batch of ``plan`` (a ``_plan.Plan``; this module sits below it) for the
     packed decoded images ``data`` (``offsets [B]``, ``shapes [B, 3]``, on ``data``'s
     device) with the batch's drawn ``batch_params`` (a ``_plan.BatchParams``).
@@ -73,20 +95,47 @@ def execute(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: torch.
     plan's affine already on the device (default: ``plan.scale``/``plan.bias``).
     ``source`` says how ``data`` holds the samples (``layout.SOURCE_*``: interleaved
     pixels, planar Y/Cb/Cr, or either per sample).
+
+    A pipeline without a fixed output size needs the batch's layout: ``out_layout``
+    (``batch_layout`` of the host parameters; computed here from ``batch_params``
+    when None) and, optionally, its placement already on the device. Its batch is a
+    ``[B, 3, H, W]`` tensor when stacked, else a ``RaggedImages`` or an ``ImageList``.
     """
+    if plan.varies:
+        return _execute_varying(plan, data, offsets, shapes, batch_params, backend, channels_last, scale, bias,
+                                source, out_layout, placement)
+    return _execute_fixed(plan, plan.out_size, data, offsets, shapes, batch_params, backend, channels_last, scale,
+                          bias, source)
+
+
+def _execute_fixed(plan: Any, out_size: tuple[int, int], data: torch.Tensor, offsets: torch.Tensor,
+                   shapes: torch.Tensor, batch_params: Any, backend: Backend, channels_last: bool,
+                   scale: torch.Tensor | None, bias: torch.Tensor | None, source: int) -> torch.Tensor:
+    """``execute`` with every sample of size ``out_size``: ``[B, 3, *out_size]``."""
     device = data.device
     params = batch_params.params.to(device, non_blocking=True)
     scale = plan.scale if scale is None else scale
     bias = plan.bias if bias is None else bias
     resized_crop = backend.fn("resized_crop")
     if not plan.program:
-        return resized_crop(data, offsets, shapes, params, plan.out_size, scale, bias, out_dtype=plan.out_dtype,
+        return resized_crop(data, offsets, shapes, params, out_size, scale, bias, out_dtype=plan.out_dtype,
                             channels_last=channels_last, antialias=plan.antialias, quantize=plan.quantize,
                             interpolation=plan.interpolation, source=source, **_erase_kwargs(plan))
-    images = resized_crop(data, offsets, shapes, params, plan.out_size, _IDENTITY, _ZERO, out_dtype=torch.uint8,
+    images = resized_crop(data, offsets, shapes, params, out_size, _IDENTITY, _ZERO, out_dtype=torch.uint8,
                           channels_last=False, antialias=plan.antialias, quantize=plan.quantize,
                           interpolation=plan.interpolation, source=source)
     slots = batch_params.slots.cpu()
+    images = _run_program(plan, images, slots, backend, device)
+    if not _needs_finish(plan, channels_last):
+        return images
+    finish = backend.fn("finish")
+    return finish(images, params, scale, bias, out_dtype=plan.out_dtype, channels_last=channels_last,
+                  erase_value=plan.erase_value, erase_random=plan.erase_random)
+
+
+def _run_program(plan: Any, images: torch.Tensor, slots: torch.Tensor, backend: Backend,
+                 device: torch.device) -> torch.Tensor:
+    """The augment program on the uint8 ``[B, 3, H, W]`` ``images`` with their host ``slots``."""
     augment_slot = backend.fn("augment_slot")
 
     def run_slot(batch: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
@@ -98,9 +147,76 @@ def execute(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: torch.
 
     for entry in plan.program:
         images = entry.transform.apply_program(images, slots[:, entry.start: entry.stop], run_slot)
-    if (plan.out_dtype == torch.uint8 and not plan.erases and not channels_last
-            and tuple(plan.scale) == _IDENTITY and tuple(plan.bias) == _ZERO):
-        return images
-    finish = backend.fn("finish")
-    return finish(images, params, scale, bias, out_dtype=plan.out_dtype, channels_last=channels_last,
-                  erase_value=plan.erase_value, erase_random=plan.erase_random)
+    return images
+
+
+def _needs_finish(plan: Any, channels_last: bool) -> bool:
+    """Whether the program's uint8 output needs the finishing kernel (else it is the output)."""
+    return not (plan.out_dtype == torch.uint8 and not plan.erases and not channels_last
+                and tuple(plan.scale) == _IDENTITY and tuple(plan.bias) == _ZERO)
+
+
+def _execute_varying(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor,
+                     batch_params: Any, backend: Backend, channels_last: bool, scale: torch.Tensor | None,
+                     bias: torch.Tensor | None, source: int, lay: OutputLayout | None,
+                     placement: torch.Tensor | None) -> torch.Tensor | RaggedImages | ImageList:
+    """``execute`` for a pipeline without a fixed output size (module docstring)."""
+    if lay is None:
+        lay = batch_layout(plan, batch_params.params.cpu(), channels_last)
+    if lay.kind == "stacked":
+        return _execute_fixed(plan, lay.size, data, offsets, shapes, batch_params, backend, channels_last, scale,
+                              bias, source)
+    device = data.device
+    B = len(lay.sizes)
+    params = batch_params.params.to(device, non_blocking=True)
+    scale = plan.scale if scale is None else scale
+    bias = plan.bias if bias is None else bias
+    grid = (int(lay.sizes[:, 0].max()), int(lay.sizes[:, 1].max()))
+    if lay.kind == "padded":
+        buffer = torch.full((lay.numel,), plan.batch_images.fill, dtype=plan.out_dtype, device=device)
+        result: Any = ImageList(_ragged.padded_tensor(buffer, B, lay.size, channels_last),
+                                [(int(h), int(w)) for h, w in lay.sizes.tolist()])
+    else:
+        buffer = torch.empty(lay.numel, dtype=plan.out_dtype, device=device)
+        result = RaggedImages(buffer, lay.placement)
+    resized_crop = backend.fn("resized_crop")
+    if not plan.program:
+        if placement is None:
+            placement = torch.from_numpy(lay.placement).to(device, non_blocking=True)
+        resized_crop(data, offsets, shapes, params, grid, scale, bias, out_dtype=plan.out_dtype,
+                     antialias=plan.antialias, quantize=plan.quantize, interpolation=plan.interpolation,
+                     source=source, placement=placement, out=buffer, **_erase_kwargs(plan))
+        return result
+    # With a program: kernel 1 writes the uint8 images grouped by size (contiguous: the
+    # list layout of the same sizes), then each group runs the program and the finish.
+    grouped = _ragged.output_layout(lay.sizes, stack=False)
+    if placement is None or lay.kind != "list" or channels_last:
+        placement = torch.from_numpy(grouped.placement).to(device, non_blocking=True)
+    finish = backend.fn("finish") if _needs_finish(plan, channels_last) else None
+    if lay.kind == "list" and finish is None and not channels_last:
+        images = buffer  # the program's uint8 output is the output: write it in place
+    else:
+        images = torch.empty(grouped.numel, dtype=torch.uint8, device=device)
+    resized_crop(data, offsets, shapes, params, grid, _IDENTITY, _ZERO, out_dtype=torch.uint8,
+                 antialias=plan.antialias, quantize=plan.quantize, interpolation=plan.interpolation,
+                 source=source, placement=placement, out=images)
+    slots = batch_params.slots.cpu()
+    # the groups' sample indices on the device, in one copy (as the launcher's metadata)
+    on_device = upload([g.index for g in grouped.groups], device)
+    for group, index in zip(grouped.groups, on_device):
+        done = _run_program(plan, _ragged.group_view(images, group), slots[torch.from_numpy(group.index)],
+                            backend, device)
+        if lay.kind == "list":  # same groups, same offsets: only the strides may differ
+            dst = _ragged.group_view(buffer, group, channels_last)
+            if finish is None:
+                if done.data_ptr() != dst.data_ptr():  # (an all-identity program returns its input)
+                    dst.copy_(done)
+            else:
+                finish(done, params[index], scale, bias, out_dtype=plan.out_dtype, erase_value=plan.erase_value,
+                       erase_random=plan.erase_random, out=dst)
+        else:
+            if finish is not None:
+                done = finish(done, params[index], scale, bias, out_dtype=plan.out_dtype,
+                              erase_value=plan.erase_value, erase_random=plan.erase_random)
+            result.tensors[index, :, :group.height, :group.width] = done
+    return result

@@ -28,6 +28,13 @@ a ``BatchParams`` (kernel parameters, program slots, batch-level values);
 and the plan share this module because ``Transform.__call__`` runs a plan on the
 CPU reference path.
 
+A pipeline need not fix its output size: without a step that sets it, each
+sample's output size is its own (``_ragged.py`` says how such batches are laid
+out and delivered). Its memory must still be boundable: ``Plan.check_bound``
+folds ``Transform.bound_size`` over the pipeline from the input images' limit
+(the loader's ``max_image_pixels``) and refuses a pipeline whose output has no
+bound, saying what to add.
+
 Compile-time rules for the program and erasing (each refusal says what to move):
 program transforms come after every geometry transform (they run on the
 output-size image) and while the image is still uint8 (they are uint8 ops, as
@@ -50,9 +57,10 @@ from .. import _rng
 from . import _convert
 from . import _geometry as G
 from . import _registry
+from . import _ragged
 from ._execute import REFERENCE, execute
 from ._reference import pack_images, to_hwc
-from ._state import FLOAT_DTYPES, EraseSpec, StaticState
+from ._state import FLOAT_DTYPES, UNBOUNDED, BatchImagesSpec, EraseSpec, SizeBound, StaticState
 
 __all__ = [
     "STAGES", "BatchParams", "Compose", "Plan", "ProgramEntry", "Transform", "apply_to_images",
@@ -130,6 +138,18 @@ class Transform:
     def write_slots(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray], slots: np.ndarray) -> None:
         """``program`` stage: fill ``slots`` (float32 ``[B, n_slots, SLOT_WIDTH]``, zero = identity)
         from ``params`` (from ``make_params``); ``geometry`` holds the output size."""
+
+    def bound_size(self, bound: SizeBound) -> SizeBound:
+        """The largest output this transform makes of images within ``bound``.
+
+        By default: a transform that is not a geometry step keeps the size; a geometry
+        step that fixes the size (``update_state``) bounds it by that size; any other
+        geometry step must say (override), else its output counts as unbounded.
+        """
+        if self.stage != "geometry":
+            return bound
+        size = self.update_state(StaticState()).size
+        return SizeBound.fixed(*size) if size is not None else UNBOUNDED
 
     def apply_program(self, images: torch.Tensor, slots: torch.Tensor, run_slot: RunSlot) -> torch.Tensor:
         """``program`` stage: run this transform's slots (host ``[B, n_slots, SLOT_WIDTH]``) on the
@@ -232,7 +252,9 @@ class Plan:
     """Static description of a pipeline plus per-batch parameter sampling."""
 
     transforms: tuple[Transform, ...]
-    out_size: tuple[int, int]
+    #: the output (height, width) of every sample; None when it is each sample's own
+    #: (the ``out_h``/``out_w`` parameter columns, see ``_ragged.py``)
+    out_size: tuple[int, int] | None
     out_dtype: torch.dtype
     scale: tuple[float, float, float]
     bias: tuple[float, float, float]
@@ -249,11 +271,50 @@ class Plan:
     erase_value: tuple[float, float, float] | None = None
     #: RandomErasing with ``value="random"``: standard normal noise per pixel, from ``erase_seed``
     erase_random: bool = False
+    #: ``BatchImages``: every batch padded to its largest image, delivered as an ``ImageList``
+    batch_images: BatchImagesSpec | None = None
 
     @property
     def erases(self) -> bool:
         """Whether the pipeline has a RandomErasing."""
         return self.erase_value is not None or self.erase_random
+
+    @property
+    def varies(self) -> bool:
+        """Whether batches are laid out per batch from the drawn sizes (``_ragged.py``):
+        no fixed output size, or ``BatchImages``."""
+        return self.out_size is None or self.batch_images is not None
+
+    def size_bound(self, max_image_pixels: int | None) -> SizeBound:
+        """The largest output image of this pipeline from inputs of at most ``max_image_pixels``
+        pixels (None: no limit)."""
+        if self.out_size is not None:
+            return SizeBound.fixed(*self.out_size)
+        bound = SizeBound.of_input(max_image_pixels)
+        for t in self.transforms:
+            bound = t.bound_size(bound)
+        return bound
+
+    def check_bound(self, max_image_pixels: int | None) -> None:
+        """Raise ValueError when the output size varies and nothing bounds it, so that the
+        memory of a batch could not be known; the message says what to add."""
+        if self.size_bound(max_image_pixels).bounded:
+            return
+        why = ("max_image_pixels=None puts no limit on the input images, and no step fixes or caps the output "
+               "size")
+        bound = SizeBound.of_input(max_image_pixels)
+        for t in self.transforms:
+            after = t.bound_size(bound)
+            if bound.bounded and not after.bounded:  # a geometry step without a bound_size of its own
+                why = f"{t!r} does not say how large its output can be (Transform.bound_size)"
+                break
+            bound = after
+        raise ValueError(
+            f"the output size of this pipeline varies from image to image and has no bound, so the memory of a "
+            f"batch cannot be known: {why}. Bound it: end the pipeline with a fixed-size step (CenterCrop, "
+            f"RandomCrop, RandomResizedCrop or Resize((h, w))), cap the longer side with Resize(size, "
+            f"max_size=...), or give the DataLoader a max_image_pixels limit. Pipeline: "
+            f"{Compose(list(self.transforms))!r}")
 
     def _draw(self, sizes: np.ndarray, keys: np.ndarray, slots: np.ndarray | None) -> G.BatchGeometry:
         g = G.BatchGeometry.identity(sizes)
@@ -289,8 +350,9 @@ def compile_transforms(transforms: Any) -> Plan:
     """Validate a (torchdali or torchvision) Compose and compile it.
 
     Raises ValueError when transforms are unsupported (one error listing all of
-    them, see ``to_torchdali``) or the output size depends on the input image (the
-    batch could not be stacked).
+    them, see ``to_torchdali``) or out of order. A pipeline whose output size
+    depends on the input image compiles with ``out_size`` None; whether its memory
+    is bounded is ``Plan.check_bound``'s question (the loader asks it).
     """
     if transforms is None:
         raise ValueError("transforms is None")
@@ -304,6 +366,9 @@ def compile_transforms(transforms: Any) -> Plan:
     eraser: Transform | None = None
     k = 0
     for t in leaves:
+        if state.batch_images is not None and t.stage != "meta":
+            raise ValueError(f"{t!r} comes after BatchImages, which pads the finished batch: BatchImages must be "
+                             f"the last step of the pipeline")
         if eraser is not None and t.stage not in ("epilogue", "meta"):
             raise ValueError(f"{t!r} comes after {eraser!r}: RandomErasing must be the last image transform "
                              f"(only ToDtype and Normalize may follow it); move {type(t).__name__} before it")
@@ -324,11 +389,6 @@ def compile_transforms(transforms: Any) -> Plan:
         state = t.update_state(state)
         if state.erase is not None and before.erase is None:
             eraser = t
-    if state.size is None:
-        raise ValueError(
-            "the transforms do not produce a fixed output size, so a batch cannot be stacked; "
-            f"end the pipeline with a fixed-size transform such as CenterCrop or Resize((h, w)): {root!r}"
-        )
     erase_value, erase_random = _erase_output(state)
     return Plan(
         transforms=leaves,
@@ -344,7 +404,18 @@ def compile_transforms(transforms: Any) -> Plan:
         n_slots=k,
         erase_value=erase_value,
         erase_random=erase_random,
+        batch_images=_batch_images(state),
     )
+
+
+def _batch_images(state: StaticState) -> BatchImagesSpec | None:
+    """``BatchImages``' spec, its fill checked against the output dtype."""
+    spec = state.batch_images
+    if spec is not None and state.dtype == torch.uint8 and not (float(spec.fill).is_integer()
+                                                               and 0 <= spec.fill <= 255):
+        raise ValueError(f"BatchImages(fill={spec.fill}) on a uint8 output: the fill must be an integer in 0..255 "
+                         f"(it is a value of the output, after ToDtype and Normalize)")
+    return spec
 
 
 def _erase_output(state: StaticState) -> tuple[tuple[float, float, float] | None, bool]:
@@ -376,9 +447,10 @@ def _erase_output(state: StaticState) -> tuple[tuple[float, float, float] | None
 
 
 def run_reference(plan: Plan, images: Sequence[torch.Tensor], params: BatchParams | torch.Tensor,
-                  channels_last: bool = False) -> torch.Tensor:
+                  channels_last: bool = False) -> torch.Tensor | _ragged.RaggedImages | _ragged.ImageList:
     """Run ``plan`` with ``params`` (from ``Plan.params``; a bare kernel-parameter tensor
-    for a plan without program) on HWC uint8 CPU images with the plain-torch backend."""
+    for a plan without program) on HWC uint8 CPU images with the plain-torch backend.
+    A batch of a pipeline without a fixed output size comes back as ``execute`` gives it."""
     if isinstance(params, torch.Tensor):
         params = BatchParams.without_program(params)
     data, offsets, shapes = pack_images(images)
@@ -391,4 +463,4 @@ def apply_to_images(transforms: Any, images: Sequence[torch.Tensor], seed: int =
     hwc = [to_hwc(im) for im in images]
     keys = _rng.sample_keys(seed, 0, np.arange(len(hwc)))
     params = plan.params(np.array([im.shape[:2] for im in hwc]).reshape(-1, 2), keys)
-    return list(run_reference(plan, hwc, params).unbind(0))
+    return _ragged.unbind(run_reference(plan, hwc, params))

@@ -26,7 +26,7 @@ import torch
 from . import _geometry as G
 from ._plan import Compose
 from ._registry import register
-from ._state import StaticState
+from ._state import SizeBound, StaticState
 from ._transforms import CenterCrop, Identity, Normalize, RandomResizedCrop, Resize, ToDtype, ToTensor
 
 __all__ = [
@@ -122,6 +122,14 @@ class ResizeKeepRatio(Resize):
         ratio = np.maximum(ratio_h, ratio_w) * self.longest + np.minimum(ratio_h, ratio_w) * (1.0 - self.longest)
         # np.round rounds half to even, as Python's round in timm
         return {"height": np.round(geometry.height / ratio), "width": np.round(geometry.width / ratio)}
+
+    def bound_size(self, bound: SizeBound) -> SizeBound:
+        sh, sw = float(self.size[0]), float(self.size[1])
+        if self.longest == 1.0:  # fits inside size
+            return SizeBound.fixed(sh, sw)
+        # covers size at most: a side <= the other's target times the aspect ratio (+1: rounding)
+        h, w = max(sh, sw * bound.aspect) + 1.0, max(sw, sh * bound.aspect) + 1.0
+        return SizeBound(h, w, h * w)
 
     def extra_repr(self) -> str:
         return f"size={self.size}, longest={self.longest}"

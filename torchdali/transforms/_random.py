@@ -30,7 +30,7 @@ from . import _convert
 from . import _geometry as G
 from ._plan import Transform
 from ._registry import register
-from ._state import StaticState
+from ._state import SizeBound, StaticState
 
 __all__ = ["RandomApply", "RandomChoice", "RandomOrder"]
 
@@ -100,6 +100,16 @@ class _PerSample(Transform):
         if after != state:
             raise ValueError(f"{type(self).__name__}: its contents change the batch's size or dtype")
         return state
+
+    def bound_size(self, bound: SizeBound) -> SizeBound:
+        # any option, or none (a RandomApply not taken): the union of their bounds
+        out = bound
+        for unit in self.units:
+            b = bound
+            for leaf in unit:
+                b = leaf.bound_size(b)
+            out = out.union(b)
+        return out
 
     # -- parameters ----------------------------------------------------------------------
     def _own(self, u: np.ndarray | None) -> np.ndarray:

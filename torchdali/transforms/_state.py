@@ -7,6 +7,7 @@ size) therefore fails when the loader is built, not in the first batch.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -52,3 +53,57 @@ class StaticState:
     bias: tuple[float, float, float] = (0.0, 0.0, 0.0)
     #: the RandomErasing of the pipeline, where it stands (None: no erasing)
     erase: EraseSpec | None = None
+    #: ``BatchImages``: deliver every batch padded to its largest image (None: see ``_ragged.py``)
+    batch_images: BatchImagesSpec | None = None
+
+
+@dataclass(frozen=True)
+class BatchImagesSpec:
+    """How ``BatchImages`` pads a batch: to a multiple of ``size_divisible``, with ``fill``
+    (a value of the output, after ToDtype and Normalize)."""
+
+    size_divisible: int = 1
+    fill: float = 0.0
+
+
+@dataclass(frozen=True)
+class SizeBound:
+    """The largest output image a pipeline prefix can make: per side and in pixels.
+
+    ``math.inf`` where nothing bounds it. A pipeline whose output size varies from
+    image to image must end with a finite ``pixels``: it sizes the batch's one output
+    buffer (``Plan.check_bound``). Each transform maps the bound of its input to that of
+    its output (``Transform.bound_size``).
+    """
+
+    height: float
+    width: float
+    pixels: float
+
+    @classmethod
+    def of_input(cls, max_pixels: int | None) -> SizeBound:
+        """The decoded images: at most ``max_pixels`` pixels, so at most that many per side
+        too (a one-pixel-wide image); unbounded without a limit."""
+        m = math.inf if max_pixels is None else float(max_pixels)
+        return cls(m, m, m)
+
+    @classmethod
+    def fixed(cls, height: float, width: float) -> SizeBound:
+        return cls(float(height), float(width), float(height) * float(width))
+
+    @property
+    def bounded(self) -> bool:
+        return math.isfinite(self.pixels)
+
+    @property
+    def aspect(self) -> float:
+        """The largest long side / short side of an image within the bound (short side >= 1)."""
+        return min(max(self.height, self.width), self.pixels)
+
+    def union(self, other: SizeBound) -> SizeBound:
+        """A bound holding both (a per-sample choice between two steps)."""
+        return SizeBound(max(self.height, other.height), max(self.width, other.width),
+                         max(self.pixels, other.pixels))
+
+
+UNBOUNDED = SizeBound(math.inf, math.inf, math.inf)

@@ -23,10 +23,11 @@ from . import _geometry as G
 from ._args import interpolation_code, interpolation_codes, setup_size
 from ._plan import Compose, Transform, _KeepSize, apply_to_images, to_hwc
 from ._registry import register
-from ._state import FLOAT_DTYPES, StaticState
+from ._state import FLOAT_DTYPES, BatchImagesSpec, SizeBound, StaticState
 
 __all__ = [
-    "CenterCrop", "Compose", "ConvertImageDtype", "Identity", "Normalize", "PILToTensor", "Pad", "RandomCrop",
+    "BatchImages", "CenterCrop", "Compose", "ConvertImageDtype", "Identity", "Normalize", "PILToTensor", "Pad",
+    "RandomCrop",
     "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize", "ToDtype", "ToImage",
     "ToPureTensor", "ToTensor", "Transform",
 ]
@@ -158,6 +159,16 @@ class Resize(Transform):
 
     def transform(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray]) -> None:
         G.resize(geometry, params["height"], params["width"], self.filter)
+
+    def bound_size(self, bound: SizeBound) -> SizeBound:
+        if len(self.size) == 2:
+            return SizeBound.fixed(*self.size)
+        s = float(self.size[0])
+        if self.max_size is not None:  # shorter side <= size, longer side <= max_size
+            return SizeBound(float(self.max_size), float(self.max_size), s * self.max_size)
+        # the shorter side becomes s, the longer one s * (long / short) <= s * the largest aspect ratio
+        long = s * bound.aspect
+        return SizeBound(long, long, s * long)
 
     def extra_repr(self) -> str:
         return (f"size={self.size}, interpolation={_mode_repr(self.filter)}, max_size={self.max_size}, "
@@ -366,6 +377,13 @@ class Pad(Transform):
     def transform(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray]) -> None:
         G.pad(geometry, *self.pads)
 
+    def bound_size(self, bound: SizeBound) -> SizeBound:
+        left, top, right, bottom = self.pads
+        dh, dw = max(top + bottom, 0), max(left + right, 0)  # a negative pad (a crop) only shrinks
+        # (h + dh)(w + dw) = hw + h dw + w dh + dh dw
+        return SizeBound(bound.height + dh, bound.width + dw,
+                         bound.pixels + bound.height * dw + bound.width * dh + dh * dw)
+
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
         """Pad one image (CHW or HWC uint8) on the CPU reference path; returns CHW."""
         hwc = to_hwc(image)  # a single image's size is known, so the padded size is too
@@ -396,6 +414,9 @@ class RandomHorizontalFlip(Transform):
 
     def transform(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray]) -> None:
         G.horizontal_flip(geometry, params["flip"])
+
+    def bound_size(self, bound: SizeBound) -> SizeBound:
+        return bound  # a flip keeps the size
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
@@ -529,3 +550,39 @@ class ConvertImageDtype(ToDtype):
     @classmethod
     def from_torchvision(cls, t: Any) -> ConvertImageDtype:
         return cls(t.dtype)
+
+
+class BatchImages(Transform):
+    """Deliver every batch as one tensor padded to its largest image, with the images' sizes.
+
+    The last step of a pipeline whose output size varies (``Resize(800, max_size=1333)``,
+    ``Pad``, photometric ops on images of their own size): instead of a list of
+    per-image tensors, the loop gets an ``ImageList(tensors, image_sizes)`` (the fields
+    of torchvision's detection ``ImageList``): ``tensors`` ``[B, 3, H, W]`` with ``H``,
+    ``W`` the batch's largest height and width rounded up to a multiple of
+    ``size_divisible``, image ``i`` at ``tensors[i, :, :h_i, :w_i]`` and ``fill``
+    elsewhere, as torchvision's ``GeneralizedRCNNTransform.batch_images`` pads. ``fill``
+    is a value of the output (after ToDtype and Normalize; an integer for a uint8
+    output). The kernel writes the images into the padded tensor directly.
+
+    Not a torchvision transform: torchvision pads inside its detection models.
+    """
+
+    stage = "meta"
+
+    def __init__(self, size_divisible: int = 1, fill: float = 0.0) -> None:
+        if isinstance(size_divisible, bool) or not isinstance(size_divisible, int) or size_divisible < 1:
+            raise ValueError(f"BatchImages: size_divisible must be a positive int, got {size_divisible!r}")
+        if isinstance(fill, bool) or not isinstance(fill, (int, float)):
+            raise TypeError(f"BatchImages: fill must be a number, got {fill!r}")
+        self.size_divisible = size_divisible
+        self.fill = float(fill)
+
+    def update_state(self, state: StaticState) -> StaticState:
+        return dataclasses.replace(state, batch_images=BatchImagesSpec(self.size_divisible, self.fill))
+
+    def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        raise TypeError("BatchImages pads a batch: use it as the last step of a DataLoader's transforms")
+
+    def extra_repr(self) -> str:
+        return f"size_divisible={self.size_divisible}, fill={self.fill}"
