@@ -35,6 +35,7 @@ def image_stats_kernel(
     s_b, s_c, s_h, s_w,
     LUMA_SUM: tl.constexpr, MINMAX: tl.constexpr, HISTOGRAM: tl.constexpr,
     FMA64: tl.constexpr, STATS_W: tl.constexpr,
+    CACHE_KEY: tl.constexpr,  # _triton.cache_key(): the module constants read here are part of the key
     BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
 ):
     # Each tile reduces its pixels, then one atomic per statistic adds it into
@@ -120,6 +121,7 @@ def augment_slot_kernel(
     so_b, so_c, so_h, so_w,
     HAS_STATS: tl.constexpr, HAS_LUT: tl.constexpr, HAS_BLUR: tl.constexpr,
     FMA64: tl.constexpr, STATS_W: tl.constexpr,
+    CACHE_KEY: tl.constexpr,  # _triton.cache_key(): the module constants read here are part of the key
     BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
 ):
     b64, rows, cols, mask = tile(tl.program_id(0), n_tiles, n_tiles_w, H, W, BLOCK_H, BLOCK_W)

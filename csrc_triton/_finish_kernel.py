@@ -22,6 +22,7 @@ def finish_kernel(
     so_b, so_c, so_h, so_w,
     ERASE: tl.constexpr,
     OUT_UINT8: tl.constexpr,
+    CACHE_KEY: tl.constexpr,  # _triton.cache_key(): the layout constants read here are part of the key
     BLOCK_H: tl.constexpr,
     BLOCK_W: tl.constexpr,
 ):

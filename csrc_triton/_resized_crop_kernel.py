@@ -36,6 +36,7 @@ def resized_crop_kernel(
     ERASE: tl.constexpr,  # 0: no erasing, 1: erase with erase_ptr's value, 2: with noise
     SOURCE: tl.constexpr,  # layout.SOURCE_INTERLEAVED, SOURCE_YCBCR or SOURCE_MIXED
     RAGGED: tl.constexpr,  # per-sample output sizes, offsets and strides from placement_ptr
+    CACHE_KEY: tl.constexpr,  # _triton.cache_key(): the layout constants read here are part of the key
     BLOCK_H: tl.constexpr,
     BLOCK_W: tl.constexpr,
 ):

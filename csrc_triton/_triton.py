@@ -10,6 +10,13 @@
 * **Metadata uploads.** A launch's small per-sample arrays go to the device in one
   copy through pinned memory (:func:`upload`): a copy from pageable memory may make
   the host wait for the stream's queued work first.
+* **Cache key.** Triton's on-disk cache keys a compiled kernel by the source of its
+  jit functions and the launch's constexpr values, not by the module constants it
+  reads (``layout.NUM_PARAMS``, ``layout.ERASE_SEED``, ``augment.STATS_HIST``): after a
+  change of ``layout.py`` alone, a machine whose cache holds a kernel from before
+  would run it with the old columns. Every kernel that reads such constants takes
+  ``CACHE_KEY: tl.constexpr`` = :func:`cache_key`, a fingerprint of this package's
+  sources, so that any change to them compiles afresh.
 * **Launch settings.** Tile shapes and warps of a launch are a :class:`LaunchSettings`,
   picked by :func:`tile_settings` and overridable per call (benchmarks sweep them
   through the launcher's ``launch=`` argument, never by editing module state).
@@ -21,6 +28,8 @@ before that (the test modules set it at import).
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib
 import os
 from typing import Any, NamedTuple, Sequence
@@ -28,7 +37,8 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import torch
 
-__all__ = ["LaunchSettings", "cdiv", "interpret_mode", "kernel", "next_power_of_2", "tile_settings", "upload"]
+__all__ = ["LaunchSettings", "cache_key", "cdiv", "interpret_mode", "kernel", "next_power_of_2", "tile_settings",
+           "upload"]
 
 _TRUE = ("1", "true", "on", "yes")
 _kernels: dict[tuple[str, str, str], Any] = {}
@@ -70,6 +80,23 @@ def kernel(module: str, name: str, device: torch.device, launcher: str, referenc
         fn = InterpretedFunction(fn.fn)
     _kernels[key] = fn
     return fn
+
+
+@functools.lru_cache(maxsize=None)
+def cache_key() -> int:
+    """A fingerprint (60 bits) of every Python source of this package: the ``CACHE_KEY``
+    constexpr of the kernels that read module constants (see the module docstring)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for folder, dirs, files in sorted(os.walk(here)):
+        dirs.sort()
+        for f in sorted(files):
+            if f.endswith(".py"):
+                path = os.path.join(folder, f)
+                digest.update(os.path.relpath(path, here).encode())
+                with open(path, "rb") as fh:
+                    digest.update(fh.read())
+    return int(digest.hexdigest()[:15], 16)
 
 
 class LaunchSettings(NamedTuple):

@@ -206,7 +206,7 @@ def image_stats(images: torch.Tensor, needed: StatsNeeded | None = None,
         kernel[(B * n_tiles,)](
             images, stats, H, W, n_tiles_w, n_tiles, si[0], si[1], si[2], si[3],
             LUMA_SUM=needed.luma_sum, MINMAX=needed.minmax, HISTOGRAM=needed.histogram,
-            FMA64=_triton.interpret_mode(), STATS_W=STATS_WIDTH,
+            FMA64=_triton.interpret_mode(), STATS_W=STATS_WIDTH, CACHE_KEY=_triton.cache_key(),
             BLOCK_H=s.block_h, BLOCK_W=s.block_w, num_warps=s.num_warps, **_exact_options(s),
         )
     return stats
@@ -281,7 +281,7 @@ def fused_augment_slot(
             H, W, n_tiles_w, n_tiles, blur_width(H, W),
             si[0], si[1], si[2], si[3], so[0], so[1], so[2], so[3],
             HAS_STATS=needed.any_stats, HAS_LUT=needed.histogram, HAS_BLUR=needed.blur,
-            FMA64=_triton.interpret_mode(), STATS_W=STATS_WIDTH,
+            FMA64=_triton.interpret_mode(), STATS_W=STATS_WIDTH, CACHE_KEY=_triton.cache_key(),
             BLOCK_H=s.block_h, BLOCK_W=s.block_w, num_warps=s.num_warps, **_exact_options(s),
         )
     return out

@@ -96,7 +96,7 @@ def fused_finish(
         kernel[(B * n_tiles,)](
             images_u8, params, affine, erase_ptr, out, H, W, n_tiles_w, n_tiles,
             si[0], si[1], si[2], si[3], so[0], so[1], so[2], so[3],
-            ERASE=mode, OUT_UINT8=out_dtype == torch.uint8,
+            ERASE=mode, OUT_UINT8=out_dtype == torch.uint8, CACHE_KEY=_triton.cache_key(),
             BLOCK_H=s.block_h, BLOCK_W=s.block_w, num_warps=s.num_warps, **s.options(),
         )
     return out

@@ -430,6 +430,7 @@ def fused_resized_crop(
             ERASE=mode,
             SOURCE=a.source,
             RAGGED=a.placement is not None,
+            CACHE_KEY=_triton.cache_key(),
             BLOCK_H=s.block_h,
             BLOCK_W=s.block_w,
             num_warps=s.num_warps,

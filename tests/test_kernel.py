@@ -793,3 +793,18 @@ def test_kernel_device_affine_follows_in_place_changes() -> None:
         exp = resized_crop_reference(data, offsets, shapes, params, out_size, scale.cpu(), bias.cpu())
         _assert_close(got, exp, scale.cpu().tolist(), quantized=True)
         assert not torch.equal(got, first.cpu())
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="needs triton")
+def test_kernels_reading_module_constants_are_keyed_by_the_sources():
+    """Triton's disk cache does not hash module constants (``layout.NUM_PARAMS``): every kernel
+    that reads them takes ``CACHE_KEY``, so a changed layout never runs a kernel compiled before."""
+    import importlib
+
+    from csrc_triton import _triton
+
+    for module, name in (("_resized_crop_kernel", "resized_crop_kernel"), ("_finish_kernel", "finish_kernel"),
+                         ("_augment_kernel", "augment_slot_kernel"), ("_augment_kernel", "image_stats_kernel")):
+        fn = getattr(importlib.import_module(f"csrc_triton.{module}"), name)
+        assert "CACHE_KEY" in fn.arg_names, name
+    assert isinstance(_triton.cache_key(), int) and _triton.cache_key() == _triton.cache_key()
