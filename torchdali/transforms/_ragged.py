@@ -191,11 +191,14 @@ def tensors_of(images: Any) -> list[torch.Tensor]:
 
 
 def unbind(images: Any) -> list[torch.Tensor]:
-    """Each sample's image of a batch (views): a stacked tensor, a RaggedImages or an ImageList."""
+    """Each sample's image of a batch (views): a stacked tensor, a RaggedImages, an ImageList, or
+    the list of images the loop gets."""
     if isinstance(images, RaggedImages):
         return images.images()
     if isinstance(images, ImageList):
         return [t[:, :h, :w] for t, (h, w) in zip(images.tensors.unbind(0), images.image_sizes)]
+    if isinstance(images, (list, tuple)):
+        return list(images)
     return list(images.unbind(0))
 
 
