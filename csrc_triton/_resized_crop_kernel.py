@@ -19,6 +19,7 @@ def resized_crop_kernel(
     affine_ptr,  # float32 [6]: scale[0..2], bias[0..2]
     erase_ptr,  # float32 [3]: the erase value (read when ERASE == 1)
     placement_ptr,  # int64 [B, layout.PLACEMENT_WIDTH] contiguous (read when RAGGED)
+    fill_ptr,  # float32 [3]: the padding fill, 0..255 scale (read when PAD_MODE == layout.PAD_CONSTANT)
     out_ptr,
     n_data,  # number of elements in data; bounds every image read
     out_h,  # RAGGED: the largest sample's height (the grid's), each sample's own is in placement
@@ -36,6 +37,7 @@ def resized_crop_kernel(
     ERASE: tl.constexpr,  # 0: no erasing, 1: erase with erase_ptr's value, 2: with noise
     SOURCE: tl.constexpr,  # layout.SOURCE_INTERLEAVED, SOURCE_YCBCR or SOURCE_MIXED
     RAGGED: tl.constexpr,  # per-sample output sizes, offsets and strides from placement_ptr
+    PAD_MODE: tl.constexpr,  # layout.PAD_*: taps folded into the fold box, or the fill (PAD_NONE: neither)
     CACHE_KEY: tl.constexpr,  # _triton.cache_key(): the layout constants read here are part of the key
     BLOCK_H: tl.constexpr,
     BLOCK_W: tl.constexpr,
@@ -65,25 +67,33 @@ def resized_crop_kernel(
     # per sample, the filter of the sample's `filter` column. An image that does not
     # fit in `data` reads nothing. One program = one sample: the branches never diverge.
     p = params_ptr + b64 * layout.NUM_PARAMS
+    if PAD_MODE == layout.PAD_CONSTANT:
+        fill0 = tl.load(fill_ptr)
+        fill1 = tl.load(fill_ptr + 1)
+        fill2 = tl.load(fill_ptr + 2)
+    else:
+        fill0, fill1, fill2 = 0.0, 0.0, 0.0  # not read
     if SOURCE == layout.SOURCE_MIXED:
         if tl.load(shapes_ptr + b64 * 3 + 2) >= layout.PLANAR:
             off, H, W, C, img_ok = source.planar_image(offsets_ptr, shapes_ptr, b64, n_data)
             v0, v1, v2 = sample.resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                                  FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W,
-                                                  layout.SOURCE_YCBCR)
+                                                  fill0, fill1, fill2, FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W,
+                                                  layout.SOURCE_YCBCR, PAD_MODE)
         else:
             off, H, W, C, img_ok = source.image(offsets_ptr, shapes_ptr, b64, n_data)
             v0, v1, v2 = sample.resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                                  FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W,
-                                                  layout.SOURCE_INTERLEAVED)
+                                                  fill0, fill1, fill2, FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W,
+                                                  layout.SOURCE_INTERLEAVED, PAD_MODE)
     elif SOURCE == layout.SOURCE_YCBCR:
         off, H, W, C, img_ok = source.planar_image(offsets_ptr, shapes_ptr, b64, n_data)
         v0, v1, v2 = sample.resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                              FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
+                                              fill0, fill1, fill2, FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W,
+                                              SOURCE, PAD_MODE)
     else:
         off, H, W, C, img_ok = source.image(offsets_ptr, shapes_ptr, b64, n_data)
         v0, v1, v2 = sample.resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                              FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
+                                              fill0, fill1, fill2, FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W,
+                                              SOURCE, PAD_MODE)
 
     # colour: the per-sample colour program at the output size
     v0, v1, v2 = colour.colour(v0, v1, v2)

@@ -16,7 +16,17 @@ Blocks:
   the valid window ``[valid0, valid1)`` of the output (outside it, padding),
   and ``filter``, the sample's interpolation code (``FILTER_*`` below), read
   only by a kernel compiled with ``FILTER_PER_SAMPLE``.
-* ``source``: per-sample values of the source stage (how a sample's pixels are read).
+* ``source``: per-sample values of the source stage (how a sample's pixels are read):
+  the **fold box** ``[fold_y0, fold_y1) x [fold_x0, fold_x1)`` of the source, read
+  only by a kernel compiled with a padding mode (``PAD_*`` below, the ``PAD_MODE``
+  switch). Such a pipeline pads with more than zeros (a fill, or torchvision's
+  ``edge``/``reflect``/``symmetric`` modes) before it resamples: the clamp region
+  then reaches past the image to the padded extent, and every tap outside the fold
+  box (the image as the padding step saw it) is folded back into it (``edge``:
+  clamped; ``reflect``: mirrored without repeating the border; ``symmetric``:
+  mirrored repeating it) or reads the fill (``constant``), so that a resize after
+  the padding resamples the padded image, as torchvision does. Samples that pad
+  nothing keep the fold box at their image box ``[0, H) x [0, W)``.
 * ``colour``: the per-sample colour program (jitter factors, grayscale, ...).
 * ``epilogue``: per-sample values applied at the output size: the RandomErasing
   box ``[erase_y0, erase_y1) x [erase_x0, erase_x1)`` of the output (empty when
@@ -28,8 +38,7 @@ Blocks:
   (the batch's **placement** below is computed from them) and whether a batch's
   samples share one size.
 
-``source`` and ``colour`` are empty while no stage reads per-sample values there
-(the source stage finds a sample from ``offsets`` and ``shapes``); adding a column
+``colour`` is empty while no stage reads per-sample values there; adding a column
 is a change to this file only, and ``NUM_PARAMS`` follows.
 
 **Placement** of a variable-size output (the third table): when the samples of a
@@ -79,6 +88,14 @@ say how the decoded batch ``data`` (1-D uint8) holds sample ``b``, which starts 
 Interpolation codes (``FILTER_*``) are compile-time switches of the samplers;
 ``FILTER_PER_SAMPLE`` compiles all of them and picks one per sample from the
 ``filter`` column (one program works on one sample, so the branch never diverges).
+
+Padding modes (``PAD_*``) are the compile-time ``PAD_MODE`` switch of the fused
+kernel, one per pipeline: ``PAD_NONE`` (the default: taps stay inside the image,
+the fold columns are not read, pixels outside the valid window are 0),
+``PAD_CONSTANT`` (taps outside the fold box and pixels outside the valid window
+read the pipeline's fill, 3 values passed beside ``params``), ``PAD_EDGE``,
+``PAD_REFLECT``, ``PAD_SYMMETRIC`` (taps outside the fold box folded into it;
+pixels outside the valid window 0).
 """
 from __future__ import annotations
 
@@ -89,11 +106,14 @@ __all__ = [
     "AxisColumns", "BLOCKS", "Block", "COLUMNS", "NUM_PARAMS", "axis", "block", "column",
     "ORIGIN_Y", "ORIGIN_X", "STEP_Y", "STEP_X", "LO_Y", "HI_Y", "LO_X", "HI_X",
     "VALID_Y0", "VALID_Y1", "VALID_X0", "VALID_X1", "FILTER",
+    "FOLD_Y0", "FOLD_Y1", "FOLD_X0", "FOLD_X1",
     "ERASE_Y0", "ERASE_Y1", "ERASE_X0", "ERASE_X1", "ERASE_SEED", "OUT_H", "OUT_W",
     "PLACEMENT_COLUMNS", "PLACEMENT_WIDTH", "PLACE_OFFSET", "PLACE_H", "PLACE_W", "PLACE_STRIDE_C",
     "PLACE_STRIDE_H", "PLACE_STRIDE_W", "placement_column",
     "FILTER_BILINEAR", "FILTER_BICUBIC", "FILTER_NEAREST", "FILTER_NEAREST_EXACT", "FILTER_PER_SAMPLE",
     "FILTERS", "filter_code", "filter_name",
+    "PAD_NONE", "PAD_CONSTANT", "PAD_EDGE", "PAD_REFLECT", "PAD_SYMMETRIC", "PAD_MODES", "pad_mode_code",
+    "pad_mode_name",
     "SOURCE_INTERLEAVED", "SOURCE_YCBCR", "SOURCE_MIXED", "PLANAR", "SOURCES", "source_code",
     "S_444", "S_422", "S_420", "S_440", "S_GRAY", "SUBSAMPLING", "SUBSAMPLINGS", "chroma_shape", "planar_size",
     "SLOT_COLUMNS", "SLOT_WIDTH", "SLOT_OP", "SLOT_M0", "SLOT_M1", "SLOT_M2", "SLOT_M3", "SLOT_M4",
@@ -126,7 +146,7 @@ BLOCKS: tuple[Block, ...] = _stack(
     ("geometry", ("origin_y", "origin_x", "step_y", "step_x",
                   "lo_y", "hi_y", "lo_x", "hi_x",
                   "valid_y0", "valid_y1", "valid_x0", "valid_x1", "filter")),
-    ("source", ()),
+    ("source", ("fold_y0", "fold_y1", "fold_x0", "fold_x1")),
     ("colour", ()),
     ("epilogue", ("erase_y0", "erase_y1", "erase_x0", "erase_x1", "erase_seed")),
     ("output", ("out_h", "out_w")),
@@ -182,6 +202,8 @@ LO_Y, HI_Y, LO_X, HI_X = column("lo_y"), column("hi_y"), column("lo_x"), column(
 VALID_Y0, VALID_Y1 = column("valid_y0"), column("valid_y1")
 VALID_X0, VALID_X1 = column("valid_x0"), column("valid_x1")
 FILTER = column("filter")
+FOLD_Y0, FOLD_Y1 = column("fold_y0"), column("fold_y1")
+FOLD_X0, FOLD_X1 = column("fold_x0"), column("fold_x1")
 ERASE_Y0, ERASE_Y1 = column("erase_y0"), column("erase_y1")
 ERASE_X0, ERASE_X1 = column("erase_x0"), column("erase_x1")
 ERASE_SEED = column("erase_seed")
@@ -245,6 +267,39 @@ def filter_name(code: int) -> str:
     if code == FILTER_PER_SAMPLE:
         return "per-sample"
     raise ValueError(f"no interpolation code {code!r}")
+
+
+# --------------------------------------------------------------------------- #
+# Padding modes: the PAD_MODE switch of kernel 1 (see the module docstring)
+# --------------------------------------------------------------------------- #
+
+PAD_NONE = 0  # taps inside the image; zeros outside the valid window
+PAD_CONSTANT = 1  # taps outside the fold box, and pixels outside the valid window, read the fill
+PAD_EDGE = 2  # taps outside the fold box read its nearest border pixel
+PAD_REFLECT = 3  # mirrored about the border pixel (d c b | a b c d | c b a), torch's "reflect"
+PAD_SYMMETRIC = 4  # mirrored repeating the border pixel (c b a | a b c d | d c b)
+
+#: name (torchvision's ``padding_mode``, plus ``"none"``) -> code
+PAD_MODES: dict[str, int] = {"none": PAD_NONE, "constant": PAD_CONSTANT, "edge": PAD_EDGE,
+                             "reflect": PAD_REFLECT, "symmetric": PAD_SYMMETRIC}
+
+
+def pad_mode_code(mode: int | str) -> int:
+    """The code of ``mode``: a ``PAD_*`` code or a name of ``PAD_MODES``."""
+    if isinstance(mode, str) and mode in PAD_MODES:
+        return PAD_MODES[mode]
+    if isinstance(mode, numbers.Integral) and not isinstance(mode, bool) and mode in PAD_MODES.values():
+        return int(mode)
+    raise ValueError(f"pad_mode must be one of {list(PAD_MODES)} or its code {list(PAD_MODES.values())}, "
+                     f"got {mode!r}")
+
+
+def pad_mode_name(code: int) -> str:
+    """The name of the padding mode ``code``."""
+    for name, c in PAD_MODES.items():
+        if c == code:
+            return name
+    raise ValueError(f"no padding mode code {code!r}")
 
 
 # --------------------------------------------------------------------------- #

@@ -17,8 +17,8 @@ import torch
 from . import layout
 
 __all__ = ["axis_taps", "chroma_fancy", "chroma_rounding", "chroma_taps", "clamp_region", "colour", "cubic",
-           "epilogue", "erase", "filter_width", "nearest_index", "philox_normal", "sample", "source",
-           "source_ycbcr",
+           "epilogue", "erase", "fill_outside", "filter_width", "fold_box", "fold_index", "nearest_index",
+           "philox_normal", "sample", "source", "source_folded", "source_ycbcr",
            "triangle", "upsample_chroma", "ycbcr_planes_to_rgb", "ycc_to_rgb"]
 
 
@@ -144,22 +144,103 @@ def source_ycbcr(data: torch.Tensor, offset: int, shape: tuple[int, int, int],
     return ycbcr_planes_to_rgb(data, offset, H, W, S % layout.PLANAR, region)
 
 
+# Padding before the resampling (``layout.PAD_*``): the clamp region may reach past
+# the image, and every tap index k is folded into the fold box [f0, f1) (n = f1 - f0,
+# x = k - f0) before the read: edge: f0 + clamp(x, 0, n - 1); reflect: m = |x| mod
+# 2 (n - 1), f0 + (m if m < n else 2 (n - 1) - m); symmetric: m = (x if x >= 0 else
+# -x - 1) mod 2 n, f0 + (m if m < n else 2 n - 1 - m); constant: the fill outside the
+# box. ``stages/source.py: fold_index`` computes the same per tap.
+
+
+def fold_index(k: torch.Tensor, f0: int, f1: int, mode: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices ``k`` (int64) folded into the fold box ``[f0, f1)`` by the padding mode
+    ``mode``, and whether each lies inside the box (constant: ``k`` clamped, read the fill
+    outside)."""
+    n = max(f1 - f0, 1)
+    x = k - f0
+    inside = (x >= 0) & (x < f1 - f0)
+    if mode == layout.PAD_REFLECT:
+        period = max(2 * n - 2, 1)
+        m = x.abs() % period
+        idx = torch.where(m < n, m, period - m)
+    elif mode == layout.PAD_SYMMETRIC:
+        m = torch.where(x < 0, -x - 1, x) % (2 * n)
+        idx = torch.where(m < n, m, 2 * n - 1 - m)
+    else:
+        idx = x.clamp(0, n - 1)
+    return f0 + idx, inside
+
+
+def source_folded(data: torch.Tensor, offset: int, shape: tuple[int, int, int], region: tuple[int, int, int, int],
+                  fold: tuple[int, int, int, int], mode: int, fill: torch.Tensor | None,
+                  planar: bool = False) -> torch.Tensor:
+    """:func:`source` (or :func:`source_ycbcr` when ``planar``) of a clamp region that may reach
+    past the image: its pixels read through :func:`fold_index` of the fold box ``fold``
+    ``(f0_y, f1_y, f0_x, f1_x)``; ``[h, w, 3]``, uint8 or, for the constant mode, float32
+    with ``fill`` (3 values) outside the box."""
+    H, W, C = shape
+    lo_y, hi_y, lo_x, hi_x = region
+    dev = data.device
+    ky, in_y = fold_index(torch.arange(lo_y, hi_y, device=dev), fold[0], fold[1], mode)
+    kx, in_x = fold_index(torch.arange(lo_x, hi_x, device=dev), fold[2], fold[3], mode)
+    # the part of the image the folded indices read, converted once
+    box = (int(ky.min()), int(ky.max()) + 1, int(kx.min()), int(kx.max()) + 1)
+    part = source_ycbcr(data, offset, shape, box) if planar else source(data, offset, shape, box)
+    pixels = part[ky - box[0]][:, kx - box[2]]
+    if mode != layout.PAD_CONSTANT:
+        return pixels
+    inside = (in_y[:, None] & in_x[None, :])[..., None]
+    return torch.where(inside, pixels.float(), fill.to(device=dev, dtype=torch.float32).view(1, 1, 3))
+
+
 # --------------------------------------------------------------------------- #
 # sample
 # --------------------------------------------------------------------------- #
 
+#: how far a padded clamp region may reach (``stages/sample.py: PAD_LIMIT``)
+PAD_LIMIT = 16777216.0
 
-def clamp_region(params: torch.Tensor, shapes: torch.Tensor) -> torch.Tensor:
+
+def fold_box(f0: torch.Tensor, f1: torch.Tensor, end: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fold boxes forced inside their images ``[0, end)`` as the kernel's ``source.fold_box``:
+    ``0 <= f0 <= end - 1``, ``f0 <= f1 <= end``."""
+    f0 = torch.minimum(torch.maximum(f0, torch.zeros_like(end)), end - 1.0)
+    return f0, torch.maximum(torch.minimum(f1, end), f0)
+
+
+def clamp_region(params: torch.Tensor, shapes: torch.Tensor, pad_mode: int = layout.PAD_NONE) -> torch.Tensor:
     """Copy of ``params`` with each clamp region forced to a non-empty part of its
     image (``0 <= lo <= size - 1``, ``lo < hi <= size``, ``size`` from ``shapes``), as
-    the kernel does."""
+    the kernel does. With a padding mode the region may reach past the image (kept
+    within ``+-PAD_LIMIT``) and the fold box is forced inside it instead (:func:`fold_box`)."""
     p = params.clone()
-    for ax, size in ((layout.axis("y"), shapes[:, 0]), (layout.axis("x"), shapes[:, 1])):
+    for name, ax, size in (("y", layout.axis("y"), shapes[:, 0]), ("x", layout.axis("x"), shapes[:, 1])):
         end = size.to(p.dtype)
-        lo = torch.minimum(torch.maximum(p[:, ax.lo], torch.zeros_like(end)), end - 1.0)
+        if pad_mode == layout.PAD_NONE:
+            lo = torch.minimum(torch.maximum(p[:, ax.lo], torch.zeros_like(end)), end - 1.0)
+            p[:, ax.lo] = lo
+            p[:, ax.hi] = torch.maximum(torch.minimum(p[:, ax.hi], end), lo + 1.0)
+            continue
+        lo = p[:, ax.lo].clamp(-PAD_LIMIT, PAD_LIMIT - 1.0)
         p[:, ax.lo] = lo
-        p[:, ax.hi] = torch.maximum(torch.minimum(p[:, ax.hi], end), lo + 1.0)
+        p[:, ax.hi] = torch.maximum(p[:, ax.hi].clamp_max(PAD_LIMIT), lo + 1.0)
+        c0, c1 = layout.column(f"fold_{name}0"), layout.column(f"fold_{name}1")
+        p[:, c0], p[:, c1] = fold_box(p[:, c0], p[:, c1], end)
     return p
+
+
+def fill_outside(values: torch.Tensor, params_row: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
+    """``[out_h, out_w, 3]`` ``values`` with the pixels outside the valid window of
+    ``params_row`` set to ``fill`` (the constant padding mode, as the kernel's ``resample``)."""
+    h, w, _ = values.shape
+    dev = values.device
+    row = params_row.to(dev)
+    iy = torch.arange(h, device=dev, dtype=torch.float32)
+    ix = torch.arange(w, device=dev, dtype=torch.float32)
+    vy = (iy >= row[layout.VALID_Y0]) & (iy < row[layout.VALID_Y1])
+    vx = (ix >= row[layout.VALID_X0]) & (ix < row[layout.VALID_X1])
+    valid = (vy[:, None] & vx[None, :])[..., None]
+    return torch.where(valid, values, fill.to(device=dev, dtype=values.dtype).view(1, 1, 3))
 
 
 def filter_width(step: torch.Tensor, antialias: bool,

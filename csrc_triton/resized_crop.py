@@ -9,7 +9,11 @@ bicubic, nearest, nearest-exact: torchvision's ``resize`` modes) is compiled in,
 or chosen per sample from the ``filter`` column of ``params``. With
 ``source="ycbcr"`` the batch holds JPEG planes instead of RGB images (Y, Cb, Cr at
 native chroma resolution, see ``layout.py``): each source pixel the resize reads
-is upsampled and converted to RGB as libjpeg does, in the same pass.
+is upsampled and converted to RGB as libjpeg does, in the same pass. With a
+``pad_mode`` the clamp region may reach past the image and every tap is folded
+into the sample's fold box (edge, reflect, symmetric) or reads the ``fill``
+(constant): padding before a resize, resampled as torchvision resamples the
+padded image.
 
 The kernel (``_resized_crop_kernel.py``) is a composition of four stages,
 ``stages/{source,sample,colour,epilogue}.py``, whose math each stage module's
@@ -57,6 +61,8 @@ class _Args:
     out: torch.Tensor  # allocated or the caller's
     source: int  # layout.SOURCE_*
     placement: torch.Tensor | None = None  # int64 [B, PLACEMENT_WIDTH]: a variable-size output
+    pad_mode: int = layout.PAD_NONE  # layout.PAD_*
+    fill: torch.Tensor | None = None  # float32 [3] on the data's device (pad_mode PAD_CONSTANT)
 
 
 def _require_tensor(name: str, x: object) -> torch.Tensor:
@@ -83,7 +89,8 @@ def _affine_values(name: str, v: Sequence[float] | torch.Tensor, device: torch.d
 
 
 def _check_values(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor, params: torch.Tensor,
-                  interpolation: int, source: int = layout.SOURCE_INTERLEAVED) -> None:
+                  interpolation: int, source: int = layout.SOURCE_INTERLEAVED,
+                  pad_mode: int = layout.PAD_NONE) -> None:
     """Check per-sample metadata; reads the tensors, so only run where that is cheap."""
     shp = shapes.to(device="cpu", dtype=torch.int64)
     offs = offsets.to(device="cpu", dtype=torch.int64)
@@ -151,6 +158,14 @@ def _check_values(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tenso
             raise ValueError(
                 f"sample {i}: clamp region [{float(lo[i])}, {float(hi[i])}) along {axis} must have integer bounds"
             )
+        if pad_mode != layout.PAD_NONE:
+            f0, f1 = prm[:, layout.column(f"fold_{axis}0")], prm[:, layout.column(f"fold_{axis}1")]
+            bad = (f0 != f0.floor()) | (f1 != f1.floor())
+            if bad.any():
+                i = first(bad)
+                raise ValueError(
+                    f"sample {i}: fold box [{float(f0[i])}, {float(f1[i])}) along {axis} must have integer bounds"
+                )
 
 
 def _prepare(
@@ -168,6 +183,8 @@ def _prepare(
     interpolation: int = layout.FILTER_BILINEAR,
     source: int = layout.SOURCE_INTERLEAVED,
     placement: torch.Tensor | None = None,
+    pad_mode: int = layout.PAD_NONE,
+    fill: Sequence[float] | torch.Tensor | None = None,
 ) -> _Args:
     data = _require_tensor("data", data)
     offsets = _require_tensor("offsets", offsets)
@@ -225,12 +242,18 @@ def _prepare(
             raise ValueError(f"out is on {out.device} but data is on {device}")
 
     affine = torch.cat([_affine_values("scale", scale, device), _affine_values("bias", bias, device)])
+    if pad_mode == layout.PAD_CONSTANT:
+        fill_t = _affine_values("fill", (0.0, 0.0, 0.0) if fill is None else fill, device)
+    elif fill is not None:
+        raise ValueError(f"fill is read with pad_mode='constant' only, got pad_mode={layout.pad_mode_name(pad_mode)!r}")
+    else:
+        fill_t = None
     offsets = offsets.to(torch.int64).contiguous()
     shapes = shapes.contiguous()
     params = params.contiguous()
     if check_values and B > 0:
-        _check_values(data, offsets, shapes, params, interpolation, source)
-    return _Args(data, offsets, shapes, params, affine, out_h, out_w, out, source, placement)
+        _check_values(data, offsets, shapes, params, interpolation, source, pad_mode)
+    return _Args(data, offsets, shapes, params, affine, out_h, out_w, out, source, placement, pad_mode, fill_t)
 
 
 def placement_extent(placement: torch.Tensor) -> int:
@@ -308,6 +331,8 @@ def fused_resized_crop(
     erase_random: bool = False,
     source: int | str = "interleaved",
     placement: torch.Tensor | None = None,
+    pad_mode: int | str = "none",
+    fill: Sequence[float] | torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     launch: _triton.LaunchSettings | None = None,
 ) -> torch.Tensor:
@@ -373,6 +398,15 @@ def fused_resized_crop(
             columns. Without ``out``, a host placement sizes a new buffer
             (:func:`placement_extent`); a device placement needs ``out``. Samples must
             not overlap (not checked). ``channels_last`` is ignored (the strides say it).
+        pad_mode: padding before the resampling (``layout.PAD_MODES``): ``"none"`` (the
+            default: the clamp region is forced inside the image, pixels outside the
+            valid window are 0); ``"edge"``, ``"reflect"``, ``"symmetric"``: the clamp
+            region may reach past the image, and each tap index is folded into the
+            sample's fold box (``fold_*`` columns of ``params``, integers) as
+            torchvision's ``pad`` of that mode reads it; ``"constant"``: taps outside
+            the fold box, and pixels outside the valid window, read ``fill``.
+        fill: with ``pad_mode="constant"``, 3 floats (default 0), the padding value per
+            channel on the 0..255 scale of the resampled values (before ``scale``/``bias``).
         out: optional preallocated ``[B, 3, out_h, out_w]`` output of dtype
             ``out_dtype`` on the data's device; any strides. With ``placement``, the
             contiguous 1-D buffer the samples are written into.
@@ -398,7 +432,7 @@ def fused_resized_crop(
     a = _prepare(
         data, offsets, shapes, params, out_size, scale, bias, out_dtype, channels_last, out,
         check_values=device is not None and device.type == "cpu", interpolation=code,
-        source=layout.source_code(source), placement=placement,
+        source=layout.source_code(source), placement=placement, pad_mode=layout.pad_mode_code(pad_mode), fill=fill,
     )
     B = a.params.shape[0]
     mode = reference.erase_mode(erase_value, erase_random)
@@ -419,7 +453,8 @@ def fused_resized_crop(
     # Triton launches on the current CUDA device, which need not be the data's.
     with torch.cuda.device(a.data.device) if a.data.device.type == "cuda" else nullcontext():
         kernel[grid](
-            a.data, a.offsets, a.shapes, a.params, a.affine, erase_t, placement_t, a.out,
+            a.data, a.offsets, a.shapes, a.params, a.affine, erase_t, placement_t,
+            a.fill if a.fill is not None else a.affine, a.out,  # the affine: any pointer, never read
             a.data.numel(), a.out_h, a.out_w, n_tiles_w, n_tiles,
             so[0], so[1], so[2], so[3],
             FILTER=code,
@@ -430,6 +465,7 @@ def fused_resized_crop(
             ERASE=mode,
             SOURCE=a.source,
             RAGGED=a.placement is not None,
+            PAD_MODE=a.pad_mode,
             CACHE_KEY=_triton.cache_key(),
             BLOCK_H=s.block_h,
             BLOCK_W=s.block_w,
@@ -462,6 +498,8 @@ def resized_crop_reference(
     erase_random: bool = False,
     source: int | str = "interleaved",
     placement: torch.Tensor | None = None,
+    pad_mode: int | str = "none",
+    fill: Sequence[float] | torch.Tensor | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Plain-torch twin of :func:`fused_resized_crop` (same arguments and result).
@@ -474,6 +512,7 @@ def resized_crop_reference(
     a = _prepare(
         data, offsets, shapes, params, out_size, scale, bias, out_dtype, channels_last, out,
         check_values=True, interpolation=code, source=layout.source_code(source), placement=placement,
+        pad_mode=layout.pad_mode_code(pad_mode), fill=fill,
     )
     B = a.params.shape[0]
     mode = reference.erase_mode(erase_value, erase_random)
@@ -482,9 +521,11 @@ def resized_crop_reference(
         return a.out
     shapes_l = a.shapes.tolist()
     offsets_l = a.offsets.tolist()
-    params = reference.clamp_region(a.params, a.shapes)
+    params = reference.clamp_region(a.params, a.shapes, a.pad_mode)
     y, x = layout.axis("y"), layout.axis("x")
     regions = params[:, [y.lo, y.hi, x.lo, x.hi]].to(torch.int64).tolist()
+    folds = (params[:, [layout.FOLD_Y0, layout.FOLD_Y1, layout.FOLD_X0, layout.FOLD_X1]].to(torch.int64).tolist()
+             if a.pad_mode != layout.PAD_NONE else [None] * B)
     if code == layout.FILTER_PER_SAMPLE:
         codes = params[:, layout.FILTER].to(torch.int64).tolist()
     else:
@@ -508,11 +549,17 @@ def resized_crop_reference(
     for b in range(B):
         if sizes[b][0] == 0 or sizes[b][1] == 0:
             continue
-        if a.source == layout.SOURCE_YCBCR or a.source == layout.SOURCE_MIXED and shapes_l[b][2] >= layout.PLANAR:
+        planar = a.source == layout.SOURCE_YCBCR or a.source == layout.SOURCE_MIXED and shapes_l[b][2] >= layout.PLANAR
+        if a.pad_mode != layout.PAD_NONE:
+            pixels = reference.source_folded(a.data, offsets_l[b], shapes_l[b], regions[b], folds[b], a.pad_mode,
+                                             a.fill, planar)
+        elif planar:
             pixels = reference.source_ycbcr(a.data, offsets_l[b], shapes_l[b], regions[b])
         else:
             pixels = reference.source(a.data, offsets_l[b], shapes_l[b], regions[b])
         v = reference.sample(pixels, *taps_y[b], *taps_x[b], quantize and codes[b] == layout.FILTER_BICUBIC)
+        if a.pad_mode == layout.PAD_CONSTANT:
+            v = reference.fill_outside(v, params[b], a.fill)
         v = reference.colour(v)
         reference.epilogue(v, scale_t, bias_t, quantize, dst[b], reference.erase_args(a.params, b, mode, value))
     return a.out

@@ -48,7 +48,7 @@ def _bad_pipeline():
         v2.ElasticTransform(),  # [1]
         v2.RandomHorizontalFlip(),  # [2] fine
         v2.Compose([v2.Lambda(lambda x: x), v2.CenterCrop(32)]),  # [3][0]
-        v2.RandomCrop(32, padding=4, padding_mode="reflect"),  # [4]
+        v2.RandomCrop(32, padding=4, fill=(1, 2)),  # [4] a fill of two values
         v2.ToDtype(torch.float32, scale=True),
         v2.Normalize(MEAN, STD),
     ])

@@ -39,6 +39,12 @@ Each tap reads its source pixel through the source stage's loader for the
 compile-time ``SOURCE`` (``layout.SOURCE_*``): the RGB of an interleaved image,
 or that of a planar YCbCr sample computed at the tap (``source.source_ycbcr``).
 
+With a padding mode (``PAD_MODE``, ``layout.PAD_*``; see ``layout.py``), the clamp
+region may reach past the image (the padded extent a later resize sees): every tap
+index is folded into the sample's fold box by ``source.fold_index`` before the load,
+and with ``PAD_CONSTANT`` the taps outside the box, and the pixels outside the valid
+window, read the fill instead of 0. ``PAD_NONE`` compiles none of this.
+
 The homography path of rotations and perspective warps is a second sampler
 beside :func:`sample`, reading the same source stage.
 """
@@ -66,6 +72,21 @@ def clamp_region(lo, hi, size):
     lo = tl.where(lo > 0.0, lo, 0.0)
     lo = tl.where(lo < size - 1.0, lo, size - 1.0)
     hi = tl.where(hi < size, hi, size)
+    hi = tl.where(hi > lo, hi, lo + 1.0)
+    return lo, hi
+
+
+# How far a padded clamp region may reach (exact integers in float32)
+PAD_LIMIT = tl.constexpr(16777216.0)
+
+
+@triton.jit
+def padded_region(lo, hi):
+    """The clamp region ``[lo, hi)`` of a padded sample, which may reach past the image:
+    kept within ``+-PAD_LIMIT`` and non-empty (the fold box keeps the reads in the image)."""
+    lo = tl.where(lo > -PAD_LIMIT, lo, -PAD_LIMIT)
+    lo = tl.where(lo < PAD_LIMIT - 1.0, lo, PAD_LIMIT - 1.0)
+    hi = tl.where(hi < PAD_LIMIT, hi, PAD_LIMIT)
     hi = tl.where(hi > lo, hi, lo + 1.0)
     return lo, hi
 
@@ -216,12 +237,15 @@ def tap_weight(k, c, inv, rnorm, fb, FILTER: tl.constexpr, ANTIALIAS: tl.constex
 def sample(data_ptr, off, H, W, C,
            cy, ky0, n_y, rnorm_y, fb_y, inv_y, lo_y, hi_y,
            cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x,
+           f0_y, f1_y, f0_x, f1_x, fill0, fill1, fill2,
            FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
-           BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr):
+           BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr, PAD_MODE: tl.constexpr):
     """The resampled tile, three float32 ``[BLOCK_H, BLOCK_W]`` channels, from the
     per-axis taps of :func:`axis_taps`; pixels with no taps are 0. ``lo_*``/``hi_*``
     are the clamp region as int32. ``off, H, W, C`` locate the sample in the source
-    ``SOURCE`` (``source.image`` or ``source.planar_image``)."""
+    ``SOURCE`` (``source.image`` or ``source.planar_image``). With a ``PAD_MODE``, tap
+    indices are folded into the fold box ``[f0_*, f1_*)`` (int32) before the load, and
+    with ``PAD_CONSTANT`` taps outside it read ``fill0..2``."""
     ch1, ch2 = src_stage.channels(C)
     pitch = W * C
     acc0 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
@@ -237,6 +261,8 @@ def sample(data_ptr, off, H, W, C,
         wy = tap_weight(ky, cy, inv_y, rnorm_y, fb_y, FILTER, ANTIALIAS)[:, None]
         m_y = (t < n_y)[:, None]
         ky_src = tap_index(ky, lo_y, hi_y, FILTER, ANTIALIAS)
+        if PAD_MODE != layout.PAD_NONE:
+            ky_src, in_y = src_stage.fold_index(ky_src, f0_y, f1_y, PAD_MODE)
         row = src_stage.row_start(off, ky_src, pitch)
         r0 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
         r1 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
@@ -245,11 +271,20 @@ def sample(data_ptr, off, H, W, C,
             kx = kx0 + u
             wx = tap_weight(kx, cx, inv_x, rnorm_x, fb_x, FILTER, ANTIALIAS)[None, :]
             kx_src = tap_index(kx, lo_x, hi_x, FILTER, ANTIALIAS)
+            if PAD_MODE != layout.PAD_NONE:
+                kx_src, in_x = src_stage.fold_index(kx_src, f0_x, f1_x, PAD_MODE)
             m = m_y & (u < n_x)[None, :]
             if SOURCE == layout.SOURCE_YCBCR:
                 v0, v1, v2 = src_stage.source_ycbcr(data_ptr, off, H, W, C, ky_src, kx_src, m)
             else:
                 v0, v1, v2 = src_stage.source(data_ptr, row, kx_src, C, ch1, ch2, m)
+            if PAD_MODE == layout.PAD_CONSTANT:
+                # the load above read the clamped index: the taps outside the box read the fill
+                # (taps past the count stay 0: their weight need not be)
+                outside = m & ~(in_y[:, None] & in_x[None, :])
+                v0 = tl.where(outside, fill0, v0)
+                v1 = tl.where(outside, fill1, v1)
+                v2 = tl.where(outside, fill2, v2)
             r0 += wx * v0
             r1 += wx * v1
             r2 += wx * v2
@@ -273,17 +308,25 @@ def quantize(v):
 
 
 @triton.jit
-def resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+def resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
              FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
-             BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr):
+             BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr, PAD_MODE: tl.constexpr):
     """The whole stage for one filter: the tile ``rows x cols`` of the sample whose
     parameter row starts at ``p``, read from the source ``SOURCE``, three float32 channels.
 
     Per output row, then per output column, the first tap, tap count, weight
-    normaliser and single-pixel flag; then the weighted sums.
+    normaliser and single-pixel flag; then the weighted sums. With ``PAD_CONSTANT``
+    the pixels outside the valid window are the fill ``fill0..2`` rather than 0.
     """
-    lo_y, hi_y = clamp_region(tl.load(p + layout.LO_Y), tl.load(p + layout.HI_Y), H.to(tl.float32))
-    lo_x, hi_x = clamp_region(tl.load(p + layout.LO_X), tl.load(p + layout.HI_X), W.to(tl.float32))
+    if PAD_MODE == layout.PAD_NONE:
+        lo_y, hi_y = clamp_region(tl.load(p + layout.LO_Y), tl.load(p + layout.HI_Y), H.to(tl.float32))
+        lo_x, hi_x = clamp_region(tl.load(p + layout.LO_X), tl.load(p + layout.HI_X), W.to(tl.float32))
+        f0_y, f1_y, f0_x, f1_x = 0, 0, 0, 0  # not read
+    else:
+        lo_y, hi_y = padded_region(tl.load(p + layout.LO_Y), tl.load(p + layout.HI_Y))
+        lo_x, hi_x = padded_region(tl.load(p + layout.LO_X), tl.load(p + layout.HI_X))
+        f0_y, f1_y = src_stage.fold_box(tl.load(p + layout.FOLD_Y0), tl.load(p + layout.FOLD_Y1), H.to(tl.float32))
+        f0_x, f1_x = src_stage.fold_box(tl.load(p + layout.FOLD_X0), tl.load(p + layout.FOLD_X1), W.to(tl.float32))
     step_y = tl.load(p + layout.STEP_Y)
     step_x = tl.load(p + layout.STEP_X)
     support_y, inv_y = filter_width(step_y, FILTER, ANTIALIAS)
@@ -296,34 +339,45 @@ def resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
         cols, col_in, tl.load(p + layout.ORIGIN_X), step_x, lo_x, hi_x,
         tl.load(p + layout.VALID_X0), tl.load(p + layout.VALID_X1), support_x, inv_x,
         FILTER, ANTIALIAS, BLOCK_W)
-    return sample(data_ptr, off, H, W, C,
-                  cy, ky0, n_y, rnorm_y, fb_y, inv_y, lo_y.to(tl.int32), hi_y.to(tl.int32),
-                  cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x.to(tl.int32), hi_x.to(tl.int32),
-                  FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
+    v0, v1, v2 = sample(data_ptr, off, H, W, C,
+                        cy, ky0, n_y, rnorm_y, fb_y, inv_y, lo_y.to(tl.int32), hi_y.to(tl.int32),
+                        cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x.to(tl.int32), hi_x.to(tl.int32),
+                        f0_y, f1_y, f0_x, f1_x, fill0, fill1, fill2,
+                        FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
+    if PAD_MODE == layout.PAD_CONSTANT:
+        ry = rows.to(tl.float32)
+        rx = cols.to(tl.float32)
+        valid = (((ry >= tl.load(p + layout.VALID_Y0)) & (ry < tl.load(p + layout.VALID_Y1)))[:, None]
+                 & ((rx >= tl.load(p + layout.VALID_X0)) & (rx < tl.load(p + layout.VALID_X1)))[None, :])
+        v0 = tl.where(valid, v0, fill0)
+        v1 = tl.where(valid, v1, fill1)
+        v2 = tl.where(valid, v2, fill2)
+    return v0, v1, v2
 
 
 @triton.jit
-def resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+def resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
                       FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
-                      BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr):
+                      BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr,
+                      PAD_MODE: tl.constexpr):
     """:func:`resample` with the filter ``FILTER`` compiled in or, for
     ``FILTER_PER_SAMPLE``, the filter of the sample's ``filter`` column (a runtime
     branch; one program is one sample, so it never diverges)."""
     if FILTER == layout.FILTER_PER_SAMPLE:
         code = tl.load(p + layout.FILTER)
         if code == layout.FILTER_BICUBIC:
-            v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                  layout.FILTER_BICUBIC, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
+            v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
+                                  layout.FILTER_BICUBIC, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
         elif code == layout.FILTER_NEAREST:
-            v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                  layout.FILTER_NEAREST, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
+            v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
+                                  layout.FILTER_NEAREST, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
         elif code == layout.FILTER_NEAREST_EXACT:
-            v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                  layout.FILTER_NEAREST_EXACT, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
+            v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
+                                  layout.FILTER_NEAREST_EXACT, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
         else:
-            v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                                  layout.FILTER_BILINEAR, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
+            v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
+                                  layout.FILTER_BILINEAR, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
     else:
-        v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
-                              FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE)
+        v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
+                              FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
     return v0, v1, v2

@@ -12,6 +12,13 @@ planar sample), the loader three float32 channel values per source pixel.
   source pixel a tap reads, with libjpeg's integer arithmetic (the result is
   the RGB image libjpeg would have decoded, exactly).
 
+A pipeline that pads with more than zeros before it resamples (a fill, or
+torchvision's edge, reflect and symmetric modes) compiles kernel 1 with a
+``PAD_MODE`` (``layout.PAD_*``): then every tap index first goes through
+:func:`fold_index`, which folds an index outside the sample's fold box (the
+``source`` columns of ``layout.py``) back into it, or flags it to read the fill;
+both loaders read the folded indices. :func:`fold_box` reads and bounds the box.
+
 The kernels that run on an output-size batch (the augment program's slots, the
 finish pass) read a planar ``[B, 3, H, W]`` uint8 batch instead: :func:`tile`
 places a program on it and :func:`load_tile` reads its three channels.
@@ -64,6 +71,46 @@ def source(data_ptr, row, kx, C, ch1, ch2, mask):
     v1 = tl.load(src + ch1, mask=mask, other=0).to(tl.float32)
     v2 = tl.load(src + ch2, mask=mask, other=0).to(tl.float32)
     return v0, v1, v2
+
+
+@triton.jit
+def fold_box(f0, f1, size):
+    """One axis of the fold box ``[f0, f1)`` (float32 columns) as int32, forced inside the
+    image ``[0, size)``: ``0 <= f0 <= size - 1``, ``f0 <= f1 <= size``. Empty (``f1 == f0``)
+    only for a constant pad whose box left the image (every tap reads the fill).
+    ``where`` rather than min/max, so that NaN cannot get through."""
+    f0 = tl.where(f0 > 0.0, f0, 0.0)
+    f0 = tl.where(f0 < size - 1.0, f0, size - 1.0)
+    f1 = tl.where(f1 < size, f1, size)
+    f1 = tl.where(f1 > f0, f1, f0)
+    return f0.to(tl.int32), f1.to(tl.int32)
+
+
+@triton.jit
+def fold_index(k, f0, f1, PAD_MODE: tl.constexpr):
+    """Source indices ``k`` (int32, any integers) folded into the fold box ``[f0, f1)`` as the
+    padding mode ``PAD_MODE`` reads them, and whether each lies inside the box.
+
+    ``PAD_EDGE``: the nearest index of the box; ``PAD_REFLECT``: mirrored about the border
+    pixels (period ``2 (n - 1)``, ``n = f1 - f0``); ``PAD_SYMMETRIC``: mirrored about the
+    borders (period ``2 n``); ``PAD_CONSTANT``: ``k`` clamped into the box (a safe address;
+    the caller reads the fill where ``inside`` is false). Every result lies in the box,
+    hence in the image. ``%`` only ever sees non-negative operands (its sign convention
+    differs between compiled and interpreted Triton).
+    """
+    n = tl.maximum(f1 - f0, 1)
+    x = k - f0
+    inside = (x >= 0) & (x < f1 - f0)
+    if PAD_MODE == layout.PAD_REFLECT:
+        period = tl.maximum(2 * n - 2, 1)
+        m = tl.abs(x) % period  # reflection without the border is even about f0
+        idx = tl.where(m < n, m, period - m)
+    elif PAD_MODE == layout.PAD_SYMMETRIC:
+        m = tl.where(x < 0, -x - 1, x) % (2 * n)  # with the border: even about f0 - 1/2
+        idx = tl.where(m < n, m, 2 * n - 1 - m)
+    else:  # PAD_EDGE, PAD_CONSTANT
+        idx = tl.minimum(tl.maximum(x, 0), n - 1)
+    return f0 + idx, inside
 
 
 @triton.jit

@@ -24,10 +24,9 @@ from . import _registry
 
 __all__ = ["ALTERNATIVES", "Refusal", "convert", "convert_all", "refusals"]
 
-# RandomCrop and Pad run fused with zero padding; only a fill or padding mode is refused.
-_PADDING_ADVICE = ("padding_mode='constant' with fill=0 (zero padding) runs fused; a non-zero fill and the edge, "
-                   "reflect and symmetric modes are not supported yet: use zero padding, or keep this step in the "
-                   "dataset's own transform")
+# RandomCrop and Pad run fused with any fill and padding mode; what is refused is a malformed fill.
+_PADDING_ADVICE = ("a fill of one number or three (0..255 on a uint8 image), or a dict of them keyed by type, with "
+                   "padding_mode constant, edge, reflect or symmetric (one padding mode and fill per pipeline)")
 
 #: What to use instead of a transform torchdali cannot run fused, by class name.
 ALTERNATIVES: dict[str, str] = {
@@ -39,7 +38,6 @@ ALTERNATIVES: dict[str, str] = {
     "ToNumpy": "remove it (or use MaybePILToTensor): images reach the kernels decoded, as uint8 tensors",
     "FiveCrop": "none: it makes several crops per image; use CenterCrop, or crop the returned batch",
     "TenCrop": "none: it makes several crops per image; use CenterCrop, or crop the returned batch",
-    "Pad": _PADDING_ADVICE,
     "RandomZoomOut": "none: detection transforms are not supported (torchdali batches images only)",
     "RandomIoUCrop": "none: detection transforms are not supported (torchdali batches images only)",
     "SanitizeBoundingBoxes": "remove it: torchdali batches images only",
@@ -156,7 +154,8 @@ def alternative(obj: Any, reason: str) -> str:
         found = _interpolation_alternative(obj)
         if found is not None:
             return found
-    if name == "RandomCrop" and ("padding_mode" in reason or "fill" in reason):
+    if name in ("RandomCrop", "Pad", "RandomZoomOut", "FixedSizeCrop") and ("padding_mode" in reason
+                                                                         or "fill" in reason):
         return _PADDING_ADVICE
     if name == "Resize" and "size=None" in reason:
         return "Resize(shorter_side, max_size=...)"

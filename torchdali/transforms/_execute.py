@@ -73,6 +73,13 @@ def _erase_kwargs(plan: Any) -> dict[str, Any]:
     return {"erase_value": plan.erase_value, "erase_random": plan.erase_random}
 
 
+def _pad_kwargs(plan: Any) -> dict[str, Any]:
+    # Pipelines that pad with zeros at most call kernel 1 exactly as before padding modes existed.
+    if getattr(plan, "pad_mode", "none") == "none":
+        return {}
+    return {"pad_mode": plan.pad_mode, "fill": plan.fill}
+
+
 def batch_layout(plan: Any, params: torch.Tensor, channels_last: bool = False) -> OutputLayout | None:
     """How a batch of ``plan`` with the (host) parameter rows ``params`` is laid out
     (``_ragged.output_layout``); None for a pipeline with a fixed output size."""
@@ -120,10 +127,11 @@ def _execute_fixed(plan: Any, out_size: tuple[int, int], data: torch.Tensor, off
     if not plan.program:
         return resized_crop(data, offsets, shapes, params, out_size, scale, bias, out_dtype=plan.out_dtype,
                             channels_last=channels_last, antialias=plan.antialias, quantize=plan.quantize,
-                            interpolation=plan.interpolation, source=source, **_erase_kwargs(plan))
+                            interpolation=plan.interpolation, source=source, **_erase_kwargs(plan),
+                            **_pad_kwargs(plan))
     images = resized_crop(data, offsets, shapes, params, out_size, _IDENTITY, _ZERO, out_dtype=torch.uint8,
                           channels_last=False, antialias=plan.antialias, quantize=plan.quantize,
-                          interpolation=plan.interpolation, source=source)
+                          interpolation=plan.interpolation, source=source, **_pad_kwargs(plan))
     slots = batch_params.slots.cpu()
     images = _run_program(plan, images, slots, backend, device)
     if not _needs_finish(plan, channels_last):
@@ -185,7 +193,7 @@ def _execute_varying(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shape
             placement = torch.from_numpy(lay.placement).to(device, non_blocking=True)
         resized_crop(data, offsets, shapes, params, grid, scale, bias, out_dtype=plan.out_dtype,
                      antialias=plan.antialias, quantize=plan.quantize, interpolation=plan.interpolation,
-                     source=source, placement=placement, out=buffer, **_erase_kwargs(plan))
+                     source=source, placement=placement, out=buffer, **_erase_kwargs(plan), **_pad_kwargs(plan))
         return result
     # With a program: kernel 1 writes the uint8 images grouped by size (contiguous: the
     # list layout of the same sizes), then each group runs the program and the finish.
@@ -199,7 +207,7 @@ def _execute_varying(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shape
         images = torch.empty(grouped.numel, dtype=torch.uint8, device=device)
     resized_crop(data, offsets, shapes, params, grid, _IDENTITY, _ZERO, out_dtype=torch.uint8,
                  antialias=plan.antialias, quantize=plan.quantize, interpolation=plan.interpolation,
-                 source=source, placement=placement, out=images)
+                 source=source, placement=placement, out=images, **_pad_kwargs(plan))
     slots = batch_params.slots.cpu()
     # the groups' sample indices on the device, in one copy (as the launcher's metadata)
     on_device = upload([g.index for g in grouped.groups], device)

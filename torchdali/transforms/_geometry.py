@@ -6,6 +6,13 @@ per axis (``source = origin + step * (out + 0.5)``), a clamp region in the sourc
 output (outside it the pixel is zero padding). That is exactly what the fused
 kernel consumes, so the whole pipeline runs as one resampling pass.
 
+Padding with more than zeros (a fill, or the edge, reflect and symmetric modes)
+before any resize widens the clamp region to the padded extent instead, and records
+the image it pads as the fold box (the ``source`` columns of the kernel's
+parameters): the kernel folds the taps that fall outside the box back into it, or
+reads the fill there, so a resize after the padding resamples the padded image as
+torchvision does (:func:`pad`).
+
 This is the internal layer under both tiers: the transform classes apply their
 per-sample parameters here, and the functionals build a one-image geometry here
 before running the reference kernel. Everything is float64 numpy, one entry per
@@ -29,7 +36,9 @@ class BatchGeometry:
     parameter blocks (``csrc_triton.layout``) are exactly those columns; ``height``/``width`` are
     the size of the current (virtual) image and ``resampled`` whether a resize
     has happened yet, which changes what a later crop does. ``filter`` is the
-    interpolation code (``layout.FILTER_*``) of the last resize.
+    interpolation code (``layout.FILTER_*``) of the last resize. ``fold_*`` (the
+    ``source`` block) is the fold box of a padding mode: by default the clamp region
+    the geometry starts with, the source image.
     """
 
     height: np.ndarray  # current (virtual) image height
@@ -54,11 +63,23 @@ class BatchGeometry:
     erase_x0: np.ndarray | None = None
     erase_x1: np.ndarray | None = None
     erase_seed: np.ndarray | None = None
+    # the source block: the fold box of a padding mode (default: the source image)
+    fold_y0: np.ndarray | None = None
+    fold_y1: np.ndarray | None = None
+    fold_x0: np.ndarray | None = None
+    fold_x1: np.ndarray | None = None
+    #: the step of the pipeline whose non-zero fill is read outside the valid window, where a
+    #: step padding with zeros (CenterCrop larger than the image) cannot pad (None: it can)
+    fill_by: str | None = None
 
     def __post_init__(self) -> None:
         for name in layout.block("epilogue").columns:
             if getattr(self, name) is None:
                 setattr(self, name, np.zeros(len(self.height)))
+        for name, start in (("fold_y0", self.lo_y), ("fold_y1", self.hi_y), ("fold_x0", self.lo_x),
+                            ("fold_x1", self.hi_x)):
+            if getattr(self, name) is None:
+                setattr(self, name, np.array(start, dtype=np.float64))
 
     @classmethod
     def identity(cls, sizes: np.ndarray) -> "BatchGeometry":
@@ -81,13 +102,14 @@ class BatchGeometry:
     def to_params(self) -> torch.Tensor:
         """``[B, layout.NUM_PARAMS]`` float32 kernel parameters.
 
-        Fills the ``geometry`` and ``epilogue`` blocks column by column from the
-        fields of the same name and the ``output`` block from ``height``/``width``
+        Fills the ``geometry``, ``source`` and ``epilogue`` blocks column by column from
+        the fields of the same name and the ``output`` block from ``height``/``width``
         (the size of the output image); the other blocks stay zero until a stage
         reads per-sample values there.
         """
         rows = np.zeros((len(self), layout.NUM_PARAMS), dtype=np.float32)
-        for name in layout.block("geometry").columns + layout.block("epilogue").columns:
+        names = layout.block("geometry").columns + layout.block("source").columns + layout.block("epilogue").columns
+        for name in names:
             rows[:, layout.column(name)] = getattr(self, name)
         rows[:, layout.OUT_H] = self.height
         rows[:, layout.OUT_W] = self.width
@@ -128,13 +150,100 @@ def crop(g: BatchGeometry, top, left, height, width) -> None:
     g.height, g.width = height, width
 
 
-def pad(g: BatchGeometry, left, top, right, bottom) -> None:
-    """Pad the current images with zeros: ``left``/``top``/``right``/``bottom`` pixels on each side
-    (negative values crop, as torchvision's constant ``pad`` does). A crop whose box starts at
-    ``(-top, -left)``: the part outside the image is zero through the valid window."""
+#: torchvision's padding modes (``padding_mode``); the kernel's codes are ``layout.PAD_*``
+PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
+
+
+def pad(g: BatchGeometry, left, top, right, bottom, mode: str | None = None) -> None:
+    """Pad the current images by ``left``/``top``/``right``/``bottom`` pixels on each side
+    (negative values crop, as torchvision's ``pad`` does for every mode).
+
+    ``mode=None``: zero padding, a crop whose box starts at ``(-top, -left)``: the part
+    outside the image is zero through the valid window (a resize after it sees the
+    zeros only approximately: the valid window scales with the image).
+
+    ``mode`` one of ``PADDING_MODES``: before any resize, the clamp region widens to the
+    padded extent and the image being padded becomes the fold box; the kernel, compiled
+    with that padding mode, folds the taps outside the box into it (edge, reflect,
+    symmetric) or reads the pipeline's fill there (constant), so a later resize is
+    exact. A constant pad after a resize is outside the resampled image: the valid
+    window, which the constant mode fills. Raises ValueError where one fold box cannot
+    say it: the other modes after a resize, or after zero padding, and a second reflect
+    or symmetric pad of an image that already holds padding; and where torchvision
+    raises: reflect padding not smaller than the image, symmetric padding larger.
+    """
     n = len(g)
-    left, top = _broadcast(left, n), _broadcast(top, n)
-    crop(g, -top, -left, g.height + top + _broadcast(bottom, n), g.width + left + _broadcast(right, n))
+    left, top, right, bottom = (_broadcast(v, n) for v in (left, top, right, bottom))
+    if mode is None or (mode == "constant" and g.resampled):
+        crop(g, -top, -left, g.height + top + bottom, g.width + left + right)
+        return
+    if mode not in PADDING_MODES:
+        raise ValueError(f"padding_mode must be one of {PADDING_MODES}, got {mode!r}")
+    if (left < 0).any() or (top < 0).any() or (right < 0).any() or (bottom < 0).any():
+        # torchvision crops the negative sides first, then pads the others
+        t, lf = np.maximum(-top, 0), np.maximum(-left, 0)
+        crop(g, t, lf, g.height - t - np.maximum(-bottom, 0), g.width - lf - np.maximum(-right, 0))
+        left, top, right, bottom = (np.maximum(v, 0) for v in (left, top, right, bottom))
+    if not ((left > 0).any() or (top > 0).any() or (right > 0).any() or (bottom > 0).any()):
+        return
+    if g.resampled:
+        raise ValueError(f"padding_mode={mode!r} after a resize is not supported: the kernel folds source pixels, "
+                         f"torchvision would fold the resized ones; pad before the resize")
+    _fold_axis(g, "y", top, bottom, mode)
+    _fold_axis(g, "x", left, right, mode)
+
+
+def _fold_axis(g: BatchGeometry, axis: str, before: np.ndarray, after: np.ndarray, mode: str) -> None:
+    """One axis of :func:`pad` with a padding mode, before any resize (whole-pixel geometry)."""
+    size = g.height if axis == "y" else g.width
+    origin, step = getattr(g, f"origin_{axis}"), getattr(g, f"step_{axis}")
+    v0, v1 = getattr(g, f"valid_{axis}0"), getattr(g, f"valid_{axis}1")
+    f0, f1 = getattr(g, f"fold_{axis}0"), getattr(g, f"fold_{axis}1")
+    pads = (before > 0) | (after > 0)
+    # the current image in source coordinates (a flip walks it backwards)
+    a, b = origin, origin + step * size
+    e0, e1 = np.minimum(a, b), np.maximum(a, b)
+    full = (v0 <= 0) & (v1 >= size)
+    within = (e0 >= f0) & (e1 <= f1)  # it holds no padding of an earlier fold
+    side = "height" if axis == "y" else "width"
+    if mode == "reflect" and (pads & ((before >= size) | (after >= size))).any():
+        i = int(np.argmax(pads & ((before >= size) | (after >= size))))
+        raise ValueError(f"padding_mode='reflect' needs padding smaller than the image's {side} {int(size[i])}, got "
+                         f"{int(before[i])} and {int(after[i])} (sample {i}), as torch's reflection pad")
+    if mode == "symmetric" and (pads & ((before > size) | (after > size))).any():
+        i = int(np.argmax(pads & ((before > size) | (after > size))))
+        raise ValueError(f"padding_mode='symmetric' needs padding at most the image's {side} {int(size[i])}, got "
+                         f"{int(before[i])} and {int(after[i])} (sample {i}), as torchvision")
+    if mode != "constant" and (pads & ~full).any():
+        raise ValueError(f"padding_mode={mode!r} of an image that was padded with zeros before (sample "
+                         f"{int(np.argmax(pads & ~full))}): one fold box cannot mirror zeros; pad with the mode first")
+    if mode in ("reflect", "symmetric") and (pads & ~within).any():
+        raise ValueError(f"padding_mode={mode!r} of an image that already holds padding (sample "
+                         f"{int(np.argmax(pads & ~within))}): a mirror of a mirror needs two fold boxes; pad once")
+    # a constant pad of an image with zero padding inside stays a crop (the valid window)
+    fold = pads & (full | (mode != "constant"))
+    if mode == "edge":
+        # the border pixels of the current image: where it reaches past the box, the box's
+        nf0 = np.minimum(np.maximum(e0, f0), f1 - 1)
+        nf1 = np.maximum(np.minimum(e1, f1), nf0 + 1)
+    else:
+        # constant: the real pixels of the current image (may be empty); reflect and
+        # symmetric: the current image (within the box)
+        nf0 = np.maximum(e0, f0)
+        nf1 = np.maximum(np.minimum(e1, f1), nf0)
+    pa, pb = origin - step * before, origin + step * (size + after)
+    setattr(g, f"lo_{axis}", np.where(fold, np.minimum(pa, pb), getattr(g, f"lo_{axis}")))
+    setattr(g, f"hi_{axis}", np.where(fold, np.maximum(pa, pb), getattr(g, f"hi_{axis}")))
+    setattr(g, f"fold_{axis}0", np.where(fold, nf0, f0))
+    setattr(g, f"fold_{axis}1", np.where(fold, nf1, f1))
+    new_size = size + before + after
+    setattr(g, f"origin_{axis}", origin - step * before)
+    setattr(g, f"valid_{axis}0", np.where(fold, 0.0, np.clip(v0 + before, 0, new_size)))
+    setattr(g, f"valid_{axis}1", np.where(fold, new_size, np.clip(v1 + before, 0, new_size)))
+    if axis == "y":
+        g.height = new_size
+    else:
+        g.width = new_size
 
 
 def resize(g: BatchGeometry, height, width, interpolation=layout.FILTER_BILINEAR) -> None:

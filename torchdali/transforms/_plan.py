@@ -60,7 +60,7 @@ from . import _registry
 from . import _ragged
 from ._execute import REFERENCE, execute
 from ._reference import pack_images, to_hwc
-from ._state import FLOAT_DTYPES, UNBOUNDED, BatchImagesSpec, EraseSpec, SizeBound, StaticState
+from ._state import FLOAT_DTYPES, UNBOUNDED, BatchImagesSpec, EraseSpec, PadSpec, SizeBound, StaticState
 
 __all__ = [
     "STAGES", "BatchParams", "Compose", "Plan", "ProgramEntry", "Transform", "apply_to_images",
@@ -273,6 +273,19 @@ class Plan:
     erase_random: bool = False
     #: ``BatchImages``: every batch padded to its largest image, delivered as an ``ImageList``
     batch_images: BatchImagesSpec | None = None
+    #: how the pipeline pads where it pads with a fill or a padding mode (None: zeros at most)
+    pad: PadSpec | None = None
+
+    @property
+    def pad_mode(self) -> str:
+        """The kernel's padding mode (``layout.PAD_MODES`` name): ``"none"`` unless a step pads
+        with a fill or a padding mode."""
+        return self.pad.mode if self.pad is not None else "none"
+
+    @property
+    def fill(self) -> tuple[float, float, float] | None:
+        """The constant mode's fill (0..255 scale, before the affine); None for the other modes."""
+        return self.pad.fill if self.pad is not None and self.pad.mode == "constant" else None
 
     @property
     def erases(self) -> bool:
@@ -318,6 +331,8 @@ class Plan:
 
     def _draw(self, sizes: np.ndarray, keys: np.ndarray, slots: np.ndarray | None) -> G.BatchGeometry:
         g = G.BatchGeometry.identity(sizes)
+        if self.fill is not None and any(self.fill):
+            g.fill_by = self.pad.by  # type: ignore[union-attr]  # zero padding cannot happen (CenterCrop)
         starts = {id(e.transform): e for e in self.program}
         # The random stream of a transform is its position among the leaves, so a
         # sample's draws depend only on its key and the pipeline, never on the batch.
@@ -405,6 +420,7 @@ def compile_transforms(transforms: Any) -> Plan:
         erase_value=erase_value,
         erase_random=erase_random,
         batch_images=_batch_images(state),
+        pad=state.pad,
     )
 
 

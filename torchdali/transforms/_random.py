@@ -45,6 +45,12 @@ def _units(transforms: Any, name: str) -> list[list[Transform]]:
     return [[leaf for leaf in t.leaves() if leaf.stage != "meta"] for t in converted]
 
 
+def _shape_of(state: StaticState) -> StaticState:
+    """``state`` without the padding it declares (``pad``, ``zero_pad``): what must not change
+    for a step to be applied to some samples only."""
+    return dataclasses.replace(state, pad=None, zero_pad=None)
+
+
 def _stage_of(units: list[list[Transform]], name: str) -> str:
     leaves = [leaf for unit in units for leaf in unit]
     stages = {leaf.stage for leaf in leaves}
@@ -56,7 +62,7 @@ def _stage_of(units: list[list[Transform]], name: str) -> str:
             f"{', '.join(f'{leaf!r} ({leaf.stage})' for leaf in leaves)}")
     stage = stages.pop()
     for leaf in leaves:
-        if leaf.update_state(StaticState()) != StaticState():
+        if _shape_of(leaf.update_state(StaticState())) != StaticState():
             raise ValueError(f"{name}: {leaf!r} changes the batch's size or dtype, so applying it to some samples "
                              f"only would not make one batch")
         if stage == "program" and type(leaf).apply_program is not Transform.apply_program:
@@ -97,9 +103,10 @@ class _PerSample(Transform):
         after = state
         for leaf in self.contents:
             after = leaf.update_state(after)
-        if after != state:
+        if _shape_of(after) != _shape_of(state):
             raise ValueError(f"{type(self).__name__}: its contents change the batch's size or dtype")
-        return state
+        # how the contents pad is the pipeline's, whichever option a sample takes
+        return dataclasses.replace(state, pad=after.pad, zero_pad=after.zero_pad)
 
     def bound_size(self, bound: SizeBound) -> SizeBound:
         # any option, or none (a RandomApply not taken): the union of their bounds

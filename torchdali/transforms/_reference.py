@@ -58,11 +58,13 @@ def pack_images(images: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Ten
 def resample(images: Sequence[torch.Tensor], params: torch.Tensor, out_size: tuple[int, int],
              scale: Sequence[float], bias: Sequence[float], *, out_dtype: torch.dtype,
              channels_last: bool = False, antialias: bool = True, quantize: bool = True,
-             interpolation: int = layout.FILTER_BILINEAR) -> torch.Tensor:
+             interpolation: int = layout.FILTER_BILINEAR, pad_mode: str = "none",
+             fill: Sequence[float] | None = None) -> torch.Tensor:
     """Run the reference kernel on HWC uint8 images with per-sample ``params``.
 
     ``interpolation`` is a ``layout.FILTER_*`` code (``FILTER_PER_SAMPLE``: each
-    sample's ``filter`` column).
+    sample's ``filter`` column); ``pad_mode`` and ``fill`` the kernel's padding
+    (``layout.PAD_MODES``; ``fill`` for ``"constant"`` only).
 
     Returns ``[B, 3, *out_size]`` of ``out_dtype`` (a grayscale image comes back
     as three identical channels, as the kernel writes them).
@@ -71,5 +73,5 @@ def resample(images: Sequence[torch.Tensor], params: torch.Tensor, out_size: tup
     return resized_crop_reference(
         data, offsets, shapes, params, out_size, scale, bias,
         out_dtype=out_dtype, channels_last=channels_last, antialias=antialias, quantize=quantize,
-        interpolation=interpolation,
+        interpolation=interpolation, pad_mode=pad_mode, fill=fill,
     )

@@ -30,6 +30,20 @@ class EraseSpec:
 
 
 @dataclass(frozen=True)
+class PadSpec:
+    """How a pipeline pads where it pads with more than zeros: one padding mode and one fill
+    per pipeline, the fused kernel's ``PAD_MODE`` switch and fill (``layout.PAD_*``)."""
+
+    #: torchvision's ``padding_mode``: ``"constant"``, ``"edge"``, ``"reflect"`` or ``"symmetric"``
+    mode: str
+    #: the constant mode's fill per channel, on the 0..255 scale of the resampled pixels
+    #: (before the epilogue's affine); zeros for the other modes
+    fill: tuple[float, float, float]
+    #: the step that set it (named when another step disagrees)
+    by: str
+
+
+@dataclass(frozen=True)
 class StaticState:
     """Static state of a batch after some prefix of the pipeline.
 
@@ -55,6 +69,13 @@ class StaticState:
     erase: EraseSpec | None = None
     #: ``BatchImages``: deliver every batch padded to its largest image (None: see ``_ragged.py``)
     batch_images: BatchImagesSpec | None = None
+    #: whether a step has resampled the image (resize or resized crop)
+    resampled: bool = False
+    #: padding with a fill or a padding mode (None: zero padding at most)
+    pad: PadSpec | None = None
+    #: the first step that may pad with zeros through the valid window (CenterCrop larger
+    #: than the image, zero-fill RandomCrop/Pad): it rules out a non-zero fill elsewhere
+    zero_pad: str | None = None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from . import _geometry as G
 from ._args import interpolation_code, interpolation_codes, setup_size
 from ._plan import Compose, Transform, _KeepSize, apply_to_images, to_hwc
 from ._registry import register
-from ._state import FLOAT_DTYPES, BatchImagesSpec, SizeBound, StaticState
+from ._state import FLOAT_DTYPES, BatchImagesSpec, PadSpec, SizeBound, StaticState
 
 __all__ = [
     "BatchImages", "CenterCrop", "Compose", "ConvertImageDtype", "Identity", "Normalize", "PILToTensor", "Pad",
@@ -42,7 +42,7 @@ def _resampled(state: StaticState, antialias: bool, interpolation: int) -> Stati
     """State after a resize: a uint8 image is rounded after resampling, as torchvision does;
     the resize's filter and antialias are the kernel's."""
     return dataclasses.replace(state, quantize=state.quantize or state.dtype == torch.uint8, antialias=antialias,
-                               interpolation=interpolation)
+                               interpolation=interpolation, resampled=True)
 
 
 def _mode_repr(code: int) -> str:
@@ -195,6 +195,11 @@ class _FixedCrop(Transform):
 class CenterCrop(_FixedCrop):
     """Crop the center; pads with zeros when the crop is larger than the image."""
 
+    def update_state(self, state: StaticState) -> StaticState:
+        if state.size is not None and (self.size[0] > state.size[0] or self.size[1] > state.size[1]):
+            state = declare_padding(state, self, None, 0)  # pads every image with zeros
+        return super().update_state(state)
+
     def __init__(self, size: int | Sequence[int]) -> None:
         size = setup_size(size, "CenterCrop")
         self.size = size * 2 if len(size) == 1 else size
@@ -206,52 +211,92 @@ class CenterCrop(_FixedCrop):
         return cls(list(t.size))
 
     def make_params(self, geometry: G.BatchGeometry, u: np.ndarray | None) -> dict[str, np.ndarray]:
+        larger = (geometry.height < self.size[0]) | (geometry.width < self.size[1])
+        if geometry.fill_by is not None and larger.any():
+            i = int(np.argmax(larger))
+            raise ValueError(f"{self!r} pads sample {i} ({int(geometry.height[i])}x{int(geometry.width[i])}) with "
+                             f"zeros, but {geometry.fill_by} pads with a fill: the kernel pads a pipeline with one "
+                             f"fill; resize the images first, or pad them to the crop with that fill")
         top, left = G.center_crop_box(geometry.height, geometry.width, self.size[0], self.size[1])
         return {"top": top, "left": left}
 
 
-PADDING_MODES = ("constant", "edge", "reflect", "symmetric")
+PADDING_MODES = G.PADDING_MODES
 
 
-def _image_fill(fill: Any) -> list[float]:
-    """The fill torchvision's ``pad`` uses on an image, from a ``fill`` argument: a number, a
-    sequence, None (0) or a dict keyed by type (``{tv_tensors.Image: v, tv_tensors.Mask: m}``)
-    or ``"others"``, of which the image's entries are read (Image, plain tensor, others)."""
+def image_fill(fill: Any, name: str) -> tuple[float, float, float]:
+    """The fill torchvision's ``pad`` uses on an image, from a ``fill`` argument, as 3 values:
+    a number, a sequence of 1 or 3, None (0), or a dict keyed by type or ``"others"``, of
+    which the entry for images is read (``tv_tensors.Image``, else ``torch.Tensor``, else
+    ``"others"``, else 0: torchvision looks the type up with ``in``, so a defaultdict's
+    default is never used)."""
     if isinstance(fill, dict):
-        values = [v for k, v in fill.items() if getattr(k, "__name__", k) in ("Image", "Tensor", "others")]
-    else:
-        values = [fill]
-    out: list[float] = []
-    for v in values:
-        if v is None:
-            out.append(0.0)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            out.append(float(v))
-        elif isinstance(v, (tuple, list)) and all(isinstance(x, (int, float)) for x in v):
-            out.extend(float(x) for x in v)
-        else:
-            raise TypeError(f"fill must be a number, a sequence of numbers, None or a dict of them, got {v!r}")
-    return out
+        entries = {getattr(k, "__name__", k): v for k, v in fill.items()}
+        fill = next((entries[k] for k in ("Image", "Tensor", "others") if k in entries), None)
+    if fill is None:
+        return (0.0, 0.0, 0.0)
+    if isinstance(fill, (int, float)) and not isinstance(fill, bool):
+        return (float(fill),) * 3
+    if isinstance(fill, (tuple, list)) and len(fill) in (1, 3) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in fill):
+        values = [float(v) for v in fill]
+        return tuple(values * 3 if len(values) == 1 else values)  # type: ignore[return-value]
+    raise TypeError(f"{name}: fill must be a number, a sequence of 1 or 3 numbers, None or a dict of them, "
+                    f"got {fill!r}")
 
 
-def _check_padding(name: str, pads: bool, fill: Any, padding_mode: str) -> None:
-    """Refuse what the fused kernel cannot pad with yet: it pads with zeros only.
-
-    ``pads``: whether any padding can happen (``padding_mode`` and ``fill`` matter
-    only then, as in torchvision).
-    """
+def padding_route(name: str, fill: Any, padding_mode: str) -> str | None:
+    """How a step with these arguments pads (``_geometry.pad``'s ``mode``): None for zero
+    padding through the valid window (``fill=0, padding_mode="constant"``, the exact
+    fast path when no resize follows), else the padding mode. Checks both arguments."""
     if padding_mode not in PADDING_MODES:
         raise ValueError(f"{name}: padding_mode={padding_mode!r} is not a padding mode; torchvision's are "
                          f"constant, edge, reflect and symmetric")
-    fill_values = _image_fill(fill)
-    if not pads:
-        return
-    if padding_mode != "constant":
-        raise ValueError(f"{name}: padding_mode={padding_mode!r} is not supported yet: the fused kernel pads with "
-                         f"zeros only (padding_mode='constant', fill=0)")
-    if any(v != 0 for v in fill_values):
-        raise ValueError(f"{name}: fill={fill!r} is not supported yet: the fused kernel pads with zeros only "
-                         f"(fill=0, padding_mode='constant')")
+    values = image_fill(fill, name)
+    if padding_mode == "constant" and not any(values):
+        return None
+    return padding_mode
+
+
+def declare_padding(state: StaticState, step: Any, mode: str | None, fill: Any) -> StaticState:
+    """The state after ``step`` may pad with ``mode`` (``padding_route``; None: zeros through
+    the valid window) and ``fill``.
+
+    The kernel pads a whole pipeline one way (``PadSpec``): one padding mode and one fill.
+    Raises ValueError naming both steps when two disagree, when a non-zero fill meets a step
+    that pads with zeros (CenterCrop larger than the image), for a fill outside 0..255 on a
+    uint8 image, and for the edge, reflect and symmetric modes after a resize (torchvision
+    mirrors the resized pixels there; the kernel mirrors source pixels).
+    """
+    name = repr(step)
+    if mode is None:
+        if state.pad is not None and state.pad.mode == "constant" and any(state.pad.fill):
+            raise ValueError(f"{name} pads with zeros but {state.pad.by} pads with a fill: the kernel pads a "
+                             f"pipeline with one fill; give both the same fill")
+        return state if state.zero_pad is not None else dataclasses.replace(state, zero_pad=name)
+    if mode != "constant" and state.resampled:
+        raise ValueError(f"{name}: padding_mode={mode!r} after a resize is not supported (torchvision mirrors the "
+                         f"resized pixels, the kernel the source's); pad before the resize, or use "
+                         f"padding_mode='constant'")
+    values = image_fill(fill, name) if mode == "constant" else (0.0, 0.0, 0.0)
+    if mode == "constant" and state.dtype == torch.uint8:
+        if any(not 0.0 <= v < 256.0 for v in values):
+            raise ValueError(f"{name}: fill={fill!r} does not fit a uint8 image (0..255)")
+        pixel = tuple(float(int(v)) for v in values)  # torchvision truncates the fill into the uint8 image
+    else:
+        # a fill given on a float image: the resampled pixel the epilogue's affine maps onto it
+        pixel = tuple((v - b) / sc for v, sc, b in zip(values, state.scale, state.bias))
+    spec = PadSpec(mode, pixel, name)  # type: ignore[arg-type]
+    if state.pad is None:
+        if mode == "constant" and any(pixel) and state.zero_pad is not None:
+            raise ValueError(f"{name} pads with fill={fill!r} but {state.zero_pad} pads with zeros: the kernel pads "
+                             f"a pipeline with one fill; give both the same fill")
+        return dataclasses.replace(state, pad=spec)
+    if (state.pad.mode, state.pad.fill) != (spec.mode, spec.fill):
+        raise ValueError(f"{name} pads with padding_mode={mode!r}, fill={pixel} but {state.pad.by} with "
+                         f"padding_mode={state.pad.mode!r}, fill={state.pad.fill}: the kernel pads a pipeline one "
+                         f"way; make them agree")
+    return state
 
 
 def _is_v2(t: Any) -> bool:
@@ -259,21 +304,22 @@ def _is_v2(t: Any) -> bool:
 
 
 @register("RandomCrop", usage="RandomCrop(size, padding=None, pad_if_needed=False, fill=0, padding_mode=\"constant\")",
-          semantics="same padding, pad_if_needed and position sampling",
-          notes="drawn per sample; zero padding only (`fill=0`, `padding_mode=\"constant\"`)")
+          semantics="same padding, pad_if_needed, fill, padding modes and position sampling",
+          notes="drawn per sample; one padding mode and fill per pipeline")
 class RandomCrop(_FixedCrop):
-    """Crop at a random position, drawn per sample, after optional zero padding.
+    """Crop at a random position, drawn per sample, after optional padding.
 
     As ``torchvision.transforms.v2.RandomCrop``: ``padding`` (an int, ``(left/right,
     top/bottom)`` or ``(left, top, right, bottom)``) pads every image first;
     ``pad_if_needed`` then pads both sides of an axis by what the crop still lacks;
-    top and left are uniform over the padded image. The padding is not materialised:
-    the crop box starts at negative coordinates and the part outside the image is
-    zero (the valid window of ``_geometry.py``), which is exactly torchvision's
-    ``fill=0, padding_mode="constant"``. Other fills and padding modes raise ValueError.
-    A resize after a padded crop sees the padding only approximately (as after a
-    CenterCrop larger than the image): torchvision blends the zeros into the edge
-    pixels, here the padded window scales with the image.
+    top and left are uniform over the padded image. The padding is not materialised.
+    Zero padding (``fill=0, padding_mode="constant"``) is a crop box that starts at
+    negative coordinates, the part outside the image zero (the valid window of
+    ``_geometry.py``); a resize after it sees the padding only approximately (as after
+    a CenterCrop larger than the image). Any other ``fill`` or ``padding_mode``
+    (``edge``, ``reflect``, ``symmetric``) pads through the kernel's fold box
+    (``_geometry.pad``): exact, also under a later resize. A pipeline pads one way
+    (one mode, one fill; ``declare_padding``).
     """
 
     n_uniforms = 2  # top, left
@@ -291,8 +337,12 @@ class RandomCrop(_FixedCrop):
         self.pad_if_needed = bool(pad_if_needed)
         self.fill = fill
         self.padding_mode = padding_mode
-        if self.padding is not None or self.pad_if_needed:
-            _check_padding("RandomCrop", any(p > 0 for p in self.pads) or self.pad_if_needed, fill, padding_mode)
+        #: ``_geometry.pad``'s mode: None for zero padding through the valid window
+        self.pad_mode = padding_route("RandomCrop", fill, padding_mode)
+
+    @property
+    def may_pad(self) -> bool:
+        return any(p > 0 for p in self.pads) or self.pad_if_needed
 
     @classmethod
     def from_torchvision(cls, t: Any) -> RandomCrop:
@@ -303,6 +353,11 @@ class RandomCrop(_FixedCrop):
             padding = [left, top, right, bottom]
         return cls(list(t.size), padding=padding, pad_if_needed=t.pad_if_needed, fill=t.fill,
                    padding_mode=t.padding_mode)
+
+    def update_state(self, state: StaticState) -> StaticState:
+        if self.may_pad:
+            state = declare_padding(state, self, self.pad_mode, self.fill)
+        return super().update_state(state)
 
     def make_params(self, geometry: G.BatchGeometry, u: np.ndarray | None) -> dict[str, np.ndarray]:
         ch, cw = self.size
@@ -315,7 +370,23 @@ class RandomCrop(_FixedCrop):
             raise ValueError(f"RandomCrop: required crop size {(ch, cw)} is larger than {padded}input image size "
                              f"{(int(padded_h[i]), int(padded_w[i]))} (sample {i} of the batch); pass "
                              f"pad_if_needed=True to pad small images, or Resize them first")
-        return {"top": top, "left": left}
+        params = {"top": top, "left": left}
+        if self.pad_mode is not None:
+            # the padding of each side, pad_if_needed's included (what the padded image adds)
+            pl, pt, pr, pb = self.pads
+            dh = (padded_h - geometry.height - (pt + pb)) / 2
+            dw = (padded_w - geometry.width - (pl + pr)) / 2
+            params.update(pad_left=pl + dw, pad_top=pt + dh, pad_right=pr + dw, pad_bottom=pb + dh)
+        return params
+
+    def transform(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray]) -> None:
+        if self.pad_mode is None:
+            G.crop(geometry, params["top"], params["left"], self.size[0], self.size[1])
+            return
+        G.pad(geometry, params["pad_left"], params["pad_top"], params["pad_right"], params["pad_bottom"],
+              self.pad_mode)
+        G.crop(geometry, params["top"] + params["pad_top"], params["left"] + params["pad_left"], self.size[0],
+               self.size[1])
 
     def extra_repr(self) -> str:
         out = f"size={self.size}"
@@ -323,22 +394,26 @@ class RandomCrop(_FixedCrop):
             out += f", padding={self.padding}"
         if self.pad_if_needed:
             out += ", pad_if_needed=True"
+        if self.pad_mode is not None and self.may_pad:
+            out += f", fill={self.fill!r}, padding_mode={self.padding_mode!r}"
         return out
 
 
 @register("Pad", usage="Pad(padding, fill=0, padding_mode=\"constant\")",
-          semantics="same padding: int, `(left/right, top/bottom)` or `(left, top, right, bottom)`",
-          notes="zero padding only (`fill=0`, `padding_mode=\"constant\"`); a resize after it approximates "
-                "the blended border, as CenterCrop's")
+          semantics="same padding: int, `(left/right, top/bottom)` or `(left, top, right, bottom)`; fill and "
+                    "padding modes",
+          notes="one padding mode and fill per pipeline; zero padding before a resize approximates the blended "
+                "border, as CenterCrop's")
 class Pad(Transform):
-    """Pad every image with zeros, as ``torchvision.transforms.v2.Pad(padding)``.
+    """Pad every image, as ``torchvision.transforms.v2.Pad(padding, fill, padding_mode)``.
 
     ``padding``: an int for every side, ``(left/right, top/bottom)`` or ``(left, top,
-    right, bottom)``; negative values crop. Exact for ``fill=0, padding_mode="constant"``
-    (a crop whose box starts at ``(-top, -left)``; a resize after it sees the padding
-    approximately, as RandomCrop's); other fills and padding modes raise ValueError.
-    The output size is the input's plus the padding, so a pipeline over images of
-    different sizes needs a fixed-size step after it.
+    right, bottom)``; negative values crop. Zero padding (``fill=0,
+    padding_mode="constant"``) is a crop whose box starts at ``(-top, -left)``, exact
+    unless a resize follows (which sees the padding approximately, as RandomCrop's);
+    any other fill or mode pads through the kernel's fold box (``_geometry.pad``),
+    exact also under a later resize. The output size is the input's plus the padding,
+    so a pipeline over images of different sizes gets images of different sizes.
     """
 
     stage = "geometry"
@@ -349,13 +424,16 @@ class Pad(Transform):
         self.padding = padding if isinstance(padding, int) else list(padding)
         self.fill = fill
         self.padding_mode = padding_mode
-        _check_padding("Pad", any(p > 0 for p in self.pads), fill, padding_mode)
+        #: ``_geometry.pad``'s mode: None for zero padding through the valid window
+        self.pad_mode = padding_route("Pad", fill, padding_mode)
 
     @classmethod
     def from_torchvision(cls, t: Any) -> Pad:
         return cls(t.padding, fill=t.fill, padding_mode=t.padding_mode)
 
     def update_state(self, state: StaticState) -> StaticState:
+        if any(p > 0 for p in self.pads):
+            state = declare_padding(state, self, self.pad_mode, self.fill)
         if state.size is None:
             return state
         left, top, right, bottom = self.pads
@@ -375,7 +453,7 @@ class Pad(Transform):
         return {}
 
     def transform(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray]) -> None:
-        G.pad(geometry, *self.pads)
+        G.pad(geometry, *self.pads, self.pad_mode)
 
     def bound_size(self, bound: SizeBound) -> SizeBound:
         left, top, right, bottom = self.pads
@@ -390,7 +468,10 @@ class Pad(Transform):
         return apply_to_images(Compose([_KeepSize(int(hwc.shape[0]), int(hwc.shape[1])), self]), [hwc])[0]
 
     def extra_repr(self) -> str:
-        return f"padding={self.padding}"
+        out = f"padding={self.padding}"
+        if self.pad_mode is not None:
+            out += f", fill={self.fill!r}, padding_mode={self.padding_mode!r}"
+        return out
 
 
 @register("RandomHorizontalFlip", usage="RandomHorizontalFlip(p=0.5)", semantics="yes", notes="drawn per sample")

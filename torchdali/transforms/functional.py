@@ -53,7 +53,7 @@ from ._execute import REFERENCE
 from ._program import fill_values, put_op, warp_filter
 from ._reference import resample, to_hwc
 from ._state import FLOAT_DTYPES
-from ._transforms import _check_padding
+from ._transforms import image_fill, padding_route
 from ._warp import inverse_affine_matrix, perspective_coefficients
 
 __all__ = [
@@ -69,7 +69,8 @@ _ZERO = (0.0, 0.0, 0.0)
 
 def _run(image: Any, step: Callable[[G.BatchGeometry], None], *, antialias: bool = True,
          interpolation: int = layout.FILTER_BILINEAR, out_dtype: torch.dtype = torch.uint8,
-         scale: Sequence[float] = _UNIT, bias: Sequence[float] = _ZERO) -> torch.Tensor:
+         scale: Sequence[float] = _UNIT, bias: Sequence[float] = _ZERO, pad_mode: str = "none",
+         fill: Sequence[float] | None = None) -> torch.Tensor:
     """Apply the geometry ``step`` to one image on the reference kernel; CHW result."""
     hwc = to_hwc(image)
     g = G.BatchGeometry.identity(np.array([hwc.shape[:2]]))
@@ -78,7 +79,8 @@ def _run(image: Any, step: Callable[[G.BatchGeometry], None], *, antialias: bool
     # quantize: a uint8 resize rounds the resampled value, as torchvision's does; on an
     # unresampled image the value is already an integer, so rounding changes nothing.
     return resample([hwc], g.to_params(), out_size, scale, bias, out_dtype=out_dtype,
-                    antialias=antialias, quantize=True, interpolation=interpolation)[0]
+                    antialias=antialias, quantize=True, interpolation=interpolation, pad_mode=pad_mode,
+                    fill=fill)[0]
 
 
 def resize(image: Any, size: int | Sequence[int], interpolation: Any = "bilinear",
@@ -114,21 +116,27 @@ def center_crop(image: Any, output_size: int | Sequence[int]) -> torch.Tensor:
 
 
 def pad(image: Any, padding: int | Sequence[int], fill: Any = None, padding_mode: str = "constant") -> torch.Tensor:
-    """Pad with zeros: ``padding`` is an int for every side, ``(left/right, top/bottom)`` or
-    ``(left, top, right, bottom)``; negative values crop.
-
-    Only ``padding_mode="constant"`` with a zero ``fill`` (None is 0, as torchvision)
-    is supported; other fills and modes raise ValueError.
+    """Pad: ``padding`` is an int for every side, ``(left/right, top/bottom)`` or
+    ``(left, top, right, bottom)``; negative values crop. ``fill`` (a number or 3,
+    None is 0, as torchvision; truncated into the uint8 image) for
+    ``padding_mode="constant"``; ``"edge"``, ``"reflect"`` and ``"symmetric"`` as
+    torchvision's ``pad`` (reflect padding must be smaller than the image, symmetric
+    at most its size).
     """
     left, top, right, bottom = G.parse_padding(padding, "pad")
-    _check_padding("pad", max(left, top, right, bottom) > 0, fill, padding_mode)
+    mode = padding_route("pad", fill, padding_mode)
+    values = image_fill(fill, "pad")
+    if mode == "constant" and any(not 0.0 <= v < 256.0 for v in values):
+        raise ValueError(f"pad: fill={fill!r} does not fit a uint8 image (0..255)")
 
     def step(g: G.BatchGeometry) -> None:
         if g.height[0] + top + bottom <= 0 or g.width[0] + left + right <= 0:
             raise ValueError(f"pad: padding {padding} leaves no pixels of a {int(g.height[0])}x{int(g.width[0])} image")
-        G.pad(g, left, top, right, bottom)
+        G.pad(g, left, top, right, bottom, mode)
 
-    return _run(image, step)
+    if mode is None:
+        return _run(image, step)
+    return _run(image, step, pad_mode=mode, fill=[float(int(v)) for v in values] if mode == "constant" else None)
 
 
 def resized_crop(image: Any, top: int, left: int, height: int, width: int, size: Sequence[int],
