@@ -72,3 +72,20 @@ def set_options(monkeypatch, **changes) -> None:
     from torchdali import _options
 
     monkeypatch.setattr(_options, "OPTIONS", dataclasses.replace(_options.OPTIONS, **changes))
+
+
+def drawn_params(plan, sizes, keys) -> list[dict]:
+    """Each leaf's drawn parameters for images of ``sizes`` ([B, 2]) with sample ``keys``, replaying
+    ``Plan._draw`` (a leaf's random stream is its position among the leaves)."""
+    from torchdali import _rng
+    from torchdali.transforms import _geometry as G
+
+    g = G.BatchGeometry.identity(np.asarray(sizes))
+    out = []
+    for stream, t in enumerate(plan.transforms):
+        u = _rng.uniform(keys, stream, t.n_uniforms) if t.n_uniforms else None
+        p = t.make_params(g, u)
+        out.append(p)
+        if t.stage != "program":
+            t.transform(g, p)
+    return out

@@ -39,7 +39,7 @@ from torchdali.transforms import _geometry as G  # noqa: E402
 from torchdali.transforms import functional as F  # noqa: E402
 from torchdali.transforms._plan import apply_to_images, pack_images, to_hwc  # noqa: E402
 
-from ._helpers import assert_close_uint8, smooth_image  # noqa: E402
+from ._helpers import assert_close_uint8, drawn_params, smooth_image  # noqa: E402
 from ._ycbcr import pack_planar, random_planes  # noqa: E402
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
@@ -53,19 +53,6 @@ MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 #: (padding_mode, fill) of every mode, constant with a per-channel and a scalar fill
 MODES = [("constant", (10, 200, 30)), ("constant", 7), ("edge", 0), ("reflect", 0), ("symmetric", 0)]
 MODE_IDS = ["constant3", "constant1", "edge", "reflect", "symmetric"]
-
-
-def _draws(plan: T.Plan, sizes, keys) -> list[dict[str, np.ndarray]]:
-    """Each leaf's drawn parameters, replaying ``Plan._draw`` (a leaf's stream is its position)."""
-    g = G.BatchGeometry.identity(np.asarray(sizes))
-    out = []
-    for stream, t in enumerate(plan.transforms):
-        u = _rng.uniform(keys, stream, t.n_uniforms) if t.n_uniforms else None
-        p = t.make_params(g, u)
-        out.append(p)
-        if t.stage != "program":
-            t.transform(g, p)
-    return out
 
 
 def _close(got: torch.Tensor, exp: torch.Tensor) -> None:
@@ -148,7 +135,7 @@ def test_random_crop_with_fill_and_modes_matches_torchvision(mode, fill, kwargs,
     plan = T.compile_transforms(pipe)
     assert plan.pad_mode == mode
     outs = apply_to_images(pipe, imgs, seed=4)
-    drawn = _draws(plan, np.array(sizes), _rng.sample_keys(4, 0, np.arange(len(imgs))))
+    drawn = drawn_params(plan, np.array(sizes), _rng.sample_keys(4, 0, np.arange(len(imgs))))
     for i, img in enumerate(imgs):
         params = tv_crop.make_params([img])
         pad_left, pad_top = params["padding"][0], params["padding"][1]  # (left, top, right, bottom)
@@ -178,7 +165,7 @@ def test_cifar_recipe_with_reflect_padding_through_the_cpu_loader():
     loader = td.DataLoader(ds, batch_size=4, transforms=tv, device="cpu", seed=3)
     out = torch.cat([b for b, _ in loader])
     plan = loader.plan
-    drawn = _draws(plan, np.array([[32, 32]] * 10), _rng.sample_keys(loader._effective_seed(), 0, np.arange(10)))
+    drawn = drawn_params(plan, np.array([[32, 32]] * 10), _rng.sample_keys(loader._effective_seed(), 0, np.arange(10)))
     for i, im in enumerate(images):
         ref = TF.pad(torch.from_numpy(im).permute(2, 0, 1), [4], padding_mode="reflect")
         ref = TF.crop(ref, int(drawn[0]["top"][i]) + 4, int(drawn[0]["left"][i]) + 4, 32, 32)

@@ -10,7 +10,9 @@ transforms), ``_convert`` (converting a whole pipeline, listing every refusal),
 compilation), ``_transforms`` (the geometry and epilogue classes), ``_random``
 (RandomApply/RandomChoice/RandomOrder, decided per sample), ``_presets``
 (weights' presets, reference-script presets, timm's simple classes), ``_program``
-(helpers of the program transforms), ``_colour``/``_warp``/``_erase``
+(helpers of the program transforms), ``_reference_geometry`` (the size, zoom-out
+and fixed-size-crop steps of torchvision's detection and segmentation references),
+``_colour``/``_warp``/``_erase``
 (photometric, warp and erasing classes), ``_auto_augment`` (torchvision's
 auto-augment policies), ``_timm`` (timm's augmentation classes: RandAugment,
 AutoAugment, RandomErasing), ``_batch`` (MixUp, CutMix: batch transforms, run on a finished
@@ -39,6 +41,7 @@ from ._transforms import (
     ToTensor,
     Transform,
 )
+from ._reference_geometry import FixedSizeCrop, RandomResize, RandomShortestSize, RandomZoomOut, ScaleJitter
 from ._colour import (
     ColorJitter,
     GaussianBlur,
@@ -74,4 +77,6 @@ __all__ = [
     "RandomVerticalFlip", "Resize", "SUPPORTED", "TimmAutoAugment", "TimmRandAugment", "TimmRandomErasing",
     "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "TrivialAugmentWide", "compile_transforms",
     "functional", "supported_table", "to_batch_transform", "to_torchdali",
+    # the detection and segmentation references' steps
+    "FixedSizeCrop", "RandomResize", "RandomShortestSize", "RandomZoomOut", "ScaleJitter",
 ]

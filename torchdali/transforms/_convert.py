@@ -38,16 +38,9 @@ ALTERNATIVES: dict[str, str] = {
     "ToNumpy": "remove it (or use MaybePILToTensor): images reach the kernels decoded, as uint8 tensors",
     "FiveCrop": "none: it makes several crops per image; use CenterCrop, or crop the returned batch",
     "TenCrop": "none: it makes several crops per image; use CenterCrop, or crop the returned batch",
-    "RandomZoomOut": "none: detection transforms are not supported (torchdali batches images only)",
     "RandomIoUCrop": "none: detection transforms are not supported (torchdali batches images only)",
     "SanitizeBoundingBoxes": "remove it: torchdali batches images only",
     "ClampBoundingBoxes": "remove it: torchdali batches images only",
-    "RandomShortestSize": "none with a random output size: RandomResizedCrop(size) draws a random scale per "
-                          "sample and keeps the batch's size fixed",
-    "RandomResize": "none with a random output size: RandomResizedCrop(size) draws a random scale per sample "
-                    "and keeps the batch's size fixed",
-    "ScaleJitter": "none with a random output size: RandomResizedCrop(size) draws a random scale per sample "
-                   "and keeps the batch's size fixed",
     "LinearTransformation": "none: multiply the returned batch by the whitening matrix",
     "GaussianNoise": "none: add the noise to the returned batch (images + sigma * torch.randn_like(images))",
     "JPEG": "none: re-encoding has no fused equivalent",
