@@ -51,6 +51,7 @@ from typing import Any, NamedTuple, Sequence, Union
 import numpy as np
 import torch
 from csrc_triton import layout
+from csrc_triton._triton import upload
 
 from .. import _rng
 from . import _geometry as G
@@ -146,6 +147,9 @@ class TargetGeometry(NamedTuple):
     source_size: np.ndarray | None
     #: ``[B, 2]`` int64 (H, W) of the output canvas
     size: np.ndarray
+    #: ``trace_plan`` only: for each leaf of the plan, how many of ``steps`` come before it (where a
+    #: target-only step such as SanitizeBoundingBoxes stands among the geometry steps)
+    leaf_steps: tuple[int, ...] = ()
 
     @property
     def batch(self) -> int:
@@ -153,16 +157,57 @@ class TargetGeometry(NamedTuple):
         return len(self.size)
 
     def to(self, device: torch.device | str) -> TargetGeometry:
-        """The same geometry with the steps' tensors on ``device``."""
-        def move(t: Any) -> Any:
-            return t.to(device, non_blocking=True) if isinstance(t, torch.Tensor) else t
+        """The same geometry with the steps' tensors on ``device``: host tensors go over in one
+        copy through pinned memory (``upload``), so the host never waits for the stream's work."""
+        flat = [t for s in self.steps for t in (*s.y, *s.x, s.nearest_exact)]
+        if all(t.device == torch.device(device) for t in flat):
+            return self
+        moved = iter(upload(flat, torch.device(device)))
+        n = len(AxisStep._fields)
+        steps = []
+        for _ in self.steps:
+            y, x = AxisStep(*(next(moved) for _ in range(n))), AxisStep(*(next(moved) for _ in range(n)))
+            steps.append(TargetStep(y, x, next(moved)))
+        return self._replace(steps=tuple(steps))
 
-        steps = tuple(TargetStep(AxisStep(*map(move, s.y)), AxisStep(*map(move, s.x)), move(s.nearest_exact))
+    def select(self, index: np.ndarray) -> TargetGeometry:
+        """The geometry of samples ``index`` (host ints, repeats allowed): one row per entry, e.g.
+        per box or mask tensor of a sample, so that entries map through their sample's steps."""
+        index = np.asarray(index, dtype=np.int64)
+        rows = torch.from_numpy(index)
+
+        def pick(t: torch.Tensor) -> torch.Tensor:
+            return t[rows.to(t.device)] if t.device.type == "cpu" else t.index_select(0, _on(t.device, index))
+
+        steps = tuple(TargetStep(AxisStep(*map(pick, s.y)), AxisStep(*map(pick, s.x)), pick(s.nearest_exact))
                       for s in self.steps)
-        return self._replace(steps=steps)
+        source = None if self.source_size is None else self.source_size[index]
+        return TargetGeometry(steps, source, self.size[index], self.leaf_steps)
+
+    def span(self, start: int, stop: int) -> TargetGeometry:
+        """Steps ``start`` to ``stop`` alone (a trace on the host: the canvases are read from it)."""
+        return TargetGeometry(self.steps[start:stop], self.canvas_after(start), self.canvas_after(stop))
+
+    def canvas_after(self, k: int) -> np.ndarray:
+        """``[B, 2]`` int64 (H, W) of the canvas after the first ``k`` steps (the source's for 0)."""
+        if k == 0:
+            if self.source_size is None:
+                raise ValueError("the source size is not known (a folded geometry): trace the plan")
+            return self.source_size
+        if k == len(self.steps):
+            return self.size
+        s = self.steps[k - 1]
+        return np.rint(torch.stack([s.y.size, s.x.size], dim=-1).cpu().numpy()).astype(np.int64)
 
 
 TargetGeometryLike = Union[TargetGeometry, G.BatchGeometry, BatchParams, torch.Tensor]
+
+
+def _on(device: torch.device, *arrays: Any) -> Any:
+    """Host arrays on ``device`` through one pinned copy (``upload``); one array gives one tensor.
+    A copy from pageable memory (``tensor.to(device)``) could make the host wait for the stream."""
+    out = upload([a if isinstance(a, torch.Tensor) else np.asarray(a) for a in arrays], torch.device(device))
+    return out[0] if len(arrays) == 1 else out
 
 
 class MappedBoxes(NamedTuple):
@@ -305,7 +350,9 @@ def trace_plan(plan: Plan, sizes: np.ndarray, keys: np.ndarray) -> TargetGeometr
     slots = np.zeros((len(keys), plan.n_slots, layout.SLOT_WIDTH), dtype=np.float32)
     program = {id(e.transform): e for e in plan.program}
     steps: list[TargetStep] = []
+    leaf_steps: list[int] = []
     for stream, t in enumerate(plan.transforms):
+        leaf_steps.append(len(steps))
         u = _rng.uniform(keys, stream, t.n_uniforms) if t.n_uniforms else None
         p = t.make_params(g, u)
         if t.stage == "program":
@@ -326,7 +373,8 @@ def trace_plan(plan: Plan, sizes: np.ndarray, keys: np.ndarray) -> TargetGeometr
             steps.append(_leaf_step(before, after, isinstance(t, _MASK_ALWAYS_NEAREST),
                                     isinstance(t, _BOX_CENTER_CROP)))
     out = np.stack([g.height, g.width], axis=-1)
-    return TargetGeometry(tuple(steps), np.rint(sizes).astype(np.int64), np.rint(out).astype(np.int64))
+    return TargetGeometry(tuple(steps), np.rint(sizes).astype(np.int64), np.rint(out).astype(np.int64),
+                          tuple(leaf_steps))
 
 
 # --------------------------------------------------------------------------- #
@@ -425,7 +473,7 @@ def map_boxes(boxes: torch.Tensor, counts: torch.Tensor | Sequence[int], geometr
     if boxes.shape[0] == 0:
         return MappedBoxes(boxes.clone(), canvas)
     tg = tg.to(device)
-    sample = torch.repeat_interleave(torch.arange(tg.batch, device=device), counts.to(device),
+    sample = torch.repeat_interleave(torch.arange(tg.batch, device=device), _on(device, counts),
                                      output_size=boxes.shape[0])
     x0, y0, x1, y1 = _to_xyxy(boxes.double(), fmt).unbind(-1)
     for step in tg.steps:
@@ -507,8 +555,9 @@ def map_masks(masks: Sequence[torch.Tensor], geometry: TargetGeometryLike, *, si
 
     Batched: the index maps are built for the whole batch per axis, and one pair of
     ``gather`` calls reads every mask. Samples whose masks differ in size are first
-    placed in one zero-padded buffer (one masked copy, no loop over samples); with
-    different output sizes the outputs are views into a buffer of the largest one.
+    placed in one zero-padded buffer (a slice copy per sample); with different output
+    sizes the outputs are views into a buffer of the largest one. Nothing waits for the
+    device: host values reach it through ``upload``.
     """
     tg = target_geometry(geometry, size)
     if len(masks) != tg.batch:
@@ -536,33 +585,33 @@ def map_masks(masks: Sequence[torch.Tensor], geometry: TargetGeometryLike, *, si
     ix = torch.arange(wmax, device=device).expand(n, wmax)
     vy = torch.ones(n, hmax, dtype=torch.bool, device=device)
     vx = torch.ones(n, wmax, dtype=torch.bool, device=device)
+    k = np.array([c.shape[0] for c in chans], dtype=np.int64)
+    src_hw_d, k_d = _on(device, src_hw.astype(np.float64), k)
     # each step's input is the previous step's output; the first step's is the mask itself
-    in_sizes = [torch.as_tensor(src_hw, dtype=torch.float64, device=device)]
+    in_sizes = [src_hw_d]
     for step in tg.steps[:-1]:
         in_sizes.append(torch.stack([step.y.size, step.x.size], dim=-1))
     for step, in_hw in zip(reversed(tg.steps), reversed(in_sizes)):
         iy, vy = _mask_axis(iy, vy, step.y, step.nearest_exact, in_hw[:, 0])
         ix, vx = _mask_axis(ix, vx, step.x, step.nearest_exact, in_hw[:, 1])
 
-    k = torch.tensor([c.shape[0] for c in chans], dtype=torch.int64)
     total = int(k.sum())
     lead = [m.shape[:-2] if m.ndim > 2 else None for m in masks]
     if total == 0:
         outs = [torch.zeros(c.shape[0], int(h), int(w), dtype=dtype, device=device) for c, (h, w) in zip(chans, out_hw)]
         return [o.reshape(*(s or ()), *o.shape[1:]) for o, s in zip(outs, lead)]
-    sample = torch.repeat_interleave(torch.arange(n, device=device), k.to(device), output_size=total)
+    sample = torch.repeat_interleave(torch.arange(n, device=device), k_d, output_size=total)
     hs, ws = int(src_hw[:, 0].max()), int(src_hw[:, 1].max())
     if (src_hw == src_hw[0]).all():
         src = torch.cat(chans)
     else:
-        # one zero-padded [C, hs, ws] buffer: a boolean index fills it in row-major order,
-        # which is the order of the masks' flattened concatenation
-        h_c = torch.as_tensor(src_hw[:, 0], device=device)[sample]
-        w_c = torch.as_tensor(src_hw[:, 1], device=device)[sample]
-        region = ((torch.arange(hs, device=device)[None, :, None] < h_c[:, None, None])
-                  & (torch.arange(ws, device=device)[None, None, :] < w_c[:, None, None]))
+        # one zero-padded [C, hs, ws] buffer, a slice copy per sample: a boolean index would
+        # make the host wait for the device (it counts the selected elements first)
         src = torch.zeros(total, hs, ws, dtype=dtype, device=device)
-        src[region] = torch.cat([c.reshape(-1) for c in chans])
+        at = 0
+        for c in chans:
+            src[at: at + c.shape[0], : c.shape[1], : c.shape[2]].copy_(c)
+            at += c.shape[0]
     rows = src.gather(1, iy[sample][:, :, None].expand(total, hmax, src.shape[2]))
     out = rows.gather(2, ix[sample][:, None, :].expand(total, hmax, wmax))
     out = out.masked_fill(~(vy[:, :, None] & vx[:, None, :])[sample], 0)
