@@ -162,6 +162,8 @@ def augment_slot_kernel(
         o0, o1, o2 = colour.solarize(x0, x1, x2, m0)
     elif op == layout.OP_SOLARIZE_ADD:
         o0, o1, o2 = colour.solarize_add(x0, x1, x2, m0, m1)
+    elif op == layout.OP_PERMUTE_CHANNELS:
+        o0, o1, o2 = colour.permute_channels(x0, x1, x2, m0, m1, tl.load(sp + layout.SLOT_M2))
     elif op == layout.OP_SHARPNESS:
         o0 = sharpness_channel(src, si_h, si_w, rows, cols, mask, x0, m0, H, W, FMA64)
         o1 = sharpness_channel(src + si_c, si_h, si_w, rows, cols, mask, x1, m0, H, W, FMA64)

@@ -10,7 +10,7 @@ clamping and final truncation or rounding:
 
 * photometric ops (``stages/colour.py``): brightness, contrast, saturation, hue,
   grayscale, invert, posterize, solarize, solarize_add, sharpness, autocontrast,
-  equalize, gaussian_blur;
+  equalize, gaussian_blur, permute_channels;
 * warps (``stages/warp.py``): affine and perspective, nearest or bilinear, with
   fill, as ``_apply_grid_transform``.
 
@@ -116,6 +116,11 @@ def _check_slot_values(slot: torch.Tensor, H: int, W: int) -> None:
                                      f"{what} // 2 < {n} (reflect padding), got {k}")
             if not (sx > 0 and sy > 0):
                 raise ValueError(f"sample {b}: gaussian_blur sigmas must be positive, got {(sx, sy)}")
+        if int(op) == layout.OP_PERMUTE_CHANNELS:
+            perm = sorted(float(s[b, layout.SLOT_M0 + i]) for i in range(3))
+            if perm != [0.0, 1.0, 2.0]:
+                raise ValueError(f"sample {b}: permute_channels needs a permutation of 0, 1, 2, got "
+                                 f"{[float(s[b, layout.SLOT_M0 + i]) for i in range(3)]}")
         if int(op) in (layout.OP_AFFINE, layout.OP_PERSPECTIVE):
             interp = float(s[b, layout.SLOT_INTERP])
             if interp not in (layout.FILTER_NEAREST, layout.FILTER_BILINEAR):
@@ -331,6 +336,8 @@ def _apply_op(img: torch.Tensor, row: torch.Tensor, tables: torch.Tensor | None)
         return r.gaussian_blur(img, tables[1, : int(m[1])], tables[0, : int(m[0])])
     if op == layout.OP_SOLARIZE_ADD:
         return r.solarize_add(img, m[0], m[1])
+    if op == layout.OP_PERMUTE_CHANNELS:
+        return r.permute_channels(img, m[:3])
     raise ValueError(f"unknown augment op code {op}; known: {layout.OPS}")
 
 

@@ -406,6 +406,8 @@ OP_ARGS: dict[int, tuple[str, tuple[str, ...]]] = {
     14: ("gaussian_blur", ("kernel_x", "kernel_y", "sigma_x", "sigma_y")),
     # timm's SolarizeAdd: add ``addition`` to pixels below ``threshold``, saturating at 255
     15: ("solarize_add", ("addition", "threshold")),
+    # output channel i is input channel ``c_i`` (torchvision's ``permute_channels(permutation=[c0, c1, c2])``)
+    16: ("permute_channels", ("c0", "c1", "c2")),
 }
 
 #: op name -> code
@@ -426,3 +428,4 @@ OP_BRIGHTNESS, OP_CONTRAST, OP_SATURATION, OP_HUE = (OPS[n] for n in ("brightnes
 OP_GRAYSCALE, OP_INVERT, OP_POSTERIZE, OP_SOLARIZE = (OPS[n] for n in ("grayscale", "invert", "posterize", "solarize"))
 OP_SHARPNESS, OP_AUTOCONTRAST, OP_EQUALIZE = OPS["sharpness"], OPS["autocontrast"], OPS["equalize"]
 OP_GAUSSIAN_BLUR, OP_SOLARIZE_ADD = OPS["gaussian_blur"], OPS["solarize_add"]
+OP_PERMUTE_CHANNELS = OPS["permute_channels"]

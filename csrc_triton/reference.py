@@ -671,6 +671,11 @@ def solarize_add(img: torch.Tensor, addition: float, threshold: float) -> torch.
     return torch.where(f < _f32(threshold), truncate_uint8(f + _f32(addition)), img)
 
 
+def permute_channels(img: torch.Tensor, permutation: Sequence[float]) -> torch.Tensor:
+    """Output channel ``i`` is input channel ``permutation[i]`` (torchvision's ``permute_channels``)."""
+    return img[[int(c) for c in permutation]].clone()
+
+
 def sharpness(img: torch.Tensor, factor: float) -> torch.Tensor:
     """Blend of the image with its 3x3 smoothed version (weights 1/13, centre 5/13,
     rounded half to even) by ``factor``, as ``fma(smooth - x, 1 - factor, x)``, on the

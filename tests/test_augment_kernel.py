@@ -124,6 +124,9 @@ def tv_cases() -> list[tuple[str, tuple, object]]:
               ("invert", ("invert", ()), TF.invert),
               ("autocontrast", ("autocontrast", ()), TF.autocontrast),
               ("equalize", ("equalize", ()), TF.equalize)]
+    for perm in ((0, 1, 2), (2, 0, 1), (1, 2, 0), (2, 1, 0), (0, 2, 1)):
+        cases.append(("permute_channels", ("permute_channels", perm),
+                      lambda x, p=list(perm): TF.permute_channels(x, p)))
     for bits in (0, 1, 4, 7, 8):
         cases.append(("posterize", ("posterize", (bits,)), lambda x, b=bits: TF.posterize(x, b)))
     for t in (0.0, 64.0, 128.5, 255.0):
@@ -151,7 +154,8 @@ def tv_cases() -> list[tuple[str, tuple, object]]:
     return cases
 
 
-_EXACT = {"brightness", "grayscale", "invert", "autocontrast", "equalize", "posterize", "solarize", "solarize_add"}
+_EXACT = {"brightness", "grayscale", "invert", "autocontrast", "equalize", "posterize", "solarize", "solarize_add",
+          "permute_channels"}
 
 
 def _check_tv(group: str, actual: torch.Tensor, expected: torch.Tensor) -> None:
@@ -194,6 +198,8 @@ def test_reference_rejects_bad_slots() -> None:
         augment_slot_reference(img, make_slot([("gaussian_blur", (4, 3, 1.0, 1.0))]))
     with pytest.raises(ValueError, match="kernel_y"):
         augment_slot_reference(img, make_slot([("gaussian_blur", (3, 11, 1.0, 1.0))]))
+    with pytest.raises(ValueError, match="permutation of 0, 1, 2"):
+        augment_slot_reference(img, make_slot([("permute_channels", (0, 0, 2))]))
     with pytest.raises(ValueError, match="SLOT_WIDTH"):
         augment_slot_reference(img, torch.zeros(1, 3))
     with pytest.raises(TypeError, match="uint8"):
@@ -210,6 +216,8 @@ _SLOTS = [
     [("brightness", (1.37,)), ("contrast", (0.61,)), ("saturation", (1.8,)), ("hue", (-0.27,))],
     [("grayscale", ()), ("invert", ()), ("posterize", (3,)), ("solarize", (100.5,))],
     [("solarize_add", (60, 128)), ("sharpness", (1.9,)), ("autocontrast", ()), ("equalize", ())],
+    [("permute_channels", (2, 0, 1)), ("permute_channels", (1, 2, 0)), ("permute_channels", (0, 1, 2)),
+     ("hue", (0.04,))],
     [("gaussian_blur", (3, 5, 0.9, 1.6)), ("identity", ()),
      ("affine", _affine(25.0, (1.0, -2.0), 1.2, (8.0, 0.0)), layout.FILTER_BILINEAR, (128, 64, 255)),
      ("perspective", _get_perspective_coeffs([[0, 0], [12, 0], [12, 8], [0, 8]], [[1, 1], [11, 0], [12, 7], [0, 8]]),

@@ -4,7 +4,9 @@ A fused kernel is one pass over the output tiles of a batch, in four stages:
 
 * ``source``: where sample ``b``'s decoded pixels are and how one source pixel
   is read (interleaved HWC uint8, grayscale replicated to three channels; or a
-  JPEG's planar Y, Cb, Cr, upsampled and converted to RGB as libjpeg does);
+  JPEG's planar Y, Cb, Cr, upsampled and converted to RGB as libjpeg does), and,
+  with a padding mode, how a tap outside the padded image's fold box folds back
+  into it;
 * ``sample``: which source pixels an output pixel reads and with what weights
   (separable taps per axis of the compile-time filter: bilinear or bicubic,
   antialiased when shrinking, nearest or nearest-exact), and their sum;

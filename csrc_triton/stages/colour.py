@@ -188,6 +188,16 @@ def solarize_add(x0, x1, x2, addition, threshold):
 
 
 @triton.jit
+def permute_channels(x0, x1, x2, c0, c1, c2):
+    """``permute_channels``: output channel ``i`` is input channel ``c_i`` (float32 codes 0, 1, 2;
+    any other value reads channel 2)."""
+    o0 = tl.where(c0 == 0.0, x0, tl.where(c0 == 1.0, x1, x2))
+    o1 = tl.where(c1 == 0.0, x0, tl.where(c1 == 1.0, x1, x2))
+    o2 = tl.where(c2 == 0.0, x0, tl.where(c2 == 1.0, x1, x2))
+    return o0, o1, o2
+
+
+@triton.jit
 def sharpen(x, smooth_sum, factor, FMA64: tl.constexpr):
     """``adjust_sharpness`` on one channel's interior pixels: ``smooth_sum`` is the 3x3
     weighted sum (weights :data:`SHARP_EDGE`, :data:`SHARP_CENTRE`, summed row by

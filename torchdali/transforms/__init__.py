@@ -51,6 +51,7 @@ from ._colour import (
     RandomEqualize,
     RandomGrayscale,
     RandomInvert,
+    RandomPhotometricDistort,
     RandomPosterize,
     RandomSolarize,
 )
@@ -78,5 +79,6 @@ __all__ = [
     "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "TrivialAugmentWide", "compile_transforms",
     "functional", "supported_table", "to_batch_transform", "to_torchdali",
     # the detection and segmentation references' steps
-    "FixedSizeCrop", "RandomResize", "RandomShortestSize", "RandomZoomOut", "ScaleJitter",
+    "FixedSizeCrop", "RandomPhotometricDistort", "RandomResize", "RandomShortestSize", "RandomZoomOut",
+    "ScaleJitter",
 ]

@@ -12,12 +12,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._program import ProgramTransform, RandomApplyOp, put_op
+from ._program import ProgramTransform, RandomApplyOp, check_p, put_op
 from ._registry import register
 
 __all__ = [
     "ColorJitter", "GaussianBlur", "Grayscale", "RandomAdjustSharpness", "RandomAutocontrast", "RandomEqualize",
-    "RandomGrayscale", "RandomInvert", "RandomPosterize", "RandomSolarize",
+    "RandomGrayscale", "RandomInvert", "RandomPhotometricDistort", "RandomPosterize", "RandomSolarize",
 ]
 
 
@@ -92,6 +92,66 @@ class ColorJitter(ProgramTransform):
 
     def extra_repr(self) -> str:
         return ", ".join(f"{n}={getattr(self, n)}" for n in self.OPS if getattr(self, n) is not None)
+
+
+@register("RandomPhotometricDistort",
+          usage="RandomPhotometricDistort(brightness=(0.875, 1.125), contrast=(0.5, 1.5), saturation=(0.5, 1.5), "
+                "hue=(-0.05, 0.05), p=0.5)",
+          semantics="same order (contrast before or after saturation and hue), each op and the channel "
+                    "permutation with its own p",
+          notes="drawn per sample (SSD); uint8 ops on the output-size image")
+class RandomPhotometricDistort(ProgramTransform):
+    """SSD's photometric distortion, drawn per sample, as torchvision's ``RandomPhotometricDistort``:
+    brightness, contrast (before saturation, or after hue: a coin), saturation, hue, then a
+    random channel permutation (``torch.randperm(3)``), each applied with probability ``p``
+    and with a factor uniform in its range."""
+
+    #: per sample: 4 coins and 4 factors (brightness, contrast, saturation, hue), the
+    #: contrast-before coin, the permutation coin and 3 uniforms whose ranks are the permutation
+    n_uniforms = 13
+    n_slots = 6  # brightness, contrast (before), saturation, hue, contrast (after), permutation
+    OPS = ("brightness", "contrast", "saturation", "hue")
+
+    def __init__(self, brightness: Sequence[float] = (0.875, 1.125), contrast: Sequence[float] = (0.5, 1.5),
+                 saturation: Sequence[float] = (0.5, 1.5), hue: Sequence[float] = (-0.05, 0.05),
+                 p: float = 0.5) -> None:
+        for name, value in (("brightness", brightness), ("contrast", contrast), ("saturation", saturation),
+                            ("hue", hue)):
+            if not (isinstance(value, Sequence) and len(value) == 2 and value[0] <= value[1]):
+                raise ValueError(f"RandomPhotometricDistort: {name} must be (min, max), got {value!r}")
+            setattr(self, name, (float(value[0]), float(value[1])))
+        if not -0.5 <= self.hue[0] <= self.hue[1] <= 0.5:
+            raise ValueError(f"RandomPhotometricDistort: hue must lie in [-0.5, 0.5], got {self.hue}")
+        self.p = check_p(p, "RandomPhotometricDistort")
+
+    @classmethod
+    def from_torchvision(cls, t: Any) -> RandomPhotometricDistort:
+        return cls(tuple(t.brightness), tuple(t.contrast), tuple(t.saturation), tuple(t.hue), p=t.p)
+
+    def make_params(self, geometry: Any, u: np.ndarray | None) -> dict[str, np.ndarray]:
+        params: dict[str, np.ndarray] = {}
+        for i, name in enumerate(self.OPS):
+            lo, hi = getattr(self, name)
+            params[f"apply_{name}"] = u[:, i] < self.p
+            params[name] = _uniform(lo, hi, u[:, 4 + i])
+        params["contrast_before"] = u[:, 8] < 0.5
+        params["permute"] = u[:, 9] < self.p
+        # the ranks of three iid uniforms are a uniformly random permutation, like randperm(3)
+        params["permutation"] = np.argsort(u[:, 10:13], axis=1, kind="stable")
+        return params
+
+    def write_slots(self, geometry: Any, params: dict[str, np.ndarray], slots: np.ndarray) -> None:
+        before = params["contrast_before"]
+        for k, name, where in ((0, "brightness", None), (1, "contrast", before), (2, "saturation", None),
+                               (3, "hue", None), (4, "contrast", ~before)):
+            on = params[f"apply_{name}"] if where is None else params[f"apply_{name}"] & where
+            put_op(slots[:, k], name, on, factor=params[name])
+        perm = params["permutation"]
+        put_op(slots[:, 5], "permute_channels", params["permute"], c0=perm[:, 0], c1=perm[:, 1], c2=perm[:, 2])
+
+    def extra_repr(self) -> str:
+        return (f"brightness={self.brightness}, contrast={self.contrast}, saturation={self.saturation}, "
+                f"hue={self.hue}, p={self.p}")
 
 
 @register("Grayscale", usage="Grayscale(num_output_channels=1)", semantics="same luma weights",

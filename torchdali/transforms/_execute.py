@@ -20,6 +20,13 @@ The ``KERNEL`` backend runs the Triton launchers (the GPU executor's
 ``_launch.py``); ``REFERENCE`` runs their plain-torch twins (the CPU path's
 ``run_reference`` and the functionals). Both see exactly the same steps.
 
+A pipeline whose program leads it (``Plan.leading``: colour or warp transforms before
+every geometry transform, as SSD's photometric distortion in torchvision's detection
+preset) first runs :func:`_leading_pass`: kernel 1 with the identity geometry writes
+each decoded image at its own size as interleaved RGB (HWC, one buffer), the leading
+program runs on each group of equal-size images, and that buffer becomes the input
+of the steps above.
+
 A pipeline without a fixed output size (``Plan.out_size`` None, or ending with
 ``BatchImages``) is laid out per batch from the samples' drawn sizes
 (``_ragged.output_layout``): a batch whose samples share one size runs the steps
@@ -34,10 +41,12 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 import csrc_triton
+import numpy as np
 import torch
 from csrc_triton import layout
 from csrc_triton._triton import upload
 
+from . import _geometry as G
 from . import _ragged
 from ._ragged import ImageList, OutputLayout, RaggedImages
 
@@ -108,11 +117,52 @@ def execute(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: torch.
     when None) and, optionally, its placement already on the device. Its batch is a
     ``[B, 3, H, W]`` tensor when stacked, else a ``RaggedImages`` or an ``ImageList``.
     """
+    if getattr(plan, "leading", 0):
+        data, offsets, shapes = _leading_pass(plan, data, offsets, shapes, batch_params, backend, source)
+        source = layout.SOURCE_INTERLEAVED
     if plan.varies:
         return _execute_varying(plan, data, offsets, shapes, batch_params, backend, channels_last, scale, bias,
                                 source, out_layout, placement)
     return _execute_fixed(plan, plan.out_size, data, offsets, shapes, batch_params, backend, channels_last, scale,
                           bias, source)
+
+
+def _leading_pass(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor, batch_params: Any,
+                  backend: Backend, source: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The leading program on the decoded images at their own sizes: ``(data, offsets, shapes)``
+    of the result, interleaved RGB packed back to back (the kernels' input format).
+
+    Kernel 1 with the identity geometry writes each sample as HWC uint8 into one buffer,
+    grouped by size (a list layout with channels-last strides: each image is packed HWC
+    there), so each group is an ``[n, 3, h, w]`` view the program's slots run on. The
+    sizes come from the host (``BatchParams.batch``), so nothing waits for the device.
+    """
+    from ._plan import SOURCE_SIZES  # the plan sits above this module
+
+    device = data.device
+    sizes = batch_params.batch.get(SOURCE_SIZES)
+    if sizes is None:
+        sizes = shapes[:, :2].cpu().numpy()
+    sizes = np.asarray(sizes, dtype=np.int64).reshape(-1, 2)
+    if len(sizes) == 0:
+        return data, offsets, shapes
+    lay = _ragged.output_layout(sizes, channels_last=True, stack=False)
+    placement = lay.placement
+    packed = np.concatenate([sizes, np.full((len(sizes), 1), 3, dtype=np.int64)], axis=1)
+    identity = G.BatchGeometry.identity(sizes).to_params()
+    params_d, placement_d, offsets_d, shapes_d = upload(
+        [identity, placement, np.ascontiguousarray(placement[:, layout.PLACE_OFFSET]), packed], device)
+    buffer = torch.empty(lay.numel, dtype=torch.uint8, device=device)
+    backend.fn("resized_crop")(data, offsets, shapes, params_d, lay.size, _IDENTITY, _ZERO, out_dtype=torch.uint8,
+                               quantize=False, source=source, placement=placement_d, out=buffer)
+    slots = batch_params.slots.cpu()
+    entries = plan.program[: plan.leading]
+    for group in lay.groups:
+        view = _ragged.group_view(buffer, group, channels_last=True)
+        done = _run_program(entries, view, slots[torch.from_numpy(group.index)], backend, device)
+        if done.data_ptr() != view.data_ptr():  # (an all-identity program returns its input)
+            view.copy_(done)
+    return buffer, offsets_d, shapes_d
 
 
 def _execute_fixed(plan: Any, out_size: tuple[int, int], data: torch.Tensor, offsets: torch.Tensor,
@@ -124,7 +174,7 @@ def _execute_fixed(plan: Any, out_size: tuple[int, int], data: torch.Tensor, off
     scale = plan.scale if scale is None else scale
     bias = plan.bias if bias is None else bias
     resized_crop = backend.fn("resized_crop")
-    if not plan.program:
+    if not _after(plan):
         return resized_crop(data, offsets, shapes, params, out_size, scale, bias, out_dtype=plan.out_dtype,
                             channels_last=channels_last, antialias=plan.antialias, quantize=plan.quantize,
                             interpolation=plan.interpolation, source=source, **_erase_kwargs(plan),
@@ -133,7 +183,7 @@ def _execute_fixed(plan: Any, out_size: tuple[int, int], data: torch.Tensor, off
                           channels_last=False, antialias=plan.antialias, quantize=plan.quantize,
                           interpolation=plan.interpolation, source=source, **_pad_kwargs(plan))
     slots = batch_params.slots.cpu()
-    images = _run_program(plan, images, slots, backend, device)
+    images = _run_program(_after(plan), images, slots, backend, device)
     if not _needs_finish(plan, channels_last):
         return images
     finish = backend.fn("finish")
@@ -141,9 +191,10 @@ def _execute_fixed(plan: Any, out_size: tuple[int, int], data: torch.Tensor, off
                   erase_value=plan.erase_value, erase_random=plan.erase_random)
 
 
-def _run_program(plan: Any, images: torch.Tensor, slots: torch.Tensor, backend: Backend,
+def _run_program(entries: Any, images: torch.Tensor, slots: torch.Tensor, backend: Backend,
                  device: torch.device) -> torch.Tensor:
-    """The augment program on the uint8 ``[B, 3, H, W]`` ``images`` with their host ``slots``."""
+    """The program ``entries`` (``ProgramEntry``) on the uint8 ``[B, 3, H, W]`` ``images`` with
+    their host ``slots``."""
     augment_slot = backend.fn("augment_slot")
 
     def run_slot(batch: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
@@ -153,9 +204,14 @@ def _run_program(plan: Any, images: torch.Tensor, slots: torch.Tensor, backend: 
         extra = {"ops_host": ops} if backend.takes_ops_host else {}
         return augment_slot(batch, slot.to(device, non_blocking=True), **extra)
 
-    for entry in plan.program:
+    for entry in entries:
         images = entry.transform.apply_program(images, slots[:, entry.start: entry.stop], run_slot)
     return images
+
+
+def _after(plan: Any) -> Any:
+    """The program entries that run on kernel 1's output (those after the leading ones)."""
+    return plan.program[getattr(plan, "leading", 0):]
 
 
 def _needs_finish(plan: Any, channels_last: bool) -> bool:
@@ -188,7 +244,7 @@ def _execute_varying(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shape
         buffer = torch.empty(lay.numel, dtype=plan.out_dtype, device=device)
         result = RaggedImages(buffer, lay.placement)
     resized_crop = backend.fn("resized_crop")
-    if not plan.program:
+    if not _after(plan):
         if placement is None:
             placement = torch.from_numpy(lay.placement).to(device, non_blocking=True)
         resized_crop(data, offsets, shapes, params, grid, scale, bias, out_dtype=plan.out_dtype,
@@ -212,8 +268,8 @@ def _execute_varying(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shape
     # the groups' sample indices on the device, in one copy (as the launcher's metadata)
     on_device = upload([g.index for g in grouped.groups], device)
     for group, index in zip(grouped.groups, on_device):
-        done = _run_program(plan, _ragged.group_view(images, group), slots[torch.from_numpy(group.index)],
-                            backend, device)
+        done = _run_program(_after(plan), _ragged.group_view(images, group),
+                            slots[torch.from_numpy(group.index)], backend, device)
         if lay.kind == "list":  # same groups, same offsets: only the strides may differ
             dst = _ragged.group_view(buffer, group, channels_last)
             if finish is None:

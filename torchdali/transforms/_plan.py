@@ -37,10 +37,12 @@ bound, saying what to add.
 
 Compile-time rules for the program and erasing (each refusal says what to move):
 program transforms come after every geometry transform (they run on the
-output-size image) and while the image is still uint8 (they are uint8 ops, as
-torchvision's are on a uint8 tensor); RandomErasing comes after every geometry,
-colour and program transform (only dtype conversion and Normalize may follow it,
-and its value is mapped through their affine).
+output-size image), or before all of them (a *leading* program: they run on each
+decoded image at its own size, before the geometry, as SSD's photometric
+distortion does in torchvision's detection preset), and while the image is still
+uint8 (they are uint8 ops, as torchvision's are on a uint8 tensor); RandomErasing
+comes after every geometry, colour and program transform (only dtype conversion
+and Normalize may follow it, and its value is mapped through their affine).
 """
 from __future__ import annotations
 
@@ -72,6 +74,9 @@ __all__ = [
 #: augment program that runs on the output-size image after the fused kernel, plus
 #: ``meta`` for transforms that change nothing (ToImage) or only hold others (Compose).
 STAGES = ("source", "geometry", "colour", "epilogue", "program", "meta")
+
+#: ``BatchParams.batch`` key of a plan with a leading program: the ``[B, 2]`` int64 source sizes it runs at
+SOURCE_SIZES = "source_sizes"
 
 #: run_slot(images, slot) -> images: one slot (``[B, SLOT_WIDTH]`` float32, on the host) run over the batch
 RunSlot = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -264,6 +269,9 @@ class Plan:
     interpolation: int = layout.FILTER_BILINEAR
     #: the program transforms, in pipeline order, with their slots
     program: tuple[ProgramEntry, ...] = ()
+    #: how many of them lead the pipeline (before its geometry): they run on the decoded images at
+    #: their own size, before kernel 1's geometry pass (``_execute``); the rest on its output
+    leading: int = 0
     #: total program slots K
     n_slots: int = 0
     #: RandomErasing: the value written in the output (after the affine), per channel;
@@ -358,7 +366,10 @@ class Plan:
         n = len(np.asarray(keys))
         slots = np.zeros((n, self.n_slots, layout.SLOT_WIDTH), dtype=np.float32)
         g = self._draw(sizes, keys, slots)
-        return BatchParams(g.to_params(), torch.from_numpy(slots), {})
+        # a leading program runs at the source sizes, which the device-side shapes would have to sync for
+        batch = {SOURCE_SIZES: np.rint(np.asarray(sizes, dtype=np.float64)).astype(np.int64).reshape(-1, 2)} \
+            if self.leading else {}
+        return BatchParams(g.to_params(), torch.from_numpy(slots), batch)
 
 
 def compile_transforms(transforms: Any) -> Plan:
@@ -378,6 +389,8 @@ def compile_transforms(transforms: Any) -> Plan:
     state = StaticState()
     program: list[ProgramEntry] = []
     first_program: Transform | None = None
+    leading = 0  # program entries before every geometry transform
+    seen_geometry = False
     eraser: Transform | None = None
     k = 0
     for t in leaves:
@@ -388,10 +401,16 @@ def compile_transforms(transforms: Any) -> Plan:
             raise ValueError(f"{t!r} comes after {eraser!r}: RandomErasing must be the last image transform "
                              f"(only ToDtype and Normalize may follow it); move {type(t).__name__} before it")
         if t.stage == "geometry" and first_program is not None:
-            raise ValueError(
-                f"{first_program!r} comes before {t!r}: colour and warp transforms run on the output-size image, "
-                f"after the last transform that crops, resizes or flips; move {type(first_program).__name__} "
-                f"after {type(t).__name__}")
+            if seen_geometry:
+                raise ValueError(
+                    f"{first_program!r} comes between {t!r} and an earlier geometry transform: colour and warp "
+                    f"transforms run on the decoded image before every transform that crops, resizes or flips, "
+                    f"or on the output-size image after all of them; move {type(first_program).__name__} "
+                    f"after {type(t).__name__}")
+            # the program so far leads the pipeline: it runs on the decoded images, before the geometry
+            leading, first_program = len(program), None
+        if t.stage == "geometry":
+            seen_geometry = True
         if t.stage == "program":
             if state.dtype != torch.uint8:
                 raise ValueError(f"{t!r} runs on the uint8 image, but the image is {state.dtype} by then; "
@@ -416,6 +435,7 @@ def compile_transforms(transforms: Any) -> Plan:
         antialias=state.antialias,
         interpolation=state.interpolation,
         program=tuple(program),
+        leading=leading,
         n_slots=k,
         erase_value=erase_value,
         erase_random=erase_random,
