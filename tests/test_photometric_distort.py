@@ -28,10 +28,11 @@ import torchvision.transforms.v2.functional as TF  # noqa: E402
 from torchvision import tv_tensors  # noqa: E402
 
 import torchdali as td  # noqa: E402
+from csrc_triton import layout  # noqa: E402
 from torchdali import _rng  # noqa: E402
 from torchdali import transforms as T  # noqa: E402
 from torchdali.transforms import _execute, _ragged  # noqa: E402
-from torchdali.transforms._plan import SOURCE_SIZES, apply_to_images, pack_images, run_reference, to_hwc  # noqa: E402
+from torchdali.transforms._plan import SIZE_SLOT, apply_to_images, pack_images, run_reference, to_hwc  # noqa: E402
 
 from ._helpers import assert_close_uint8, drawn_params, jpeg_bytes, smooth_image  # noqa: E402
 from .test_auto_augment import _ks, _ks_critical, chi_square_p  # noqa: E402
@@ -194,12 +195,16 @@ def test_leading_program_on_an_empty_batch():
     assert run_reference(plan, [], plan.params(np.zeros((0, 2)), _keys(0))).shape == (0, 3, 8, 8)
 
 
-def test_leading_program_draws_carry_the_source_sizes():
+def test_leading_program_draws_carry_the_source_sizes_in_a_slot():
+    """Slots are host rows per sample on every path (merged with a batch's parts, replaced with
+    its samples): the leading pass sizes its buffer from them without waiting for the device."""
     plan = T.compile_transforms([T.RandomPhotometricDistort(), T.Resize((8, 8))])
+    assert plan.n_slots == 7 and plan.program[0].start == 1
     bp = plan.params(np.array([[20, 30], [9, 7]]), _keys(2))
-    assert bp.batch[SOURCE_SIZES].tolist() == [[20, 30], [9, 7]]
-    assert T.compile_transforms([T.Resize((8, 8)), T.RandomPhotometricDistort()]).params(
-        np.array([[20, 30]]), _keys(1)).batch == {}
+    assert bp.slots[:, SIZE_SLOT, layout.SLOT_OP].eq(layout.OP_IDENTITY).all()
+    assert bp.slots[:, SIZE_SLOT, layout.SLOT_M0:layout.SLOT_M1 + 1].tolist() == [[20, 30], [9, 7]]
+    assert bp.batch == {}
+    assert T.compile_transforms([T.Resize((8, 8)), T.RandomPhotometricDistort()]).n_slots == 6
 
 
 # -- the kernel ---------------------------------------------------------------------------------------

@@ -135,15 +135,14 @@ def _leading_pass(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: 
     Kernel 1 with the identity geometry writes each sample as HWC uint8 into one buffer,
     grouped by size (a list layout with channels-last strides: each image is packed HWC
     there), so each group is an ``[n, 3, h, w]`` view the program's slots run on. The
-    sizes come from the host (``BatchParams.batch``), so nothing waits for the device.
+    sizes are read from the plan's size slot (``_plan.SIZE_SLOT``, host rows), so nothing
+    waits for the device.
     """
-    from ._plan import SOURCE_SIZES  # the plan sits above this module
+    from ._plan import SIZE_SLOT  # the plan sits above this module
 
     device = data.device
-    sizes = batch_params.batch.get(SOURCE_SIZES)
-    if sizes is None:
-        sizes = shapes[:, :2].cpu().numpy()
-    sizes = np.asarray(sizes, dtype=np.int64).reshape(-1, 2)
+    slots = batch_params.slots.cpu()
+    sizes = np.rint(slots[:, SIZE_SLOT, [layout.SLOT_M0, layout.SLOT_M1]].numpy()).astype(np.int64).reshape(-1, 2)
     if len(sizes) == 0:
         return data, offsets, shapes
     lay = _ragged.output_layout(sizes, channels_last=True, stack=False)
@@ -155,7 +154,6 @@ def _leading_pass(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: 
     buffer = torch.empty(lay.numel, dtype=torch.uint8, device=device)
     backend.fn("resized_crop")(data, offsets, shapes, params_d, lay.size, _IDENTITY, _ZERO, out_dtype=torch.uint8,
                                quantize=False, source=source, placement=placement_d, out=buffer)
-    slots = batch_params.slots.cpu()
     entries = plan.program[: plan.leading]
     for group in lay.groups:
         view = _ragged.group_view(buffer, group, channels_last=True)

@@ -75,8 +75,10 @@ __all__ = [
 #: ``meta`` for transforms that change nothing (ToImage) or only hold others (Compose).
 STAGES = ("source", "geometry", "colour", "epilogue", "program", "meta")
 
-#: ``BatchParams.batch`` key of a plan with a leading program: the ``[B, 2]`` int64 source sizes it runs at
-SOURCE_SIZES = "source_sizes"
+#: The slot a plan with a leading program reserves, first: op identity (never launched) with each
+#: sample's source height and width in ``m0``/``m1``, the sizes the leading program runs at. Slots
+#: are per-sample host rows on every path (a device tensor of shapes would have to be synced for).
+SIZE_SLOT = 0
 
 #: run_slot(images, slot) -> images: one slot (``[B, SLOT_WIDTH]`` float32, on the host) run over the batch
 RunSlot = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -270,7 +272,8 @@ class Plan:
     #: the program transforms, in pipeline order, with their slots
     program: tuple[ProgramEntry, ...] = ()
     #: how many of them lead the pipeline (before its geometry): they run on the decoded images at
-    #: their own size, before kernel 1's geometry pass (``_execute``); the rest on its output
+    #: their own size, before kernel 1's geometry pass (``_execute``); the rest on its output. Such a
+    #: plan's slots start with ``SIZE_SLOT``.
     leading: int = 0
     #: total program slots K
     n_slots: int = 0
@@ -366,10 +369,10 @@ class Plan:
         n = len(np.asarray(keys))
         slots = np.zeros((n, self.n_slots, layout.SLOT_WIDTH), dtype=np.float32)
         g = self._draw(sizes, keys, slots)
-        # a leading program runs at the source sizes, which the device-side shapes would have to sync for
-        batch = {SOURCE_SIZES: np.rint(np.asarray(sizes, dtype=np.float64)).astype(np.int64).reshape(-1, 2)} \
-            if self.leading else {}
-        return BatchParams(g.to_params(), torch.from_numpy(slots), batch)
+        if self.leading:
+            hw = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)
+            slots[:, SIZE_SLOT, layout.SLOT_M0], slots[:, SIZE_SLOT, layout.SLOT_M1] = hw[:, 0], hw[:, 1]
+        return BatchParams(g.to_params(), torch.from_numpy(slots), {})
 
 
 def compile_transforms(transforms: Any) -> Plan:
@@ -434,9 +437,10 @@ def compile_transforms(transforms: Any) -> Plan:
         quantize=state.quantize,
         antialias=state.antialias,
         interpolation=state.interpolation,
-        program=tuple(program),
+        # a leading program's plan reserves the first slot (SIZE_SLOT): every entry one further
+        program=tuple(e._replace(start=e.start + 1, stop=e.stop + 1) for e in program) if leading else tuple(program),
         leading=leading,
-        n_slots=k,
+        n_slots=k + 1 if leading else k,
         erase_value=erase_value,
         erase_random=erase_random,
         batch_images=_batch_images(state),
