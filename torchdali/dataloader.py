@@ -102,6 +102,11 @@ class DataLoader(tud.DataLoader):
     pipeline does not fix the output size, a batch whose images differ in size is
     ``(list of [3, h_i, w_i] images, list of targets)``, as torchvision's detection
     references load it (``torchdali/transforms/_ragged.py``; ``BatchImages`` pads it).
+    Targets holding ``tv_tensors.BoundingBoxes`` or ``Mask`` (alone or in a dict, as
+    torchvision's detection and segmentation datasets give them) follow every geometry
+    step as ``torchvision.transforms.v2`` moves them and come as the list of the
+    samples' targets, on ``device``, never collated
+    (``torchdali/transforms/_target_plan.py``: what is checked, and what is refused).
 
     ``collate_fn`` keeps torch's meaning: it receives the batch's samples
     ``[(image, target), ...]`` (``image``: that sample's transformed image, a view of

@@ -28,7 +28,7 @@ from csrc_triton.scan_check import bad_scan_markers
 
 from ..errors import SampleError, without_frames
 from ._tags import SampleTag
-from ._wire import ENCODED, RAW, PackedBatch, Skipped
+from ._wire import ENCODED, RAW, PackedBatch, PackedTargets, Skipped
 from ._worker import PrepareBatch, draw_params
 
 
@@ -161,7 +161,7 @@ def sub_batch(batch: PackedBatch, start: int, stop: int) -> PackedBatch:
         return None if a is None else a[start:stop]
 
     targets = batch.targets
-    if isinstance(targets, (torch.Tensor, list)):
+    if isinstance(targets, (torch.Tensor, list, PackedTargets)):
         targets = targets[start:stop]
     return dataclasses.replace(
         batch, indices=batch.indices[start:stop], positions=batch.positions[start:stop],
@@ -184,7 +184,7 @@ def merge_sub_batch(batch: PackedBatch, sub: PackedBatch, start: int, stop: int)
     if batch.slots is not None and batch.slots is not sub.slots:
         batch.slots = batch.slots.clone()
         batch.slots[start:stop] = sub.slots
-    if isinstance(batch.targets, list):
+    if isinstance(batch.targets, (list, PackedTargets)):
         batch.targets[start:stop] = sub.targets
     elif isinstance(batch.targets, torch.Tensor) and sub.targets is not None:
         batch.targets[start:stop] = sub.targets

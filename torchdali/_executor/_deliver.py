@@ -21,9 +21,11 @@ out once its samples' sizes are drawn. A batch whose images share one size is th
 detection references get from ``collate_fn=lambda b: tuple(zip(*b))``. With
 ``BatchImages`` ``images`` is an ``ImageList`` and the targets a list. So the targets
 leave the worker uncollated (``collate_targets``) and are collated where the batch's
-layout is known (``settle_targets``). ``collate_fn`` gets the samples with each
-sample's own image, as above; our batch transforms (MixUp, CutMix) need a stacked
-batch and raise ValueError on another.
+layout is known (``settle_targets``). Targets holding boxes or masks are never
+collated, whatever the layout: the loop gets the list of the samples' mapped targets
+(a ``TargetList``, ``transforms/_target_plan.py``), the images stacked or not.
+``collate_fn`` gets the samples with each sample's own image, as above; our batch
+transforms (MixUp, CutMix) need a stacked batch and raise ValueError on another.
 
 Randomness. A batch's draws are keyed by ``(seed, epoch, batch)`` (``batch_key``),
 so the same seed gives the same batches for any ``num_workers`` and after a
@@ -58,6 +60,7 @@ from torch.utils.data._utils.collate import default_collate
 from .. import _rng
 from ..transforms import _ragged
 from ..transforms._batch import BatchTransform, to_batch_transform
+from ..transforms._target_plan import TargetList
 
 
 @contextlib.contextmanager
@@ -127,7 +130,7 @@ class Delivery:
         """The targets once the batch's images are laid out: collated for a stacked batch of a
         pipeline without a fixed output size, as they are otherwise. Idempotent."""
         if self.varies and self.collate_fn is None and isinstance(targets, list) \
-                and isinstance(images, torch.Tensor):
+                and not isinstance(targets, TargetList) and isinstance(images, torch.Tensor):
             return default_collate(targets)
         return targets
 

@@ -2,8 +2,9 @@
 
 ``BatchExecutor.process`` runs on the executor thread (``_iterators.py``): it
 decodes the batch with nvJPEG into a buffer from torch's caching allocator
-(``_decode.py``), runs the fused kernel (``_launch.py``) and our batch
-transforms (``_deliver.py``) on the executor's stream, records a ready event,
+(``_decode.py``), runs the fused kernel (``_launch.py``), maps the targets' boxes
+and masks (``transforms/_target_plan.py``) and runs our batch transforms
+(``_deliver.py``) on the executor's stream, records a ready event,
 and hands the batch's staging memory back once that event has passed
 (``_staging.py``). The consumer's stream waits on the ready event (no host
 synchronisation).
@@ -13,15 +14,17 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from .. import _rng
 from ..transforms import _ragged
+from ..transforms._target_plan import TargetPlan
 from ._decode import ROUTE_COUNTERS, GpuDecoder, decode_groups, decoded_sizes, merge_sub_batch, sub_batch
 from ._deliver import Delivery
 from ._launch import KernelEvents, KernelLauncher
 from ._staging import Slot, Staging
-from ._wire import PackedBatch
+from ._wire import PackedBatch, PackedTargets
 
 
 class ReadyBatch(NamedTuple):
@@ -54,6 +57,7 @@ class BatchExecutor:
                                   max_image_pixels=max_image_pixels)
         self.staging = Staging(depth, ring)
         self.launcher = KernelLauncher(plan, device, channels_last)
+        self.targets = TargetPlan.of(plan)
 
     def close(self) -> None:
         """Release the nvJPEG handles; idempotent."""
@@ -101,10 +105,14 @@ class BatchExecutor:
                     t_decoded = time.perf_counter()
                     images, kernel_events, targets = self.launcher.launch(decoded, batch.batch_params, self.stream,
                                                                           batch.targets)
+                    shapes = decoded.shapes
                 else:
-                    images, kernel_events, decode_s, counts = self._process_groups(batch, slot, groups)
+                    images, kernel_events, decode_s, counts, shapes = self._process_groups(batch, slot, groups)
                     t_decoded = t0 + decode_s
                     targets = batch.targets
+                if isinstance(targets, PackedTargets):  # boxes and masks, through the batch's geometry
+                    keys = _rng.sample_keys(batch.seed, batch.epoch, batch.positions)
+                    targets = self.targets.map(targets.unpack(self.device), shapes[:, :2], keys, self.device)
                 # a pipeline without a fixed size: the targets of a stacked batch are collated now
                 targets = self.delivery.settle_targets(images, targets)
                 if isinstance(targets, torch.Tensor) and targets.device != self.device:
@@ -137,10 +145,10 @@ class BatchExecutor:
 
 
     def _process_groups(self, batch: PackedBatch, slot: Slot,
-                        groups: list[tuple[int, int]]) -> tuple[Any, KernelEvents, float, dict]:
+                        groups: list[tuple[int, int]]) -> tuple[Any, KernelEvents, float, dict, np.ndarray]:
         """Decode and transform a batch too large to decode at once, group by group
         (``_decode.decode_groups``): (images, timing events, seconds spent decoding,
-        decode route counters).
+        decode route counters, the decoded images' shapes).
 
         Every group is decoded into the front of the decoder's next grow-only buffer,
         sized for the largest group: a group's decode waits (on the host, before nvJPEG's
@@ -151,6 +159,7 @@ class BatchExecutor:
         """
         images = first = last = None
         parts = []  # a pipeline without a fixed size: each group's output, put together at the end
+        shapes = []
         decode_s = 0.0
         counts = dict.fromkeys(ROUTE_COUNTERS, 0)
         numel = decoded_sizes(batch.shapes)
@@ -164,6 +173,7 @@ class BatchExecutor:
                 counts[k] += v
             part, events, _ = self.launcher.launch(decoded, sub.batch_params, self.stream)
             merge_sub_batch(batch, sub, start, stop)
+            shapes.append(decoded.shapes)
             first = first or events
             last = events
             if self.launcher.plan.varies:
@@ -178,7 +188,7 @@ class BatchExecutor:
         if parts:
             plan = self.launcher.plan
             images = _ragged.concat(parts, self.launcher.channels_last, plan.batch_images)
-        return images, KernelEvents(first.start, last.end), decode_s, counts
+        return images, KernelEvents(first.start, last.end), decode_s, counts, np.concatenate(shapes)
 
 
 def executor_for(loader: Any, device: torch.device) -> BatchExecutor:

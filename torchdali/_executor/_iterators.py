@@ -106,6 +106,7 @@ from .. import _rng
 from .._fork import keep_in_children
 from ..errors import DecoderStalled, SampleError, WorkerDied
 from ..transforms._ragged import for_loop, tensors_of
+from ..transforms._target_plan import TargetList, target_tensors
 from ._executor import executor_for
 from ._records import LISTED, worker_died
 from ._staging import Slot, Stopped
@@ -407,9 +408,11 @@ class GpuIterator:
             t.record_stream(consumer)
             keep_in_children(t)
         targets = item.targets
-        if isinstance(targets, torch.Tensor) and targets.is_cuda:
-            targets.record_stream(consumer)
-            keep_in_children(targets)
+        for t in [targets] if isinstance(targets, torch.Tensor) else \
+                target_tensors(targets) if isinstance(targets, TargetList) else ():
+            if t.is_cuda:
+                t.record_stream(consumer)
+                keep_in_children(t)
         delivery = self._loader._delivery
         if delivery.has_foreign:  # in the loop's thread, on its stream: see _deliver.py
             key = _rng.batch_key(batch.seed, batch.epoch, batch.first_position)

@@ -38,8 +38,10 @@ def check_on_error(on_error: Any) -> None:
 
 
 def replace(err: SampleError, spares: list[SampleTag], used: set[SampleTag], on_error: Any, dataset: Any,
-            load: Callable[[Any, int, str | None], LoadedSample]) -> Replacement:
-    """A replacement for a failed sample, its data loaded by ``load(data, index, path)``.
+            load: Callable[[Any, int, str | None], LoadedSample],
+            check: Callable[[Any, Any, int, str | None], Any] | None = None) -> Replacement:
+    """A replacement for a failed sample, its data loaded by ``load(data, index, path)`` and its
+    target checked by ``check(target, (H, W), index, path)`` (boxes and masks against the image).
 
     The callable policy is asked first; then the ``spares`` of ``dataset`` not ``used``
     yet are tried in order (each one tried is added to ``used``). Raises the original
@@ -50,6 +52,8 @@ def replace(err: SampleError, spares: list[SampleTag], used: set[SampleTag], on_
         if item is not None:
             data, target, has = split_item(item)
             loaded = load(data, err.index, err.path)
+            if has and check is not None:
+                check(target, loaded.shape[:2], err.index, err.path)
             return Replacement(None, err.path, target, has, loaded.kind, loaded.payload, loaded.shape)
     for tag in spares:
         if tag in used or dataset is None:
@@ -59,6 +63,8 @@ def replace(err: SampleError, spares: list[SampleTag], used: set[SampleTag], on_
         try:
             data, target, has = split_item(dataset[tag.index])
             loaded = load(data, tag.index, path)
+            if has and check is not None:
+                check(target, loaded.shape[:2], tag.index, path)
         except Exception:
             continue
         return Replacement(tag, path, target, has, loaded.kind, loaded.payload, loaded.shape)

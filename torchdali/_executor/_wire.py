@@ -10,12 +10,17 @@ crosses the worker queue.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import torch
+from csrc_triton._triton import upload
+from torch.utils._pytree import tree_flatten, tree_unflatten
+from torchvision import tv_tensors
 
+from ..transforms._box_ops import _bounding_boxes
 from ..transforms._plan import BatchParams
+from ..transforms._target_plan import TargetList
 from ._tags import SampleTag
 
 # Sample kinds inside a packed batch (``_classify.classify``).
@@ -99,13 +104,137 @@ class PackedBatch:
             v = state[name]
             if isinstance(v, torch.Tensor) and not v.is_cuda and v.numel() <= (1 << 18) and v.dtype in _NP_SAFE:
                 state[name] = _Inline(v.numpy())
+        if isinstance(state["targets"], TargetList):  # CPU path: mapped boxes and masks, packed
+            state["targets"] = PackedTargets.pack(state["targets"], mapped=True)
         return state
 
     def __setstate__(self, state: dict) -> None:
         for name in self._INLINE:
             if isinstance(state.get(name), _Inline):
                 state[name] = torch.from_numpy(state[name].array)
+        targets = state.get("targets")
+        if isinstance(targets, PackedTargets) and targets.mapped:
+            state["targets"] = TargetList(targets.unpack())
         self.__dict__.update(state)
+
+
+#: byte alignment of each tensor in a ``PackedTargets`` buffer (any dtype can be viewed there)
+_TARGET_ALIGN = 16
+#: a ``PackedTargets`` buffer up to this size pickles inline (numpy); a larger one as one shared-memory tensor
+_TARGET_INLINE_BYTES = 1 << 20
+_PLAIN, _BOXES, _MASK = 0, 1, 2
+
+
+class _TensorRef:
+    """Where a tensor leaf of a packed target is: byte ``offset`` in the buffer, shape, dtype,
+    and the tv_tensor it was (``kind``; a BoundingBoxes' format, canvas_size and clamping_mode)."""
+
+    __slots__ = ("offset", "shape", "dtype", "kind", "meta")
+
+    def __init__(self, offset: int, shape: tuple, dtype: torch.dtype, kind: int, meta: tuple) -> None:
+        self.offset, self.shape, self.dtype, self.kind, self.meta = offset, shape, dtype, kind, meta
+
+    def __getstate__(self) -> tuple:
+        return (self.offset, self.shape, self.dtype, self.kind, self.meta)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.offset, self.shape, self.dtype, self.kind, self.meta = state
+
+
+class PackedTargets:
+    """A batch's targets as they cross processes: every tensor leaf of every sample's target
+    in one byte buffer, the targets themselves with ``_TensorRef``s in their place.
+
+    One buffer per batch, not one shared-memory segment per tensor (the file descriptors
+    of a batch of detection targets would run out, as ``_wire``'s docstring says of
+    images): a small one pickles inline as numpy, a large one (masks) as one tensor. On
+    the GPU path the buffer goes to the device in one copy (``unpack(device)``). A
+    sequence of the samples' targets, unpacked (``[i]``, slices, iteration); setting one
+    (on_error's replacement on the GPU) packs the batch again. ``mapped``: the targets
+    were already mapped (the CPU path's result), so they arrive as a ``TargetList``.
+    """
+
+    def __init__(self, trees: list, data: Any, mapped: bool = False) -> None:
+        self.trees = trees
+        self.data = data  # 1-D uint8 numpy array or tensor
+        self.mapped = mapped
+
+    @classmethod
+    def pack(cls, targets: Sequence[Any], mapped: bool = False) -> PackedTargets:
+        flat = [tree_flatten(t) for t in targets]
+        tensors: list[torch.Tensor] = []
+        refs: list[_TensorRef] = []
+        at = 0
+        for leaves, _ in flat:
+            for k, leaf in enumerate(leaves):
+                if not isinstance(leaf, torch.Tensor) or leaf.is_cuda:
+                    continue
+                kind, meta = _PLAIN, ()
+                if isinstance(leaf, tv_tensors.BoundingBoxes):
+                    kind = _BOXES
+                    meta = (leaf.format.name, tuple(int(v) for v in leaf.canvas_size),
+                            getattr(leaf, "clamping_mode", "soft"))
+                elif isinstance(leaf, tv_tensors.Mask):
+                    kind = _MASK
+                t = leaf.as_subclass(torch.Tensor).detach().contiguous()
+                ref = _TensorRef(at, tuple(t.shape), t.dtype, kind, meta)
+                at += -(-t.numel() * t.element_size() // _TARGET_ALIGN) * _TARGET_ALIGN
+                tensors.append(t)
+                refs.append(ref)
+                leaves[k] = ref
+        data = torch.empty(at, dtype=torch.uint8)
+        for t, ref in zip(tensors, refs):
+            if t.numel():
+                data[ref.offset: ref.offset + t.numel() * t.element_size()] = t.reshape(-1).view(torch.uint8)
+        trees = [tree_unflatten(leaves, spec) for leaves, spec in flat]
+        return cls(trees, data.numpy() if at <= _TARGET_INLINE_BYTES else data, mapped)
+
+    def unpack(self, device: torch.device | str | None = None) -> list:
+        """The samples' targets, every tensor a view of the buffer, on ``device`` (one copy
+        through pinned memory, ``upload``) or on the host."""
+        data = self.data if isinstance(self.data, torch.Tensor) else torch.from_numpy(self.data)
+        if device is not None and torch.device(device).type != "cpu":
+            data = upload([data], torch.device(device))[0]
+        return [_unpacked(tree, data) for tree in self.trees]
+
+    def __len__(self) -> int:
+        return len(self.trees)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.unpack())
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [_unpacked(tree, self._host()) for tree in self.trees[index]]
+        return _unpacked(self.trees[index], self._host())
+
+    def __setitem__(self, index: int | slice, value: Any) -> None:
+        targets = self.unpack()
+        targets[index] = value
+        new = PackedTargets.pack(targets, self.mapped)
+        self.trees, self.data = new.trees, new.data
+
+    def _host(self) -> torch.Tensor:
+        return self.data if isinstance(self.data, torch.Tensor) else torch.from_numpy(self.data)
+
+
+def _unpacked(tree: Any, data: torch.Tensor) -> Any:
+    leaves, spec = tree_flatten(tree)
+    for k, ref in enumerate(leaves):
+        if not isinstance(ref, _TensorRef):
+            continue
+        nbytes = int(np.prod(ref.shape, dtype=np.int64)) * torch.empty(0, dtype=ref.dtype).element_size()
+        if nbytes:
+            t = data[ref.offset: ref.offset + nbytes].view(ref.dtype).view(ref.shape)
+        else:
+            t = torch.empty(ref.shape, dtype=ref.dtype, device=data.device)
+        if ref.kind == _BOXES:
+            fmt, canvas, mode = ref.meta
+            t = _bounding_boxes(t, fmt, canvas, mode)
+        elif ref.kind == _MASK:
+            t = tv_tensors.Mask(t)
+        leaves[k] = t
+    return tree_unflatten(leaves, spec)
 
 
 class _Inline:

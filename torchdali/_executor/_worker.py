@@ -20,12 +20,13 @@ import torch
 from .. import _rng
 from ..errors import SampleError
 from ..transforms._plan import BatchParams, Plan, run_reference
+from ..transforms._target_plan import TargetPlan, has_geometry
 from ._classify import LoadedSample, load_sample, split_item
 from ._deliver import Delivery
 from ._reads import load_noted, read_into, sample_bytes
 from ._replace import Replacement, check_on_error, replace
 from ._tags import FileRef, SampleTag, TaggedSample
-from ._wire import PackedBatch, Skipped
+from ._wire import PackedBatch, PackedTargets, Skipped
 
 RING_PART_ALIGN = 4096  # where a part of a batch starts in its batch's staging-ring slot
 
@@ -49,6 +50,11 @@ class PrepareBatch:
     so the work scales with ``num_workers``. ``mode="gpu"``: read JPEG headers and
     pack the bytes; samples the GPU cannot decode (PNG, CMYK, ...) are decoded here.
     A sample that cannot be used is handled by ``on_error``.
+
+    Targets holding boxes or masks (``transforms/_target_plan.py``) are checked here
+    against their image, sample by sample (a bad one goes to ``on_error``); the CPU
+    path maps them after the reference kernel, the GPU path packs them
+    (``PackedTargets``) for the executor, which maps them after its kernel.
     """
 
     def __init__(self, plan: Plan, mode: str, delivery: Delivery | None = None,
@@ -63,6 +69,7 @@ class PrepareBatch:
         self.channels_last = channels_last
         self.on_error = on_error
         self.dataset = dataset
+        self.targets = TargetPlan.of(plan)
 
     def load(self, data: Any, idx: int, path: str | None) -> LoadedSample:
         """One sample's data, classified (and decoded here when the GPU cannot); raises
@@ -72,7 +79,7 @@ class PrepareBatch:
     def replace(self, err: SampleError, spares: list[SampleTag], used: set[SampleTag]) -> Replacement:
         """A replacement for a failed sample (in the worker, or later on the GPU) under this
         batch's on_error policy (``_replace.replace``)."""
-        return replace(err, spares, used, self.on_error, self.dataset, self.load)
+        return replace(err, spares, used, self.on_error, self.dataset, self.load, self.targets.check)
 
     def __call__(self, samples: Sequence[TaggedSample]) -> PackedBatch:
         t0 = time.perf_counter()
@@ -83,7 +90,7 @@ class PrepareBatch:
         indices = np.fromiter((s.tag.index for s in samples), dtype=np.int64, count=n)
         positions = np.fromiter((s.tag.position for s in samples), dtype=np.int64, count=n)
         paths = [s.path for s in samples]
-        targets, has_target = [], True
+        targets, has_target, geometry = [], True, False
         kinds = np.empty(n, dtype=np.int8)
         payloads: list[torch.Tensor] = []
         shapes = np.zeros((n, 3), dtype=np.int64)
@@ -106,6 +113,8 @@ class PrepareBatch:
                 data = sample_bytes(data, direct.get(i), int(indices[i]), sample.path)
                 kind, payload, shape, hints[i], scan_starts[i] = load_noted(
                     self.ring, self.load, data, int(indices[i]), sample.path, stamps.get(i))
+                if has:
+                    geometry |= self.targets.check(target, shape[:2], int(indices[i]), sample.path)
             except SampleError as err:
                 if self.on_error == "raise":
                     raise
@@ -114,6 +123,8 @@ class PrepareBatch:
                 skipped.append(Skipped(err.index, err.path, str(err)))
                 if sub.tag is not None:
                     indices[i], positions[i], paths[i] = sub.tag.index, sub.tag.position, sub.path
+                if has:  # (checked by replace)
+                    geometry |= has_geometry(target)
             targets.append(target)
             has_target = has_target and has
             kinds[i], shapes[i] = kind, shape
@@ -121,7 +132,10 @@ class PrepareBatch:
 
         drawn = draw_params(self.plan, shapes, seed, epoch, positions)
         parts = samples[0].tag.parts if self.mode == "gpu" else 1
-        if parts > 1:  # collated once the batch is whole again (merge_parts)
+        geometry = geometry and has_target
+        if geometry:  # boxes and masks: mapped after the kernel, here (CPU) or on the GPU
+            collated = targets if self.mode == "cpu" else PackedTargets.pack(targets)
+        elif parts > 1:  # collated once the batch is whole again (merge_parts)
             collated = targets
         else:
             collated = self.delivery.collate_targets(targets) if has_target else None
@@ -132,6 +146,9 @@ class PrepareBatch:
         batch.set_params(drawn)
         if self.mode == "cpu":
             batch.images = run_reference(self.plan, payloads, drawn, channels_last=self.channels_last)
+            if geometry:
+                batch.targets = self.targets.map(targets, shapes[:, :2], _rng.sample_keys(seed, epoch, positions),
+                                                 "cpu")
             self._deliver(batch)
         else:
             lengths = np.fromiter((p.numel() for p in payloads), dtype=np.int64, count=n)
@@ -230,7 +247,11 @@ def merge_parts(parts: Sequence[PackedBatch], delivery: Delivery, ring: Any = No
         offsets = cat(offsets) if offsets else np.zeros(0, dtype=np.int64)
         ring_seq = -1
     has_target = all(p.has_target for p in parts)
-    targets = delivery.collate_targets([t for p in parts for t in p.targets]) if has_target else None
+    targets = [t for p in parts for t in p.targets] if has_target else None
+    if any(isinstance(p.targets, PackedTargets) for p in parts):  # boxes and masks: the executor maps them
+        targets = PackedTargets.pack(targets)
+    elif has_target:
+        targets = delivery.collate_targets(targets)
     batch = PackedBatch(
         seed=first.seed, epoch=first.epoch, indices=cat([p.indices for p in parts]),
         positions=cat([p.positions for p in parts]), paths=[x for p in parts for x in p.paths],

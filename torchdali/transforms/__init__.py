@@ -15,8 +15,11 @@ and fixed-size-crop steps of torchvision's detection and segmentation references
 ``_colour``/``_warp``/``_erase``
 (photometric, warp and erasing classes), ``_auto_augment`` (torchvision's
 auto-augment policies), ``_timm`` (timm's augmentation classes: RandAugment,
-AutoAugment, RandomErasing), ``_batch`` (MixUp, CutMix: batch transforms, run on a finished
-batch rather than per sample), ``functional`` (single-image functionals).
+AutoAugment, RandomErasing), ``_targets`` (boxes and masks through a batch's per-sample
+geometry), ``_box_ops`` (SanitizeBoundingBoxes, ClampBoundingBoxes, ConvertBoundingBoxFormat
+on a batch's boxes), ``_target_plan`` (a pipeline run on a batch's targets), ``_batch``
+(MixUp, CutMix: batch transforms, run on a finished batch rather than per sample),
+``functional`` (single-image functionals).
 """
 from . import _presets, _registry, functional
 from ._random import RandomApply, RandomChoice, RandomOrder
@@ -59,6 +62,7 @@ from ._warp import RandomAffine, RandomPerspective, RandomRotation
 from ._auto_augment import AugMix, AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide
 from ._erase import RandomErasing
 from ._timm import TimmAutoAugment, TimmRandAugment, TimmRandomErasing
+from ._box_ops import ClampBoundingBoxes, ConvertBoundingBoxFormat, SanitizeBoundingBoxes
 # after _transforms: registration order is the order of the README table's rows
 from ._batch import BatchRandomChoice, BatchTransform, CutMix, MixUp, to_batch_transform
 from ._ragged import ImageList
@@ -70,12 +74,14 @@ supported_table = _registry.supported_table
 __all__ = [
     "AugMix", "AutoAugment", "AutoAugmentPolicy", "BatchImages", "BatchParams", "BatchRandomChoice",
     "BatchTransform",
-    "CenterCrop", "ColorJitter", "Compose", "ConvertImageDtype", "CutMix", "GaussianBlur", "Grayscale",
+    "CenterCrop", "ClampBoundingBoxes", "ColorJitter", "Compose", "ConvertBoundingBoxFormat", "ConvertImageDtype",
+    "CutMix", "GaussianBlur", "Grayscale",
     "Identity", "ImageList", "MixUp", "Normalize", "PILToTensor", "Pad", "Plan", "RandAugment", "RandomAdjustSharpness",
     "RandomAffine", "RandomApply", "RandomAutocontrast", "RandomChoice", "RandomCrop", "RandomEqualize",
     "RandomErasing", "RandomGrayscale", "RandomHorizontalFlip", "RandomInvert", "RandomOrder",
     "RandomPerspective", "RandomPosterize", "RandomResizedCrop", "RandomRotation", "RandomSolarize",
-    "RandomVerticalFlip", "Resize", "SUPPORTED", "TimmAutoAugment", "TimmRandAugment", "TimmRandomErasing",
+    "RandomVerticalFlip", "Resize", "SUPPORTED", "SanitizeBoundingBoxes", "TimmAutoAugment", "TimmRandAugment",
+    "TimmRandomErasing",
     "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "TrivialAugmentWide", "compile_transforms",
     "functional", "supported_table", "to_batch_transform", "to_torchdali",
     # the detection and segmentation references' steps

@@ -33,6 +33,8 @@ import torch
 from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as TF
 
+from ._plan import Transform
+from ._registry import register
 from ._targets import _box_format
 
 __all__ = [
@@ -299,7 +301,11 @@ def _box_batch(batch: Any, name: str) -> BoxBatch:
     return batch
 
 
-class SanitizeBoundingBoxes:
+@register("SanitizeBoundingBoxes", usage="SanitizeBoundingBoxes(min_size=1.0, min_area=1.0, labels_getter='default')",
+          semantics="same keep rule; a dropped box's labels and instance mask go too",
+          notes="runs on the targets where it stands, the batch's boxes at once (the host waits once per batch "
+                "for the kept counts); a callable labels_getter gets `(None, target)`")
+class SanitizeBoundingBoxes(Transform):
     """``torchvision.transforms.v2.SanitizeBoundingBoxes`` for a whole batch (a ``BoxBatch``).
 
     Drops the boxes ``sanitize_boxes`` rejects, each against its own sample's canvas,
@@ -313,7 +319,14 @@ class SanitizeBoundingBoxes:
     first whose name holds ``label``; an error when there is none), None (boxes and
     masks only), or a callable given the ``per_box`` mapping that returns the entries
     (a tensor or a tuple of them, the very objects in ``per_box``) to filter.
+
+    In a loader's pipeline it is a step on the samples' targets (``_target_plan.py``),
+    applied where it stands among the geometry steps; there a callable ``labels_getter``
+    is called as torchvision calls it, with the sample ``(image, target)``, the image
+    being None (the targets are mapped apart from the pixels).
     """
+
+    stage = "meta"  # no effect on the pixels
 
     def __init__(self, min_size: float = 1.0, min_area: float = 1.0,
                  labels_getter: Union[Callable[[Any], Any], str, None] = "default") -> None:
@@ -327,6 +340,10 @@ class SanitizeBoundingBoxes:
         self.min_size = min_size
         self.min_area = min_area
         self.labels_getter = labels_getter
+
+    @classmethod
+    def from_torchvision(cls, t: Any) -> SanitizeBoundingBoxes:
+        return cls(t.min_size, getattr(t, "min_area", 1.0), t.labels_getter)
 
     def __call__(self, batch: BoxBatch) -> BoxBatch:
         batch = _box_batch(batch, type(self).__name__)
@@ -360,16 +377,25 @@ class SanitizeBoundingBoxes:
                 f"labels_getter={self.labels_getter!r})")
 
 
-class ClampBoundingBoxes:
+@register("ClampBoundingBoxes", usage="ClampBoundingBoxes(clamping_mode='auto')", semantics="yes",
+          notes="runs on the targets where it stands, the batch's boxes at once")
+class ClampBoundingBoxes(Transform):
     """``torchvision.transforms.v2.ClampBoundingBoxes`` for a whole batch: ``clamp_boxes`` on a ``BoxBatch``.
 
     ``clamping_mode="auto"`` uses the batch's own ``clamping_mode``, as torchvision uses the boxes'.
+    In a loader's pipeline: a step on the samples' targets, where it stands.
     """
+
+    stage = "meta"
 
     def __init__(self, clamping_mode: str | None = "auto") -> None:
         if clamping_mode not in CLAMPING_MODES:
             raise ValueError(f"clamping_mode must be soft, hard, auto or None, got {clamping_mode}")
         self.clamping_mode = clamping_mode
+
+    @classmethod
+    def from_torchvision(cls, t: Any) -> ClampBoundingBoxes:
+        return cls(getattr(t, "clamping_mode", "auto"))  # torchvision < 0.23: no argument, the boxes' own
 
     def __call__(self, batch: BoxBatch) -> BoxBatch:
         batch = _box_batch(batch, type(self).__name__)
@@ -381,12 +407,23 @@ class ClampBoundingBoxes:
         return f"{type(self).__name__}(clamping_mode={self.clamping_mode!r})"
 
 
-class ConvertBoundingBoxFormat:
-    """``torchvision.transforms.v2.ConvertBoundingBoxFormat`` for a whole batch: ``convert_boxes`` on a ``BoxBatch``."""
+@register("ConvertBoundingBoxFormat", usage="ConvertBoundingBoxFormat(format)", semantics="yes",
+          notes="XYXY, XYWH, CXCYWH; runs on the targets where it stands, the batch's boxes at once")
+class ConvertBoundingBoxFormat(Transform):
+    """``torchvision.transforms.v2.ConvertBoundingBoxFormat`` for a whole batch: ``convert_boxes`` on a ``BoxBatch``.
+
+    In a loader's pipeline: a step on the samples' targets, where it stands.
+    """
+
+    stage = "meta"
 
     def __init__(self, format: Any) -> None:
         self.format = format
         self._format = _box_format(format, None)
+
+    @classmethod
+    def from_torchvision(cls, t: Any) -> ConvertBoundingBoxFormat:
+        return cls(t.format)
 
     def __call__(self, batch: BoxBatch) -> BoxBatch:
         batch = _box_batch(batch, type(self).__name__)

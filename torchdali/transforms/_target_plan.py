@@ -1,0 +1,427 @@
+"""The targets' side of a pipeline: boxes and masks that travel with their image.
+
+A dataset item's target may hold geometry: ``tv_tensors.BoundingBoxes`` and
+``tv_tensors.Mask``, alone or anywhere in a dict, tuple or list, as torchvision's
+detection and segmentation datasets give them (``{"boxes", "labels", "masks",
+"image_id", ...}``). Every geometry step of the pipeline moves them exactly as
+``torchvision.transforms.v2`` does for the same drawn parameters; every other leaf
+passes through untouched (a tensor goes to the batch's device). The target-only
+steps, ``SanitizeBoundingBoxes``, ``ClampBoundingBoxes`` and
+``ConvertBoundingBoxFormat`` (``_box_ops.py``), run on the targets where they stand
+in the pipeline.
+
+``TargetPlan.map`` maps a batch's targets, on the batch's device, after its kernel:
+
+1. Every sample's geometry, step by step: ``_targets.trace_plan`` replays the plan's
+   draw (the same random streams, so the kernel's parameters) and records one step
+   per geometry transform and where each target-only step stands among them. The
+   steps (not the folded map of the kernel's rows) make masks exact: nearest
+   sampling does not compose.
+2. The boxes of the whole batch are one ragged ``[N, 4]`` tensor, one block of rows
+   per BoundingBoxes, mapped by ``_targets.map_boxes`` through the steps up to the
+   next target-only step, which runs on the whole tensor; and so on.
+3. ``SanitizeBoundingBoxes`` keeps rows of the boxes, of the labels (its
+   ``labels_getter``) and of every Mask with one row per box, as torchvision's does.
+   Its result has a size only the device knows, so the host waits for it once per
+   batch. Selecting rows commutes with resampling, so masks are selected first and
+   mapped after, once. ``FixedSizeCrop`` (the detection reference's) drops the boxes
+   its crop empties, with ``target["labels"]`` and ``target["masks"]``, the same way.
+4. The masks are resampled through all the steps by ``_targets.map_masks``.
+5. Each target is rebuilt with its mapped leaves (a BoundingBoxes with its new
+   ``canvas_size``, a Mask); the batch's targets are a ``TargetList``, never
+   collated: the loop gets a list of per-sample targets (``_executor/_deliver.py``).
+
+Checked per sample, in the worker, before the batch is packed (``TargetPlan.check``):
+a mask whose size is not its image's, boxes that are not ``[N, 4]`` or whose
+``canvas_size`` is not the image's size, labels that do not line up with the boxes
+of a pipeline that sanitizes them: a ``SampleError`` naming the sample, which
+``on_error`` handles. What is not supported yet raises TypeError or ValueError
+naming the sample instead (``on_error`` does not skip it: every such sample would
+fail): integer boxes (torchvision truncates them after every resize, which a
+mapped composition cannot repeat), rotated formats, other tv_tensors (KeyPoints).
+
+Refused at the first batch whose targets hold boxes or masks, whatever was drawn
+(``TargetPlan.refuse``, a ValueError): the augment program's warps (RandomRotation,
+RandomAffine, RandomPerspective and the auto-augment policies, which torchvision
+itself refuses with boxes or masks), and padding other than zeros (a
+``padding_mode``, which torchvision refuses with boxes; a non-zero fill of masks).
+Targets are only known once a worker reads them, so the loader cannot refuse these
+when it is built; the first batch refuses them every time, not only when a sample
+happens to draw a warp.
+
+One batch's BoundingBoxes share one format, one floating dtype and one
+``clamping_mode``. ``ToPureTensor`` is a no-op here: boxes and masks keep their
+tv_tensor types (torchvision's models take either).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+from torchvision import tv_tensors
+from csrc_triton._triton import upload
+
+from ..errors import SampleError
+from ._auto_augment import _AutoAugmentBase
+from ._box_ops import (
+    ClampBoundingBoxes, ConvertBoundingBoxFormat, SanitizeBoundingBoxes, _bounding_boxes, clamp_boxes, convert_boxes,
+    sanitize_boxes,
+)
+from ._plan import Plan, Transform
+from ._random import _PerSample
+from ._reference_geometry import FixedSizeCrop
+from ._targets import BOX_FORMATS, TargetGeometry, _on, map_boxes, map_masks, trace_plan
+from ._timm import _TimmOps
+from ._warp import _Warp
+
+__all__ = ["TargetList", "TargetPlan", "has_geometry", "target_tensors"]
+
+#: target-only steps of a pipeline (they change no pixel)
+TARGET_STEPS: tuple[type, ...] = (SanitizeBoundingBoxes, ClampBoundingBoxes, ConvertBoundingBoxFormat)
+#: program transforms that move pixels (or may: the auto-augment policies' shear, translate, rotate)
+_WARPS: tuple[type, ...] = (_Warp, _AutoAugmentBase, _TimmOps)
+_SCALARS = (int, float, str, bytes, bool, np.integer, np.floating)
+
+
+class TargetList(list):
+    """A batch's targets, one per sample, after their boxes and masks were mapped: a list that is
+    never collated (``Delivery.settle_targets``) and crosses processes packed (``_wire.py``)."""
+
+
+def has_geometry(target: Any) -> bool:
+    """Whether ``target`` holds a BoundingBoxes or a Mask (anywhere in its dicts, tuples, lists)."""
+    if target is None or isinstance(target, _SCALARS):
+        return False
+    if isinstance(target, torch.Tensor):
+        return isinstance(target, (tv_tensors.BoundingBoxes, tv_tensors.Mask))
+    return any(isinstance(leaf, (tv_tensors.BoundingBoxes, tv_tensors.Mask)) for leaf in tree_flatten(target)[0])
+
+
+def target_tensors(targets: Sequence[Any]) -> list[torch.Tensor]:
+    """One tensor per distinct storage among the targets' tensors: what a consumer's stream must
+    record (``record_stream``) and a fork keep alive."""
+    out, seen = [], set()
+    for target in targets:
+        for leaf in tree_flatten(target)[0]:
+            if isinstance(leaf, torch.Tensor):
+                key = (leaf.device, leaf.untyped_storage().data_ptr())
+                if key not in seen:
+                    seen.add(key)
+                    out.append(leaf)
+    return out
+
+
+def _default_labels(inputs: Any) -> Any:
+    """torchvision's default ``labels_getter`` heuristic on ``inputs`` = ``(image, target)``."""
+    target = inputs[1]
+    if isinstance(target, torch.Tensor) and type(target) is torch.Tensor:
+        return target
+    if not isinstance(target, Mapping):
+        raise ValueError(f"When using the default labels_getter, the input passed to forward must be a dictionary or "
+                         f"a two-tuple whose second item is a dictionary or a tensor, but got {type(target).__name__} "
+                         f"instead.")
+    for test in (lambda k: k.lower() == "labels", lambda k: "label" in k.lower()):
+        key = next((k for k in target if isinstance(k, str) and test(k)), None)
+        if key is not None:
+            return target[key]
+    raise ValueError("Could not infer where the labels are in the sample. Try passing a callable as the "
+                     "labels_getter parameter? If there are no labels in the sample by design, pass "
+                     "labels_getter=None.")
+
+
+def _labels(op: SanitizeBoundingBoxes, target: Any, leaves: list[Any]) -> list[int]:
+    """Positions in ``leaves`` (``target`` flattened) of what ``op``'s labels_getter names."""
+    getter = op.labels_getter
+    if getter is None:
+        return []
+    got = _default_labels((None, target)) if getter == "default" else getter((None, target))
+    if got is None:
+        return []
+    got = (got,) if isinstance(got, torch.Tensor) else tuple(got)
+    for g in got:
+        if not isinstance(g, torch.Tensor):
+            raise ValueError(f"The labels in the input to forward() must be a tensor or None, got {type(g)} instead.")
+    return [j for j, leaf in enumerate(leaves) if any(leaf is g for g in got)]
+
+
+def _mask_fill(fill: Any) -> bool:
+    """Whether ``fill`` (torchvision's forms: a number, a sequence, None, a dict by type) pads a Mask
+    with anything but zeros."""
+    if isinstance(fill, Mapping):
+        fill = fill.get(tv_tensors.Mask, fill.get("others", 0))
+    values = fill if isinstance(fill, (list, tuple)) else [fill]
+    return any(v is not None and float(v) != 0 for v in values)
+
+
+def _where(index: int, path: str | None) -> str:
+    return f"sample {index}" + (f" ({path})" if path else "")
+
+
+def _one(values: set, what: str) -> Any:
+    if len(values) != 1:
+        raise ValueError(f"the batch's BoundingBoxes have {what}s {sorted(map(str, values))}: torchdali maps a "
+                         f"batch's boxes together, so they must share one {what}")
+    return values.pop()
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    """A compiled pipeline seen from its targets: its target-only steps and what it cannot map."""
+
+    plan: Plan
+    #: ``(leaf position, step)`` of each target-only step, in pipeline order, and of each
+    #: FixedSizeCrop (which drops the boxes its crop leaves empty, as the detection reference's does)
+    steps: tuple[tuple[int, Transform], ...]
+    #: the program transforms whose warps boxes and masks cannot follow yet
+    warps: tuple[Transform, ...]
+    #: geometry steps that pad other than with zeros (``padding_mode``, a Mask's ``fill``): boxes
+    #: (torchvision refuses a padding mode) or masks (padded with zeros only here) cannot follow them
+    pads: tuple[tuple[Transform, bool, bool], ...] = ()
+
+    @classmethod
+    def of(cls, plan: Plan) -> TargetPlan:
+        steps = tuple((k, t) for k, t in enumerate(plan.transforms) if isinstance(t, TARGET_STEPS)
+                      or isinstance(t, FixedSizeCrop))
+        warps = tuple(t for t in plan.transforms if isinstance(t, _WARPS)
+                      or isinstance(t, _PerSample) and any(isinstance(c, _WARPS) for c in t.contents))
+        pads = []
+        for t in plan.transforms:
+            # the detection reference's FixedSizeCrop pads only below and right of the boxes, and its
+            # masks with zeros whatever its fill
+            if t.stage != "geometry" or isinstance(t, FixedSizeCrop):
+                continue
+            mode = getattr(t, "padding_mode", "constant")
+            edge = mode not in (None, "constant")
+            if edge or _mask_fill(getattr(t, "fill", 0)):
+                pads.append((t, edge, True))
+        return cls(plan, steps, warps, tuple(pads))
+
+    @property
+    def sanitizes(self) -> tuple[SanitizeBoundingBoxes, ...]:
+        return tuple(t for _, t in self.steps if isinstance(t, SanitizeBoundingBoxes))
+
+    def refuse(self, boxes: bool = True, masks: bool = True) -> None:
+        """Raise ValueError when the pipeline has a step that the targets' boxes or masks cannot follow."""
+        if self.warps:
+            names = ", ".join(repr(t) for t in self.warps)
+            raise ValueError(
+                f"the dataset's targets hold boxes or masks (tv_tensors.BoundingBoxes, tv_tensors.Mask), but the "
+                f"pipeline moves pixels with {names}, which boxes and masks do not follow yet (torchvision refuses "
+                f"the auto-augment policies with them too): remove it, or apply it in the dataset's own transform")
+        for t, for_boxes, for_masks in self.pads:
+            if boxes and for_boxes or masks and for_masks:
+                raise ValueError(
+                    f"the dataset's targets hold {'boxes' if boxes and for_boxes else 'masks'}, but {t!r} pads with "
+                    f"{'a padding mode' if for_boxes else 'a non-zero fill'}: torchvision refuses a padding mode "
+                    f"other than 'constant' with boxes, and masks are padded with zeros only here (give masks a "
+                    f"zero fill: fill={{tv_tensors.Mask: 0, 'others': ...}})")
+
+    # -- in the worker: one sample ---------------------------------------------------------------
+    def check(self, target: Any, image_hw: Sequence[int], index: int, path: str | None) -> bool:
+        """Whether sample ``index``'s target holds boxes or masks, checked against its image's
+        ``(H, W)``; raises SampleError for bad data (on_error handles it), TypeError or
+        ValueError for what is not supported yet (the module docstring)."""
+        if not has_geometry(target):
+            return False
+        hw = (int(image_hw[0]), int(image_hw[1]))
+        where = _where(index, path)
+        leaves = tree_flatten(target)[0]
+        boxes = []
+        for leaf in leaves:
+            if isinstance(leaf, tv_tensors.BoundingBoxes):
+                boxes.append(leaf)
+                fmt = getattr(leaf.format, "name", str(leaf.format))
+                if fmt not in BOX_FORMATS:
+                    raise TypeError(f"{where}: BoundingBoxes of format {fmt} are not mapped yet; use one of "
+                                    f"{list(BOX_FORMATS)}")
+                if not leaf.is_floating_point():
+                    raise TypeError(f"{where}: BoundingBoxes are {leaf.dtype}: torchvision truncates integer boxes "
+                                    f"after every resize, which torchdali does not repeat; give float boxes "
+                                    f"(e.g. a target_transform that calls .float() on them)")
+                if leaf.ndim != 2 or leaf.shape[1] != 4:
+                    raise SampleError.for_sample(index, path, "bad target",
+                                                 f"boxes must be an [N, 4] BoundingBoxes, got shape "
+                                                 f"{tuple(leaf.shape)}")
+                if tuple(int(v) for v in leaf.canvas_size) != hw:
+                    raise SampleError.for_sample(index, path, "bad target",
+                                                 f"the boxes' canvas_size {tuple(leaf.canvas_size)} is not the "
+                                                 f"image's size {hw} (H, W)")
+            elif isinstance(leaf, tv_tensors.Mask):
+                if leaf.ndim < 2 or tuple(leaf.shape[-2:]) != hw:
+                    raise SampleError.for_sample(index, path, "bad target",
+                                                 f"a mask of shape {tuple(leaf.shape)} does not cover the image, "
+                                                 f"{hw} (H, W): a mask must be [..., H, W] of its image's size")
+                if leaf.is_floating_point() or leaf.is_complex():
+                    raise TypeError(f"{where}: a Mask of {leaf.dtype}: masks are label maps (uint8, bool or an "
+                                    f"integer dtype)")
+            elif isinstance(leaf, tv_tensors.TVTensor):
+                raise TypeError(f"{where}: its target holds a {type(leaf).__name__}, which torchdali does not map "
+                                f"yet (BoundingBoxes and Mask are)")
+        self.refuse(bool(boxes), any(isinstance(leaf, tv_tensors.Mask) for leaf in leaves))
+        for op in self.sanitizes:
+            if len(boxes) != 1:
+                raise ValueError(f"{where}: {op!r} needs one BoundingBoxes in the target, found {len(boxes)}")
+            for j in _labels(op, target, leaves):
+                if leaves[j].ndim == 0 or leaves[j].shape[0] != boxes[0].shape[0]:
+                    raise SampleError.for_sample(index, path, "bad target",
+                                                 f"{boxes[0].shape[0]} boxes but labels of shape "
+                                                 f"{tuple(leaves[j].shape)} ({op!r} keeps one label per box)")
+        return True
+
+    # -- after the kernel: the whole batch -------------------------------------------------------
+    def map(self, targets: Sequence[Any], sizes: np.ndarray, keys: np.ndarray,
+            device: torch.device | str) -> TargetList:
+        """The batch's targets (tensors on ``device``) through the pipeline, for images of
+        ``sizes`` (``[B, 2]`` H, W) with sample ``keys`` (the module docstring)."""
+        device = torch.device(device)
+        flat = [tree_flatten(t) for t in targets]
+        leaves = [list(f[0]) for f in flat]
+        box_at = [(i, j) for i, ls in enumerate(leaves) for j, x in enumerate(ls)
+                  if isinstance(x, tv_tensors.BoundingBoxes)]
+        self.refuse(bool(box_at), any(isinstance(x, tv_tensors.Mask) for ls in leaves for x in ls))
+        try:
+            trace = trace_plan(self.plan, np.asarray(sizes)[:, :2], keys)
+        except NotImplementedError as e:
+            raise ValueError(f"boxes and masks cannot follow this pipeline: {e}") from None
+        frozen: dict[tuple[int, int], int] = {}
+        if box_at or self.sanitizes:
+            boxes = _Boxes(self, trace, targets, leaves, box_at, device)
+            boxes.run()
+            frozen = boxes.frozen
+        mask_at = [(i, j) for i, ls in enumerate(leaves) for j, x in enumerate(ls) if isinstance(x, tv_tensors.Mask)]
+        n_steps = len(trace.steps)
+        for dtype, stop in {(leaves[i][j].dtype, frozen.get((i, j), n_steps)) for i, j in mask_at}:
+            group = [(i, j) for i, j in mask_at if leaves[i][j].dtype == dtype and frozen.get((i, j), n_steps) == stop]
+            geometry = trace.select(np.array([i for i, _ in group], dtype=np.int64))
+            mapped = map_masks([leaves[i][j].as_subclass(torch.Tensor) for i, j in group],
+                               geometry if stop == n_steps else geometry.span(0, stop))
+            for (i, j), m in zip(group, mapped):
+                leaves[i][j] = m if (i, j) in frozen else tv_tensors.Mask(m)
+        return TargetList(tree_unflatten(ls, spec) for ls, (_, spec) in zip(leaves, flat))
+
+
+class _Boxes:
+    """The boxes of one batch through its trace and target-only steps (``TargetPlan.map``, 2-3)."""
+
+    def __init__(self, tp: TargetPlan, trace: TargetGeometry, targets: Sequence[Any], leaves: list[list[Any]],
+                 at: list[tuple[int, int]], device: torch.device) -> None:
+        self.tp, self.trace, self.targets, self.leaves, self.at, self.device = tp, trace, targets, leaves, at, device
+        first = [leaves[i][j] for i, j in at]
+        self.format = _one({b.format.name for b in first}, "format") if first else "XYXY"
+        self.mode = _one({getattr(b, "clamping_mode", "soft") for b in first}, "clamping_mode") if first else "soft"
+        dtype = _one({b.dtype for b in first}, "dtype") if first else torch.float32
+        self.samples = np.array([i for i, _ in at], dtype=np.int64)
+        self.counts = np.array([b.shape[0] for b in first], dtype=np.int64)
+        self.boxes = torch.cat([b.as_subclass(torch.Tensor) for b in first]) if first else \
+            torch.zeros(0, 4, dtype=dtype, device=device)
+        self.geometry = trace.select(self.samples)  # one row per BoundingBoxes, on the host
+        #: (sample, leaf) of a Mask a SanitizeBoundingBoxes took for labels: mapped through the steps
+        #: before it only, then a plain tensor (as torchvision's sanitize returns labels)
+        self.frozen: dict[tuple[int, int], int] = {}
+
+    def _move(self, start: int, stop: int) -> None:
+        """The boxes through trace steps ``start`` to ``stop``."""
+        if stop > start and len(self.boxes):
+            self.boxes = map_boxes(self.boxes, _on(self.device, self.counts), self.geometry.span(start, stop),
+                                   format=self.format, clamp=self.mode is not None).boxes
+
+    def run(self) -> None:
+        done = 0
+        for position, op in self.tp.steps:
+            if isinstance(op, FixedSizeCrop):  # its own drop comes after its crop and pad
+                stop = self._leaf_steps(position + 1)
+                self._move(done, stop)
+                self._fixed_size_crop(op, self.geometry.canvas_after(self._leaf_steps(position)))
+                done = stop
+                continue
+            stop = self._leaf_steps(position)
+            self._move(done, stop)
+            done = stop
+            canvas = self.geometry.canvas_after(stop)
+            if isinstance(op, ConvertBoundingBoxFormat):
+                self.boxes = convert_boxes(self.boxes, self.format, op._format)
+                self.format = op._format
+            elif isinstance(op, ClampBoundingBoxes):
+                mode = self.mode if op.clamping_mode == "auto" else op.clamping_mode
+                if len(self.boxes):
+                    counts, canvas_d = _on(self.device, self.counts, canvas)
+                    self.boxes = clamp_boxes(self.boxes, counts, canvas_d, format=self.format, clamping_mode=mode)
+            else:
+                self._sanitize(op, canvas, stop)
+        self._move(done, len(self.trace.steps))
+        size = self.trace.size
+        for (i, j), part in zip(self.at, self.boxes.split(self.counts.tolist())):
+            self.leaves[i][j] = _bounding_boxes(part, self.format, (int(size[i, 0]), int(size[i, 1])), self.mode)
+
+    def _leaf_steps(self, position: int) -> int:
+        """How many trace steps come before leaf ``position`` of the plan (all of them past its end)."""
+        marks = self.trace.leaf_steps
+        return marks[position] if position < len(marks) else len(self.trace.steps)
+
+    def _sanitize(self, op: SanitizeBoundingBoxes, canvas: np.ndarray, stop: int) -> None:
+        """``op``, after trace step ``stop``, on every sample (one BoundingBoxes each:
+        ``TargetPlan.check``): the kept rows of the boxes, the labels and every Mask with one
+        row per box, as torchvision's does."""
+        if len(self.at) != len(self.targets):
+            missing = sorted(set(range(len(self.targets))) - set(self.samples.tolist()))
+            raise ValueError(f"{op!r}: sample {missing[0]} of the batch has no BoundingBoxes")
+        keep = torch.zeros(0, dtype=torch.bool)
+        if len(self.boxes):
+            counts, canvas_d = _on(self.device, self.counts, canvas)
+            keep = sanitize_boxes(self.boxes, counts, canvas_d, op.min_size, op.min_area, format=self.format)
+        keep_h = keep.cpu().numpy()  # the host waits here: the kept counts size every output
+        labels = []
+        for i, _ in self.at:
+            named = _labels(op, self.targets[i], tree_flatten(self.targets[i])[0])
+            for k in named:  # torchvision gives labels back as plain tensors, even a Mask named as one,
+                if isinstance(self.leaves[i][k], tv_tensors.Mask):  # which later steps then leave alone
+                    self.frozen.setdefault((i, k), stop)
+                else:
+                    self.leaves[i][k] = self.leaves[i][k].as_subclass(torch.Tensor)
+            labels.append(set(named))
+        self._keep(keep_h, labels, any_mask=True)
+
+    def _fixed_size_crop(self, op: FixedSizeCrop, before: np.ndarray) -> None:
+        """The drop of ``op`` (the detection reference's FixedSizeCrop): after a crop, the boxes
+        with ``x0 < x1`` and ``y0 < y1`` stay, and the same rows of ``target["labels"]`` and
+        ``target["masks"]``; a sample it did not crop keeps every box."""
+        if not len(self.boxes):
+            return
+        xyxy = convert_boxes(self.boxes, self.format, "XYXY")
+        keep_h = ((xyxy[:, 0] < xyxy[:, 2]) & (xyxy[:, 1] < xyxy[:, 3])).cpu().numpy()  # the host waits
+        cropped = (before > np.asarray(op.size)).any(axis=1)
+        keep_h |= ~np.repeat(cropped, self.counts)
+        keyed = []
+        for i, _ in self.at:
+            target, leaves = self.targets[i], tree_flatten(self.targets[i])[0]
+            named = [target[k] for k in ("labels", "masks") if isinstance(target, Mapping) and k in target]
+            keyed.append({j for j, leaf in enumerate(leaves) if any(leaf is x for x in named)})
+        self._keep(keep_h, keyed, any_mask=False)
+
+    def _keep(self, keep_h: np.ndarray, rows_of: list[set[int]], any_mask: bool) -> None:
+        """Keep the boxes ``keep_h`` (host bool, one per box) and the same rows of each box set's
+        sample's leaves ``rows_of[e]`` (and, ``any_mask``, of every Mask with one row per box)."""
+        starts = np.concatenate([[0], np.cumsum(self.counts)])
+        picks: list[tuple[int, int, np.ndarray]] = []
+        for e, (i, _) in enumerate(self.at):
+            n = int(self.counts[e])
+            rows = np.flatnonzero(keep_h[starts[e]: starts[e + 1]])
+            if len(rows) == n:
+                continue
+            for k, leaf in enumerate(self.leaves[i]):
+                # an instance mask has one row per box; a 2-D mask's first dim is its height, which
+                # torchvision indexes only when the mapped height happens to equal the box count
+                mask = any_mask and isinstance(leaf, tv_tensors.Mask) and leaf.ndim > 2 and leaf.shape[0] == n
+                if k in rows_of[e] or mask:
+                    picks.append((i, k, rows))
+        *indices, kept_rows = upload([r for _, _, r in picks] + [np.flatnonzero(keep_h)], self.device)
+        for (i, k, _), index in zip(picks, indices):
+            leaf = self.leaves[i][k]
+            kept = leaf.as_subclass(torch.Tensor).index_select(0, index)
+            self.leaves[i][k] = tv_tensors.Mask(kept) if isinstance(leaf, tv_tensors.Mask) else kept
+        self.boxes = self.boxes.index_select(0, kept_rows)
+        kept_before = np.concatenate([[0], np.cumsum(keep_h, dtype=np.int64)])
+        self.counts = kept_before[starts[1:]] - kept_before[starts[:-1]]
