@@ -89,3 +89,53 @@ def drawn_params(plan, sizes, keys) -> list[dict]:
         if t.stage != "program":
             t.transform(g, p)
     return out
+
+
+def kernel_devices() -> list:
+    """The ``device`` parameters of a kernel test: ``"cpu"`` (the kernels under Triton's interpreter:
+    the test module sets ``TRITON_INTERPRET=1`` before Triton is imported) and ``"cuda"`` (marked
+    ``cuda``), each skipped where it cannot run."""
+    import importlib.util
+
+    import pytest
+
+    has_triton = importlib.util.find_spec("triton") is not None
+    interpret = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+    return [
+        pytest.param("cpu", marks=pytest.mark.skipif(not (has_triton and interpret),
+                                                     reason="kernels on CPU need triton and TRITON_INTERPRET=1")),
+        pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not has_triton, reason="needs triton")]),
+    ]
+
+
+def run_plan(plan, images, device, backend, seed: int = 0) -> list:
+    """Each sample's output (CHW, on the CPU) of ``plan`` on CHW uint8 ``images`` with ``backend``
+    (``_execute.KERNEL`` or ``REFERENCE``) on ``device``, the sample keys of ``seed``'s epoch 0."""
+    from torchdali import _rng
+    from torchdali.transforms import _execute, _ragged
+    from torchdali.transforms._plan import pack_images, to_hwc
+
+    data, offsets, shapes = pack_images([to_hwc(im) for im in images])
+    bp = plan.params(shapes[:, :2].numpy(), _rng.sample_keys(seed, 0, np.arange(len(images))))
+    out = _execute.execute(plan, data.to(device), offsets.to(device), shapes.to(device), bp, backend)
+    return [im.cpu() for im in _ragged.unbind(out)]
+
+
+def assert_gpu_loader_matches_cpu_path(ds, value_scale: float = 255.0, **kw) -> list:
+    """``td.DataLoader(ds, **kw)`` on the GPU against its CPU path: the same batch types and image
+    shapes, each image within 2 (uint8 steps; a float image's difference times ``value_scale``),
+    more than 1 apart on under 1% of the values. Returns the ``(gpu, cpu)`` batch pairs (the
+    targets are the caller's to check)."""
+    import torchdali as td
+    from torchdali.transforms import _ragged
+
+    gpu = list(td.DataLoader(ds, device="cuda", **kw))
+    cpu = list(td.DataLoader(ds, device="cpu", **kw))
+    assert len(gpu) == len(cpu)
+    for (gi, _), (ci, _) in zip(gpu, cpu):
+        assert type(gi) is type(ci)
+        for a, b in zip(_ragged.unbind(gi), _ragged.unbind(ci)):
+            assert a.is_cuda and a.shape == b.shape
+            d = (a.cpu().double() - b.double()).abs() * (1.0 if a.dtype == torch.uint8 else value_scale)
+            assert d.max().item() <= 2 + 1e-6 and (d > 1 + 1e-3).double().mean().item() < 0.01
+    return list(zip(gpu, cpu))

@@ -16,7 +16,6 @@ fold box (the image being padded) is folded back into it, or reads the fill
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import torch
@@ -34,21 +33,16 @@ import torchdali as td  # noqa: E402
 from csrc_triton import fused_resized_crop, layout, reference, resized_crop_reference  # noqa: E402
 from torchdali import _rng  # noqa: E402
 from torchdali import transforms as T  # noqa: E402
-from torchdali.transforms import _execute, _ragged  # noqa: E402
+from torchdali.transforms import _execute  # noqa: E402
 from torchdali.transforms import _geometry as G  # noqa: E402
 from torchdali.transforms import functional as F  # noqa: E402
-from torchdali.transforms._plan import apply_to_images, pack_images, to_hwc  # noqa: E402
+from torchdali.transforms._plan import apply_to_images, pack_images  # noqa: E402
 
-from ._helpers import assert_close_uint8, drawn_params, smooth_image  # noqa: E402
+from ._helpers import assert_close_uint8, drawn_params, kernel_devices, run_plan, smooth_image  # noqa: E402
+from .test_padding import _fits  # noqa: E402
 from ._ycbcr import pack_planar, random_planes  # noqa: E402
 
-HAS_TRITON = importlib.util.find_spec("triton") is not None
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-DEVICES = [
-    pytest.param("cpu", marks=pytest.mark.skipif(not (HAS_TRITON and INTERPRET),
-                                                 reason="kernels on CPU need triton and TRITON_INTERPRET=1")),
-    pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not HAS_TRITON, reason="needs triton")]),
-]
+DEVICES = kernel_devices()
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 #: (padding_mode, fill) of every mode, constant with a per-channel and a scalar fill
 MODES = [("constant", (10, 200, 30)), ("constant", 7), ("edge", 0), ("reflect", 0), ("symmetric", 0)]
@@ -62,14 +56,6 @@ def _close(got: torch.Tensor, exp: torch.Tensor) -> None:
     diff = (got.double() - exp.double()).abs()
     assert diff.max().item() <= 1, diff.max().item()
     assert (diff != 0).double().mean().item() <= 0.01
-
-
-def _run(plan: T.Plan, imgs: list[torch.Tensor], device: str, backend, seed: int = 0):
-    hwc = [to_hwc(im) for im in imgs]
-    data, offsets, shapes = pack_images(hwc)
-    bp = plan.params(shapes[:, :2].numpy(), _rng.sample_keys(seed, 0, np.arange(len(imgs))))
-    out = _execute.execute(plan, data.to(device), offsets.to(device), shapes.to(device), bp, backend)
-    return [im.cpu() for im in _ragged.unbind(out)]
 
 
 # -- torchvision parity, one image at a time ------------------------------------------------------
@@ -147,14 +133,6 @@ def test_random_crop_with_fill_and_modes_matches_torchvision(mode, fill, kwargs,
         assert torch.equal(outs[i], ref), i
 
 
-def _fits(tv_crop, size) -> bool:
-    try:
-        tv_crop.make_params([torch.empty(3, *size)])
-    except ValueError:
-        return False
-    return True
-
-
 def test_cifar_recipe_with_reflect_padding_through_the_cpu_loader():
     """The one-line swap with the reflect-padded CIFAR recipe: torchvision's objects, unchanged."""
     g = torch.Generator().manual_seed(7)
@@ -229,8 +207,8 @@ def test_kernel_matches_reference_without_a_resize(device, mode, fill):
     pipe = [T.Pad([3, 1, 5, 2], fill=fill, padding_mode=mode), T.RandomHorizontalFlip(), T.CenterCrop((8, 12)),
             T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)]
     plan = T.compile_transforms(pipe)
-    got = _run(plan, imgs, device, _execute.KERNEL, seed=2)
-    exp = _run(plan, imgs, "cpu", _execute.REFERENCE, seed=2)
+    got = run_plan(plan, imgs, device, _execute.KERNEL, seed=2)
+    exp = run_plan(plan, imgs, "cpu", _execute.REFERENCE, seed=2)
     for a, b in zip(got, exp):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
@@ -243,14 +221,14 @@ def test_kernel_matches_reference_with_a_resize_and_variable_sizes(device, mode,
                                                                               max_size=9)]
     plan = T.compile_transforms(pipe)
     assert plan.out_size is None  # each sample at its own size: the placement path
-    got = _run(plan, imgs, device, _execute.KERNEL, seed=1)
-    exp = _run(plan, imgs, "cpu", _execute.REFERENCE, seed=1)
+    got = run_plan(plan, imgs, device, _execute.KERNEL, seed=1)
+    exp = run_plan(plan, imgs, "cpu", _execute.REFERENCE, seed=1)
     for a, b in zip(got, exp):
         _close(a, b)
     pipe = [T.Pad([2, 3], fill=fill, padding_mode=mode), T.Resize((6, 13)), T.RandomVerticalFlip(p=1.0)]
     plan = T.compile_transforms(pipe)
-    got = _run(plan, imgs, device, _execute.KERNEL)
-    exp = _run(plan, imgs, "cpu", _execute.REFERENCE)
+    got = run_plan(plan, imgs, device, _execute.KERNEL)
+    exp = run_plan(plan, imgs, "cpu", _execute.REFERENCE)
     for a, b in zip(got, exp):
         _close(a, b)
 

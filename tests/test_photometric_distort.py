@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections import Counter, defaultdict
 
@@ -31,19 +30,22 @@ import torchdali as td  # noqa: E402
 from csrc_triton import layout  # noqa: E402
 from torchdali import _rng  # noqa: E402
 from torchdali import transforms as T  # noqa: E402
-from torchdali.transforms import _execute, _ragged  # noqa: E402
-from torchdali.transforms._plan import SIZE_SLOT, apply_to_images, pack_images, run_reference, to_hwc  # noqa: E402
+from torchdali.transforms import _execute  # noqa: E402
+from torchdali.transforms._execute import SIZE_SLOT  # noqa: E402
+from torchdali.transforms._plan import apply_to_images, run_reference  # noqa: E402
 
-from ._helpers import assert_close_uint8, drawn_params, jpeg_bytes, smooth_image  # noqa: E402
+from ._helpers import (  # noqa: E402
+    assert_close_uint8,
+    assert_gpu_loader_matches_cpu_path,
+    drawn_params,
+    kernel_devices,
+    run_plan,
+    smooth_image,
+)
 from .test_auto_augment import _ks, _ks_critical, chi_square_p  # noqa: E402
+from .test_variable_size import Jpegs  # noqa: E402
 
-HAS_TRITON = importlib.util.find_spec("triton") is not None
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-DEVICES = [
-    pytest.param("cpu", marks=pytest.mark.skipif(not (HAS_TRITON and INTERPRET),
-                                                 reason="kernels on CPU need triton and TRITON_INTERPRET=1")),
-    pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not HAS_TRITON, reason="needs triton")]),
-]
+DEVICES = kernel_devices()
 SIZES = [(20, 30), (33, 21), (20, 30), (17, 25), (26, 26), (19, 23)]
 MEAN = (123, 117, 104)
 N_DRAWS = 3000
@@ -209,14 +211,6 @@ def test_leading_program_draws_carry_the_source_sizes_in_a_slot():
 
 # -- the kernel ---------------------------------------------------------------------------------------
 
-def _run(plan, imgs, device, backend, seed=0):
-    hwc = [to_hwc(im) for im in imgs]
-    data, offsets, shapes = pack_images(hwc)
-    bp = plan.params(shapes[:, :2].numpy(), _keys(len(imgs), seed))
-    out = _execute.execute(plan, data.to(device), offsets.to(device), shapes.to(device), bp, backend)
-    return [im.cpu() for im in _ragged.unbind(out)]
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("pipe,exact", [
     ([T.RandomPhotometricDistort(p=0.7), T.ToDtype(torch.float32, scale=True)], True),
@@ -229,8 +223,8 @@ def test_kernel_matches_reference(device, pipe, exact):
     if exact:
         imgs = [smooth_image(11, 9, seed=s) for s in range(4)]
     plan = T.compile_transforms(pipe)
-    got = _run(plan, imgs, device, _execute.KERNEL, seed=1)
-    exp = _run(plan, imgs, "cpu", _execute.REFERENCE, seed=1)
+    got = run_plan(plan, imgs, device, _execute.KERNEL, seed=1)
+    exp = run_plan(plan, imgs, "cpu", _execute.REFERENCE, seed=1)
     for a, b in zip(got, exp):
         assert a.shape == b.shape
         diff = (a.double() - b.double()).abs() * (255 if a.dtype != torch.uint8 else 1)
@@ -241,18 +235,6 @@ def test_kernel_matches_reference(device, pipe, exact):
 
 
 # -- the loaders -------------------------------------------------------------------------------------
-
-class Jpegs(torch.utils.data.Dataset):
-    def __init__(self, sizes) -> None:
-        self.sizes = list(sizes)
-
-    def __len__(self) -> int:
-        return len(self.sizes)
-
-    def __getitem__(self, i: int):
-        arr = smooth_image(*self.sizes[i], seed=i).permute(1, 2, 0).contiguous().numpy()
-        return np.frombuffer(jpeg_bytes(arr, quality=95), dtype=np.uint8), i
-
 
 def test_ssd_steps_through_the_cpu_loader_with_torchvision_objects():
     ds = Jpegs(SIZES)
@@ -269,16 +251,7 @@ def test_ssd_steps_through_the_cpu_loader_with_torchvision_objects():
     [T.RandomShortestSize((16, 24), max_size=40), T.RandomPhotometricDistort(p=1.0)],
 ], ids=["alone", "ssd", "after-resize"])
 def test_gpu_loader_matches_the_cpu_path(tf):
-    ds = Jpegs(SIZES + [(23, 31), (31, 23)])
-    kw = dict(batch_size=4, transforms=tf, seed=3)
-    gpu = list(td.DataLoader(ds, device="cuda", **kw))
-    cpu = list(td.DataLoader(ds, device="cpu", **kw))
-    assert len(gpu) == len(cpu)
-    for (gi, _), (ci, _) in zip(gpu, cpu):
-        for a, b in zip(_ragged.unbind(gi), _ragged.unbind(ci)):
-            assert a.is_cuda and a.shape == b.shape
-            d = (a.cpu().double() - b.double()).abs() * (255 if a.dtype != torch.uint8 else 1)
-            assert d.max().item() <= 2 + 1e-3 and (d > 1 + 1e-3).double().mean().item() < 0.01
+    assert_gpu_loader_matches_cpu_path(Jpegs(SIZES + [(23, 31), (31, 23)]), batch_size=4, transforms=tf, seed=3)
 
 
 def test_registry_row():

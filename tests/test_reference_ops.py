@@ -17,7 +17,6 @@
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections import Counter, defaultdict
 from unittest import mock
@@ -36,21 +35,23 @@ from torchvision import tv_tensors  # noqa: E402
 import torchdali as td  # noqa: E402
 from torchdali import _rng  # noqa: E402
 from torchdali import transforms as T  # noqa: E402
-from torchdali.transforms import _execute, _ragged  # noqa: E402
-from torchdali.transforms._plan import apply_to_images, pack_images, to_hwc  # noqa: E402
+from torchdali.transforms import _execute  # noqa: E402
+from torchdali.transforms._plan import apply_to_images  # noqa: E402
 from torchdali.transforms._reference_geometry import rand32  # noqa: E402
 from torchdali.transforms._state import SizeBound  # noqa: E402
 
-from ._helpers import assert_close_uint8, drawn_params, jpeg_bytes, smooth_image  # noqa: E402
+from ._helpers import (  # noqa: E402
+    assert_close_uint8,
+    assert_gpu_loader_matches_cpu_path,
+    drawn_params,
+    kernel_devices,
+    run_plan,
+    smooth_image,
+)
 from .test_auto_augment import _ks, _ks_critical, chi_square_p  # noqa: E402
+from .test_variable_size import Decoded, Jpegs  # noqa: E402
 
-HAS_TRITON = importlib.util.find_spec("triton") is not None
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-DEVICES = [
-    pytest.param("cpu", marks=pytest.mark.skipif(not (HAS_TRITON and INTERPRET),
-                                                 reason="kernels on CPU need triton and TRITON_INTERPRET=1")),
-    pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not HAS_TRITON, reason="needs triton")]),
-]
+DEVICES = kernel_devices()
 MEAN = (123, 117, 104)  # the detection presets' fill
 SIZES = [(20, 30), (33, 21), (40, 40), (17, 25), (26, 26)]
 N_DRAWS = 3000
@@ -323,14 +324,6 @@ def test_fixed_size_crop_offset_distribution():
 
 # -- the kernel --------------------------------------------------------------------------------------
 
-def _run(plan, imgs, device, backend, seed=0):
-    hwc = [to_hwc(im) for im in imgs]
-    data, offsets, shapes = pack_images(hwc)
-    bp = plan.params(shapes[:, :2].numpy(), _rng.sample_keys(seed, 0, np.arange(len(imgs))))
-    out = _execute.execute(plan, data.to(device), offsets.to(device), shapes.to(device), bp, backend)
-    return [im.cpu() for im in _ragged.unbind(out)]
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("pipe", [
     [T.RandomZoomOut(fill=MEAN, side_range=(1.0, 2.0), p=1.0), T.Resize((9, 11))],
@@ -340,8 +333,8 @@ def _run(plan, imgs, device, backend, seed=0):
 def test_kernel_matches_reference(device, pipe):
     imgs = [smooth_image(h, w, seed=h) for h, w in [(11, 9), (7, 12), (10, 10)]]
     plan = T.compile_transforms(pipe)
-    got = _run(plan, imgs, device, _execute.KERNEL, seed=1)
-    exp = _run(plan, imgs, "cpu", _execute.REFERENCE, seed=1)
+    got = run_plan(plan, imgs, device, _execute.KERNEL, seed=1)
+    exp = run_plan(plan, imgs, "cpu", _execute.REFERENCE, seed=1)
     for a, b in zip(got, exp):
         assert a.shape == b.shape
         diff = (a.int() - b.int()).abs()
@@ -349,22 +342,6 @@ def test_kernel_matches_reference(device, pipe):
 
 
 # -- the presets' steps through the loader ------------------------------------------------------------
-
-class Decoded(torch.utils.data.Dataset):
-    """Decoded HWC uint8 images of the given sizes; target = index."""
-
-    def __init__(self, sizes) -> None:
-        self.sizes = list(sizes)
-
-    def __len__(self) -> int:
-        return len(self.sizes)
-
-    def image(self, i: int) -> torch.Tensor:
-        return smooth_image(*self.sizes[i], seed=i)
-
-    def __getitem__(self, i: int):
-        return self.image(i).permute(1, 2, 0).numpy(), i
-
 
 def test_multiscale_preset_through_the_cpu_loader():
     ds = Decoded(SIZES + [(30, 20)])
@@ -397,32 +374,16 @@ def test_large_scale_jitter_preset_through_the_cpu_loader_is_stacked():
 
 # -- GPU path twins ------------------------------------------------------------------------------------
 
-class Jpegs(Decoded):
-    def __getitem__(self, i: int):
-        arr = smooth_image(*self.sizes[i], seed=i).permute(1, 2, 0).contiguous().numpy()
-        return np.frombuffer(jpeg_bytes(arr, quality=95), dtype=np.uint8), i
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("tf", [
     [T.RandomShortestSize((16, 20, 24), max_size=40), T.RandomHorizontalFlip()],
-    [T.ScaleJitter((32, 32)), T.FixedSizeCrop(32, fill=MEAN), T.RandomHorizontalFlip()],
+    [T.ScaleJitter((32, 32), scale_range=(0.5, 2.0)), T.FixedSizeCrop(32, fill=MEAN), T.RandomHorizontalFlip()],
     [T.RandomZoomOut(fill=MEAN), T.Resize((40, 40)), T.ToDtype(torch.float32, scale=True)],
-    [T.RandomResize(16, 32), T.RandomCrop(24, pad_if_needed=True, padding_mode="reflect")],
+    [T.RandomCrop(20, pad_if_needed=True, padding_mode="reflect"), T.RandomResize(16, 32)],
     [T.RandomCrop(24, padding=4, padding_mode="reflect"), T.RandomHorizontalFlip()],
-], ids=["multiscale", "lsj", "zoom-out", "resize-reflect", "cifar-reflect"])
+], ids=["multiscale", "lsj", "zoom-out", "reflect-resize", "cifar-reflect"])
 def test_gpu_loader_matches_the_cpu_path(tf):
-    ds = Jpegs(SIZES + [(23, 31), (31, 23)])
-    kw = dict(batch_size=4, transforms=tf, seed=3)
-    gpu = list(td.DataLoader(ds, device="cuda", **kw))
-    cpu = list(td.DataLoader(ds, device="cpu", **kw))
-    assert len(gpu) == len(cpu)
-    for (gi, _), (ci, _) in zip(gpu, cpu):
-        assert type(gi) is type(ci)
-        for a, b in zip(_ragged.unbind(gi), _ragged.unbind(ci)):
-            assert a.is_cuda and a.shape == b.shape
-            d = (a.cpu().double() - b.double()).abs() * (255 if a.dtype != torch.uint8 else 1)
-            assert d.max().item() <= 2 and (d > 1 + 1e-3).double().mean().item() < 0.01
+    assert_gpu_loader_matches_cpu_path(Jpegs(SIZES + [(23, 31), (31, 23)]), batch_size=4, transforms=tf, seed=3)
 
 
 def test_registry_rows():

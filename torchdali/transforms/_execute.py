@@ -50,7 +50,13 @@ from . import _geometry as G
 from . import _ragged
 from ._ragged import ImageList, OutputLayout, RaggedImages
 
-__all__ = ["Backend", "KERNEL", "REFERENCE", "batch_layout", "execute"]
+__all__ = ["Backend", "KERNEL", "REFERENCE", "SIZE_SLOT", "batch_layout", "execute"]
+
+#: The slot a plan with a leading program reserves, first: op identity (never launched) with each
+#: sample's source height and width in ``m0``/``m1``, the sizes the leading program runs at
+#: (``_leading_pass``). Slots are per-sample host rows on every path, where the shapes may be a
+#: device tensor that would have to be synced for.
+SIZE_SLOT = 0
 
 _IDENTITY = (1.0, 1.0, 1.0)
 _ZERO = (0.0, 0.0, 0.0)
@@ -135,11 +141,9 @@ def _leading_pass(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: 
     Kernel 1 with the identity geometry writes each sample as HWC uint8 into one buffer,
     grouped by size (a list layout with channels-last strides: each image is packed HWC
     there), so each group is an ``[n, 3, h, w]`` view the program's slots run on. The
-    sizes are read from the plan's size slot (``_plan.SIZE_SLOT``, host rows), so nothing
+    sizes are read from the plan's size slot (``SIZE_SLOT``, host rows), so nothing
     waits for the device.
     """
-    from ._plan import SIZE_SLOT  # the plan sits above this module
-
     device = data.device
     slots = batch_params.slots.cpu()
     sizes = np.rint(slots[:, SIZE_SLOT, [layout.SLOT_M0, layout.SLOT_M1]].numpy()).astype(np.int64).reshape(-1, 2)

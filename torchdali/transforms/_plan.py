@@ -60,7 +60,7 @@ from . import _convert
 from . import _geometry as G
 from . import _registry
 from . import _ragged
-from ._execute import REFERENCE, execute
+from ._execute import REFERENCE, SIZE_SLOT, execute
 from ._reference import pack_images, to_hwc
 from ._state import FLOAT_DTYPES, UNBOUNDED, BatchImagesSpec, EraseSpec, PadSpec, SizeBound, StaticState
 
@@ -74,11 +74,6 @@ __all__ = [
 #: augment program that runs on the output-size image after the fused kernel, plus
 #: ``meta`` for transforms that change nothing (ToImage) or only hold others (Compose).
 STAGES = ("source", "geometry", "colour", "epilogue", "program", "meta")
-
-#: The slot a plan with a leading program reserves, first: op identity (never launched) with each
-#: sample's source height and width in ``m0``/``m1``, the sizes the leading program runs at. Slots
-#: are per-sample host rows on every path (a device tensor of shapes would have to be synced for).
-SIZE_SLOT = 0
 
 #: run_slot(images, slot) -> images: one slot (``[B, SLOT_WIDTH]`` float32, on the host) run over the batch
 RunSlot = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
