@@ -176,8 +176,8 @@ def source_folded(data: torch.Tensor, offset: int, shape: tuple[int, int, int], 
                   planar: bool = False) -> torch.Tensor:
     """:func:`source` (or :func:`source_ycbcr` when ``planar``) of a clamp region that may reach
     past the image: its pixels read through :func:`fold_index` of the fold box ``fold``
-    ``(f0_y, f1_y, f0_x, f1_x)``; ``[h, w, 3]``, uint8 or, for the constant mode, float32
-    with ``fill`` (3 values) outside the box."""
+    ``(f0_y, f1_y, f0_x, f1_x)``; ``[h, w, 3]``, uint8 or, for the constant mode with a fill
+    (3 values) that is not a uint8 value, float32, with the fill outside the box."""
     H, W, C = shape
     lo_y, hi_y, lo_x, hi_x = region
     dev = data.device
@@ -190,7 +190,11 @@ def source_folded(data: torch.Tensor, offset: int, shape: tuple[int, int, int], 
     if mode != layout.PAD_CONSTANT:
         return pixels
     inside = (in_y[:, None] & in_x[None, :])[..., None]
-    return torch.where(inside, pixels.float(), fill.to(device=dev, dtype=torch.float32).view(1, 1, 3))
+    fill = fill.to(device=dev, dtype=torch.float32).view(1, 1, 3)
+    if bool(((fill == fill.round()) & (fill >= 0) & (fill <= 255)).all()):
+        # a uint8 fill keeps the region uint8 (a zoomed-out canvas is large)
+        return torch.where(inside, pixels, fill.to(torch.uint8))
+    return torch.where(inside, pixels.float(), fill)
 
 
 # --------------------------------------------------------------------------- #

@@ -287,6 +287,29 @@ def test_kernel_keeps_every_read_inside_the_image(device):
         resized_crop_reference(data, offsets, shapes, params, (9, 10), [1.0] * 3, [0.0] * 3, pad_mode="edge")
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["constant", "reflect"])
+def test_kernel_batches_of_zero_and_one_leave_the_input_alone(device, mode):
+    fill = [9, 8, 7] if mode == "constant" else None
+    empty = fused_resized_crop(torch.zeros(0, dtype=torch.uint8, device=device),
+                               torch.zeros(0, dtype=torch.int64, device=device),
+                               torch.zeros(0, 3, dtype=torch.int64, device=device),
+                               torch.zeros(0, layout.NUM_PARAMS, device=device), (4, 4), [1.0] * 3, [0.0] * 3,
+                               pad_mode=mode, fill=fill)
+    assert empty.shape == (0, 3, 4, 4)
+    img = smooth_image(5, 7).permute(1, 2, 0).contiguous()
+    data, offsets, shapes = pack_images([img])
+    params = _fold_params([(5, 7)], (3, 1, 2, 4))
+    before = data.clone()
+    kw = dict(out_dtype=torch.uint8, pad_mode=mode, fill=fill)
+    got = fused_resized_crop(data.to(device), offsets.to(device), shapes.to(device), params.to(device), (10, 12),
+                             [1.0] * 3, [0.0] * 3, **kw).cpu()
+    assert torch.equal(got, resized_crop_reference(data, offsets, shapes, params, (10, 12), [1.0] * 3, [0.0] * 3,
+                                                   **kw))
+    assert torch.equal(got[0], TF.pad(img.permute(2, 0, 1), [3, 1, 2, 4], fill=fill or 0, padding_mode=mode))
+    assert torch.equal(data, before)
+
+
 def test_launcher_arguments():
     data, offsets, shapes = pack_images([smooth_image(4, 4).permute(1, 2, 0).contiguous()])
     params = _fold_params([(4, 4)], (1, 1, 1, 1))
