@@ -6,7 +6,6 @@ drawn parameters, and the runner must skip the work a batch does not need.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import torch
@@ -22,15 +21,9 @@ from torchdali import transforms as T  # noqa: E402
 from torchdali.transforms import _execute  # noqa: E402
 from torchdali.transforms._plan import pack_images, to_hwc  # noqa: E402
 
-from ._helpers import smooth_image  # noqa: E402
+from ._helpers import kernel_devices, smooth_image  # noqa: E402
 
-HAS_TRITON = importlib.util.find_spec("triton") is not None
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-DEVICES = [
-    pytest.param("cpu", marks=pytest.mark.skipif(not (HAS_TRITON and INTERPRET),
-                                                 reason="kernels on CPU need triton and TRITON_INTERPRET=1")),
-    pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not HAS_TRITON, reason="needs triton")]),
-]
+DEVICES = kernel_devices()
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 PIPELINES = {

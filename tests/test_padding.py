@@ -10,7 +10,6 @@ is still refused here is a malformed argument, by name.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import torch
@@ -33,15 +32,9 @@ from torchdali.transforms import _geometry as G  # noqa: E402
 from torchdali.transforms import functional as F  # noqa: E402
 from torchdali.transforms._plan import apply_to_images, pack_images, to_hwc  # noqa: E402
 
-from ._helpers import assert_close_uint8, smooth_image  # noqa: E402
+from ._helpers import assert_close_uint8, kernel_devices, smooth_image  # noqa: E402
 
-HAS_TRITON = importlib.util.find_spec("triton") is not None
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-DEVICES = [
-    pytest.param("cpu", marks=pytest.mark.skipif(not (HAS_TRITON and INTERPRET),
-                                                 reason="kernels on CPU need triton and TRITON_INTERPRET=1")),
-    pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not HAS_TRITON, reason="needs triton")]),
-]
+DEVICES = kernel_devices()
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 # our ToDtype + Normalize is one folded float32 affine, torchvision's two steps: a few ulps apart
 FLOAT_ATOL = 2e-6

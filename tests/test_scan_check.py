@@ -1,7 +1,6 @@
 """The batched scan-marker check (Triton kernel) against the per-file numpy check and a torch reference."""
 from __future__ import annotations
 
-import importlib.util
 import io
 import os
 
@@ -18,13 +17,9 @@ from csrc_triton.scan_check import bad_scan_markers, bad_scan_markers_reference 
 from torchdali.decode._jpeg_defects import entropy_data_ok  # noqa: E402
 from torchdali.decode._jpeg_header import scan_offset  # noqa: E402
 
-HAS_TRITON = importlib.util.find_spec("triton") is not None
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-DEVICES = [
-    pytest.param("cpu", marks=pytest.mark.skipif(not (HAS_TRITON and INTERPRET),
-                                                 reason="kernel on CPU needs triton and TRITON_INTERPRET=1")),
-    pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not HAS_TRITON, reason="needs triton")]),
-]
+from ._helpers import kernel_devices  # noqa: E402
+
+DEVICES = kernel_devices()
 
 
 def _jpegs(n: int, seed: int = 0) -> tuple[list[bytes], np.ndarray]:

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import os
 
@@ -36,15 +35,9 @@ from torchdali.transforms import _geometry as G  # noqa: E402
 from torchdali.transforms._plan import pack_images, run_reference, to_hwc  # noqa: E402
 from torchdali.transforms._state import BatchImagesSpec, SizeBound  # noqa: E402
 
-from ._helpers import assert_gpu_loader_matches_cpu_path, jpeg_bytes, make_folder, smooth_image  # noqa: E402
+from ._helpers import assert_gpu_loader_matches_cpu_path, jpeg_bytes, kernel_devices, make_folder, smooth_image  # noqa: E402
 
-HAS_TRITON = importlib.util.find_spec("triton") is not None
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-DEVICES = [
-    pytest.param("cpu", marks=pytest.mark.skipif(not (HAS_TRITON and INTERPRET),
-                                                 reason="kernels on CPU need triton and TRITON_INTERPRET=1")),
-    pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not HAS_TRITON, reason="needs triton")]),
-]
+DEVICES = kernel_devices()
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 SIZES = [(23, 31), (17, 12), (23, 31), (30, 19), (9, 40)]  # two share a size: a group of two
 
