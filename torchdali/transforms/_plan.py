@@ -335,7 +335,15 @@ class Plan:
             f"max_size=...), or give the DataLoader a max_image_pixels limit. Pipeline: "
             f"{Compose(list(self.transforms))!r}")
 
-    def _draw(self, sizes: np.ndarray, keys: np.ndarray, slots: np.ndarray | None) -> G.BatchGeometry:
+    def _draw(self, sizes: np.ndarray, keys: np.ndarray, slots: np.ndarray | None,
+              watch: Callable[[Any, G.BatchGeometry, Callable[[], Any]], None] | None = None) -> G.BatchGeometry:
+        """The batch's geometry, its program slots written into ``slots`` when given.
+
+        ``watch(t, g, run)``, when given, is called for every transform ``t`` in place of
+        applying it, and applies it by calling ``run()`` (which returns ``t``'s slot region
+        for a program transform): the targets' trace (``_targets.trace_plan``) follows the
+        same draw step by step instead of repeating this loop.
+        """
         g = G.BatchGeometry.identity(sizes)
         if self.fill is not None and any(self.fill):
             g.fill_by = self.pad.by  # type: ignore[union-attr]  # zero padding cannot happen (CenterCrop)
@@ -345,12 +353,20 @@ class Plan:
         for stream, t in enumerate(self.transforms):
             u = _rng.uniform(keys, stream, t.n_uniforms) if t.n_uniforms else None
             p = t.make_params(g, u)
-            if t.stage == "program":
+
+            def run(t=t, p=p) -> Any:
+                if t.stage != "program":
+                    return t.transform(g, p)
                 if slots is not None:
-                    e = starts[id(t)]
-                    t.write_slots(g, p, slots[:, e.start: e.stop])
+                    region = slots[:, starts[id(t)].start: starts[id(t)].stop]
+                    t.write_slots(g, p, region)
+                    return region
+                return None
+
+            if watch is None:
+                run()
             else:
-                t.transform(g, p)
+                watch(t, g, run)
         return g
 
     def geometry(self, sizes: np.ndarray, keys: np.ndarray) -> G.BatchGeometry:

@@ -53,7 +53,6 @@ import torch
 from csrc_triton import layout
 from csrc_triton._triton import upload
 
-from .. import _rng
 from . import _geometry as G
 from ._plan import BatchParams, Plan
 from ._transforms import CenterCrop, RandomResizedCrop
@@ -336,9 +335,8 @@ def trace_plan(plan: Plan, sizes: np.ndarray, keys: np.ndarray) -> TargetGeometr
     """The geometry steps ``plan`` draws for images of ``sizes`` (``[B, 2]`` H, W) with
     sample ``keys``: the same draw as ``plan.params(sizes, keys)``, step by step.
 
-    Replays ``Plan._draw`` (same random streams: a transform's stream is its position
-    among the leaves) and records one ``TargetStep`` per transform that moved the
-    geometry. Raises NotImplementedError when a sample draws a warp of the augment
+    Runs ``Plan._draw`` itself (same random streams, same steps) and records one
+    ``TargetStep`` per transform that moved the geometry. Raises NotImplementedError when a sample draws a warp of the augment
     program (RandomAffine, RandomPerspective, RandomRotation, an auto-augment
     shear/translate/rotate), which boxes and masks do not follow yet.
     """
@@ -346,32 +344,30 @@ def trace_plan(plan: Plan, sizes: np.ndarray, keys: np.ndarray) -> TargetGeometr
     keys = np.asarray(keys)
     if len(keys) != len(sizes):
         raise ValueError(f"trace_plan: {len(sizes)} sizes but {len(keys)} keys")
-    g = G.BatchGeometry.identity(sizes)
     slots = np.zeros((len(keys), plan.n_slots, layout.SLOT_WIDTH), dtype=np.float32)
-    program = {id(e.transform): e for e in plan.program}
     steps: list[TargetStep] = []
     leaf_steps: list[int] = []
-    for stream, t in enumerate(plan.transforms):
+
+    def watch(t: Any, g: G.BatchGeometry, run: Any) -> None:
         leaf_steps.append(len(steps))
-        u = _rng.uniform(keys, stream, t.n_uniforms) if t.n_uniforms else None
-        p = t.make_params(g, u)
         if t.stage == "program":
-            e = program[id(t)]
-            t.write_slots(g, p, slots[:, e.start: e.stop])
-            warps = np.isin(slots[:, e.start: e.stop, layout.SLOT_OP], _WARP_OPS).any(axis=1)
+            region = run()
+            warps = np.isin(region[..., layout.SLOT_OP], _WARP_OPS).any(axis=1)
             if warps.any():
                 raise NotImplementedError(
                     f"{t!r} warps sample {int(np.argmax(warps))} of the batch: boxes and masks do not follow the "
                     f"augment program's warps yet; leave warps out of a detection/segmentation pipeline")
-            continue
+            return
         before = _Snapshot.of(g)
-        t.transform(g, p)
+        run()
         after = _Snapshot.of(g)
         moved = any(not np.array_equal(getattr(before, f), getattr(after, f)) for f in _Snapshot._fields
                     if f != "filter")
         if moved:
             steps.append(_leaf_step(before, after, isinstance(t, _MASK_ALWAYS_NEAREST),
                                     isinstance(t, _BOX_CENTER_CROP)))
+
+    g = plan._draw(sizes, keys, slots, watch)
     out = np.stack([g.height, g.width], axis=-1)
     return TargetGeometry(tuple(steps), np.rint(sizes).astype(np.int64), np.rint(out).astype(np.int64),
                           tuple(leaf_steps))
