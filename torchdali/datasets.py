@@ -299,7 +299,11 @@ class CocoDetection(_TargetFiles):
     image ids) and their annotations are in the annotation file's order, as pycocotools
     lists them. pycocotools is not needed.
 
-    Differences from torchvision, each where torchvision fails or must decode:
+    Differences from torchvision, each where torchvision fails, must decode or loses precision:
+
+    * ``boxes`` are always float32. torchvision's wrapper infers the dtype from the JSON,
+      so an image whose coordinates are all integers gets int64 boxes, which its
+      transforms then truncate after every step (and which the loader refuses).
 
     * ``canvas_size`` is the annotation file's ``height``/``width`` of the image (from
       the image's header only where the file lacks them), where torchvision decodes
@@ -395,8 +399,8 @@ class CocoDetection(_TargetFiles):
             if bad:
                 raise ValueError(f"annotation {anns[bad[0]].get('id')}: bbox must be [x, y, width, height], "
                                  f"got {bboxes[bad[0]]!r}")
-            boxes = tv_tensors.BoundingBoxes(bboxes if anns else torch.zeros(0, 4), format="XYWH",
-                                             canvas_size=(height, width))
+            xywh = torch.tensor(bboxes, dtype=torch.float32) if anns else torch.zeros(0, 4)
+            boxes = tv_tensors.BoundingBoxes(xywh, format="XYWH", canvas_size=(height, width))
             target["boxes"] = TF.convert_bounding_box_format(boxes, new_format="XYXY")
         if "masks" in keys:
             masks = [segmentation_to_mask(ann["segmentation"], height, width) for ann in anns]
