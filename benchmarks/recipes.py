@@ -146,14 +146,18 @@ def _dali_erase(images, size: int, p: float):
     return fn.erase(images, anchor=anchor, shape=shape, axis_names="HW", fill_value=0.0)
 
 
-def run_dali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, erase: bool = True,
-             hw_load: float = 0.9) -> dict:
+def dali_epochs(root: str, recipe: str, args: argparse.Namespace, device: torch.device, erase: bool = True,
+                hw_load: float = 0.9, half: bool = False, channels_last: bool = False) -> Callable[[], Any]:
+    """The recipe's DALI pipeline, built and started; calling the result gives one epoch's iterable of
+    ``(images, labels)``. ``half``: float16 output; ``channels_last``: HWC output, given as a
+    channels-last NCHW view (what a bf16 channels-last model takes, without a copy)."""
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali.auto_aug import trivial_augment
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
     mean = [m * 255 for m in MEAN]
     std = [s * 255 for s in STD]
+    out = dict(dtype=types.FLOAT16 if half else types.FLOAT, output_layout="HWC" if channels_last else "CHW")
 
     @pipeline_def(enable_conditionals=True)
     def pipe():
@@ -161,8 +165,8 @@ def run_dali(root: str, recipe: str, args: argparse.Namespace, device: torch.dev
         if recipe == "val":
             images = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB, hw_decoder_load=hw_load)
             images = fn.resize(images, resize_shorter=args.val_resize, antialias=True)
-            images = fn.crop_mirror_normalize(images, crop=(args.val_crop, args.val_crop), dtype=types.FLOAT, output_layout="CHW",
-                                              mean=mean, std=std)
+            images = fn.crop_mirror_normalize(images, crop=(args.val_crop, args.val_crop), mean=mean, std=std,
+                                              **out)
             return images, labels
         images = fn.decoders.image_random_crop(jpegs, device="mixed", output_type=types.RGB, hw_decoder_load=hw_load,
                                                random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
@@ -171,12 +175,11 @@ def run_dali(root: str, recipe: str, args: argparse.Namespace, device: torch.dev
         if recipe == "reference":
             images = fn.flip(images, horizontal=mirror)
             images = trivial_augment.trivial_augment_wide(images)
-            images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mean=mean, std=std)
+            images = fn.crop_mirror_normalize(images, mean=mean, std=std, **out)
             if erase:
                 images = _dali_erase(images, args.size, 0.1)
         else:
-            images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mean=mean, std=std,
-                                              mirror=mirror)
+            images = fn.crop_mirror_normalize(images, mean=mean, std=std, mirror=mirror, **out)
         return images, labels
 
     p = pipe(batch_size=args.batch_size, num_threads=args.dali_threads, device_id=device.index or 0,
@@ -190,12 +193,19 @@ def run_dali(root: str, recipe: str, args: argparse.Namespace, device: torch.dev
             return len(it)
 
         def __iter__(self):
-            for out in it:
-                yield out[0]["images"], out[0]["labels"]
+            for batch in it:
+                images = batch[0]["images"]
+                yield (images.permute(0, 3, 1, 2) if channels_last else images), batch[0]["labels"]
 
+    return _Epoch
+
+
+def run_dali(root: str, recipe: str, args: argparse.Namespace, device: torch.device, erase: bool = True,
+             hw_load: float = 0.9) -> Any:
+    epochs = dali_epochs(root, recipe, args, device, erase, hw_load)
     if args.interleave:
-        return _Epoch
-    return _epochs(_Epoch, args.epochs, 1, device, "dali", False)
+        return epochs
+    return _epochs(epochs, args.epochs, 1, device, "dali", False)
 
 
 def run_interleaved(root: str, recipe: str, args: argparse.Namespace, device: torch.device) -> dict:
