@@ -41,6 +41,8 @@ from torchdali.transforms._box_ops import (  # noqa: E402
     ClampBoundingBoxes, ConvertBoundingBoxFormat, SanitizeBoundingBoxes,
 )
 from torchdali.transforms._plan import Plan, compile_transforms  # noqa: E402
+from torchdali.transforms._target_plan import TargetPlan  # noqa: E402
+from torchdali.transforms._targets import BoxTrack  # noqa: E402
 
 from ._helpers import jpeg_bytes  # noqa: E402
 
@@ -137,14 +139,15 @@ def _whole(t: Any) -> Callable[[Any], Any]:
     return lambda sample: t(*sample)
 
 
-def torchvision_ops(plan: Plan, sizes: list[tuple[int, int]], keys: np.ndarray) -> list[list[Callable]]:
-    """Each sample's steps as torchvision v2 callables on ``(image, target)``, with torchdali's draw."""
-    g = G.BatchGeometry.identity(np.array(sizes, dtype=np.float64).reshape(-1, 2))
+def torchvision_ops(plan: Plan, sizes: list[tuple[int, int]], keys: np.ndarray,
+                    boxes: list[np.ndarray] | None = None) -> list[list[Callable]]:
+    """Each sample's steps as torchvision v2 callables on ``(image, target)``, with torchdali's draw
+    (``Plan._draw`` watched leaf by leaf; ``boxes``: each sample's XYXY boxes, for RandomIoUCrop)."""
     ops: list[list[Callable]] = [[] for _ in sizes]
-    for stream, t in enumerate(plan.transforms):  # a leaf's stream is its position (Plan._draw)
-        u = _rng.uniform(keys, stream, t.n_uniforms) if t.n_uniforms else None
+    starts = np.cumsum([0] + [len(b) for b in boxes or []])
+
+    def watch(t: Any, g: G.BatchGeometry, p: dict, run: Callable) -> None:
         hw = np.stack([g.height, g.width], -1).round().astype(int)
-        p = t.make_params(g, u)
         for b in range(len(sizes)):
             if isinstance(t, T.RandomResizedCrop):
                 box = [int(p[k][b]) for k in ("top", "left", "height", "width")]
@@ -168,6 +171,10 @@ def torchvision_ops(plan: Plan, sizes: list[tuple[int, int]], keys: np.ndarray) 
                 op = _on_leaves(lambda x, new=new, t=t: TF.resize(x, new, interpolation=_mode(t.filter)))
             elif isinstance(t, T.FixedSizeCrop):
                 op = _fixed_size_crop(t, tuple(hw[b]), int(p["top"][b]), int(p["left"][b]))
+            elif isinstance(t, T.RandomIoUCrop):
+                box = [int(p[k][b]) for k in ("top", "left", "height", "width")]
+                left_alone = box == [0, 0, *hw[b]] and p["keep"][starts[b]: starts[b + 1]].all()
+                op = None if left_alone else _iou_crop(*box)
             elif isinstance(t, SanitizeBoundingBoxes):
                 op = _whole(v2.SanitizeBoundingBoxes(t.min_size, t.min_area, t.labels_getter))
             elif isinstance(t, ClampBoundingBoxes):
@@ -179,9 +186,29 @@ def torchvision_ops(plan: Plan, sizes: list[tuple[int, int]], keys: np.ndarray) 
                 op = None
             if op is not None:
                 ops[b].append(op)
-        if t.stage != "program":
-            t.transform(g, p)
+        run()
+
+    track = BoxTrack(boxes) if boxes is not None and plan.draws_from_boxes else None
+    slots = np.zeros((len(keys), plan.n_slots, layout.SLOT_WIDTH), dtype=np.float32)
+    plan._draw(np.array(sizes, dtype=np.float64).reshape(-1, 2), keys, slots, watch, track)
     return ops
+
+
+def _iou_crop(top: int, left: int, height: int, width: int) -> Callable[[Any], Any]:
+    """torchvision's own RandomIoUCrop.transform with our crop; which boxes it zeroes (their centre
+    outside the crop) is worked out here, from the boxes torchvision's steps have moved so far."""
+    tv = v2.RandomIoUCrop()
+
+    def apply(sample: Any) -> Any:
+        boxes = sample[1]["boxes"]
+        xyxy = TF.convert_bounding_box_format(boxes.as_subclass(torch.Tensor), old_format=boxes.format,
+                                              new_format="XYXY")
+        cx, cy = 0.5 * (xyxy[:, 0] + xyxy[:, 2]), 0.5 * (xyxy[:, 1] + xyxy[:, 3])
+        inside = (left < cx) & (cx < left + width) & (top < cy) & (cy < top + height)
+        params = dict(top=top, left=left, height=height, width=width, is_within_crop_area=inside)
+        return _on_leaves(lambda x: tv.transform(x, params))(sample)
+
+    return apply
 
 
 def _random_crop(t: T.RandomCrop, hw: tuple[int, int], top: int, left: int) -> Callable[[Any], Any]:
@@ -225,8 +252,9 @@ def expected(ds: Detection, transforms: Any, seed: int = SEED, positions: Any = 
     positions = np.arange(len(ds)) if positions is None else np.asarray(positions)
     keys = _rng.sample_keys(seed, 0, positions)
     sizes = [tuple(ds.sizes[i]) for i in positions]
+    boxes = TargetPlan.of(plan).draw_boxes([ds.target(int(i)) for i in positions])
     out = []
-    for b, ops in enumerate(torchvision_ops(plan, sizes, keys)):
+    for b, ops in enumerate(torchvision_ops(plan, sizes, keys, boxes)):
         i = int(positions[b])
         sample = (tv_tensors.Image(torch.from_numpy(ds.image(i)).permute(2, 0, 1).contiguous()), ds.target(i))
         for op in ops:
@@ -303,6 +331,10 @@ PIPELINES: dict[str, Callable[[], list]] = {
     "fixed_size_crop": lambda: [T.FixedSizeCrop((30, 40)), T.RandomHorizontalFlip()],
     "resize_fixed_size_crop": lambda: [T.Resize((70, 80)), T.FixedSizeCrop((36, 36), fill=0),
                                        SanitizeBoundingBoxes()],
+    # SSD: the IoU crop draws from the boxes the zoom out moved, and zeroes the boxes it leaves out
+    "ssd": lambda: [T.RandomZoomOut(fill=0, side_range=(1.0, 2.0)), T.RandomIoUCrop(), T.RandomHorizontalFlip(),
+                    T.Resize((40, 40)), SanitizeBoundingBoxes()],
+    "ssdlite_unsanitized": lambda: [T.RandomIoUCrop(sampler_options=[0.0, 0.3, 0.7, 1.0]), T.RandomHorizontalFlip()],
 }
 
 

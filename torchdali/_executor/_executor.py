@@ -112,7 +112,8 @@ class BatchExecutor:
                     targets = batch.targets
                 if isinstance(targets, PackedTargets):  # boxes and masks, through the batch's geometry
                     keys = _rng.sample_keys(batch.seed, batch.epoch, batch.positions)
-                    targets = self.targets.map(targets.unpack(self.device), shapes[:, :2], keys, self.device)
+                    boxes = self.targets.draw_boxes(targets.unpack())  # from the host (None: not needed)
+                    targets = self.targets.map(targets.unpack(self.device), shapes[:, :2], keys, self.device, boxes)
                 # a pipeline without a fixed size: the targets of a stacked batch are collated now
                 targets = self.delivery.settle_targets(images, targets)
                 if isinstance(targets, torch.Tensor) and targets.device != self.device:

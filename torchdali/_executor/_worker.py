@@ -20,7 +20,9 @@ import torch
 from .. import _rng
 from ..errors import SampleError
 from ..transforms._plan import BatchParams, Plan, run_reference
+from ..transforms._iou_crop import NoCropFound
 from ..transforms._target_plan import TargetPlan, has_geometry
+from ..transforms._targets import BoxTrack
 from ._classify import LoadedSample, load_sample, split_item
 from ._deliver import Delivery
 from ._reads import load_noted, read_into, sample_bytes
@@ -31,16 +33,18 @@ from ._wire import PackedBatch, PackedTargets, Skipped
 RING_PART_ALIGN = 4096  # where a part of a batch starts in its batch's staging-ring slot
 
 
-def draw_params(plan: Plan, shapes: np.ndarray, seed: int, epoch: int, positions: np.ndarray) -> BatchParams:
+def draw_params(plan: Plan, shapes: np.ndarray, seed: int, epoch: int, positions: np.ndarray,
+                boxes: list[np.ndarray] | None = None) -> BatchParams:
     """Kernel parameters and program slots of the samples at ``positions`` of ``epoch``,
-    whose images are ``shapes`` ([B, >=2] H, W, ...).
+    whose images are ``shapes`` ([B, >=2] H, W, ...), and whose ``boxes``
+    (``TargetPlan.draw_boxes``) a plan drawing from boxes (RandomIoUCrop) needs.
 
     The one place parameters are drawn: a sample's draw depends on ``(seed, epoch,
-    position)`` and its size only, so a sample packed in a worker and a replacement
-    found later on the GPU get their parameters the same way.
+    position)``, its size and its boxes only, so a sample packed in a worker and a
+    replacement found later on the GPU get their parameters the same way.
     """
     keys = _rng.sample_keys(seed, epoch, positions)
-    return plan.params(shapes[:, :2], keys)
+    return plan.params(shapes[:, :2], keys, BoxTrack(boxes) if boxes is not None else None)
 
 
 class PrepareBatch:
@@ -130,7 +134,15 @@ class PrepareBatch:
             kinds[i], shapes[i] = kind, shape
             payloads.append(payload)
 
-        drawn = draw_params(self.plan, shapes, seed, epoch, positions)
+        if self.plan.draws_from_boxes and not has_target:
+            step = next(t for t in self.plan.transforms if t.draws_from_boxes)
+            raise ValueError(f"{step!r} draws from each sample's BoundingBoxes, but the dataset's items have no "
+                             f"targets")
+        boxes = self.targets.draw_boxes(targets)
+        try:
+            drawn = draw_params(self.plan, shapes, seed, epoch, positions, boxes)
+        except NoCropFound as e:
+            raise SampleError.for_sample(int(indices[e.sample]), paths[e.sample], "bad target", str(e)) from None
         parts = samples[0].tag.parts if self.mode == "gpu" else 1
         geometry = geometry and has_target
         if geometry:  # boxes and masks: mapped after the kernel, here (CPU) or on the GPU
@@ -148,7 +160,7 @@ class PrepareBatch:
             batch.images = run_reference(self.plan, payloads, drawn, channels_last=self.channels_last)
             if geometry:
                 batch.targets = self.targets.map(targets, shapes[:, :2], _rng.sample_keys(seed, epoch, positions),
-                                                 "cpu")
+                                                 "cpu", boxes)
             self._deliver(batch)
         else:
             lengths = np.fromiter((p.numel() for p in payloads), dtype=np.int64, count=n)

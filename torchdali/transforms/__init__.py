@@ -45,6 +45,7 @@ from ._transforms import (
     Transform,
 )
 from ._reference_geometry import FixedSizeCrop, RandomResize, RandomShortestSize, RandomZoomOut, ScaleJitter
+from ._iou_crop import RandomIoUCrop
 from ._colour import (
     ColorJitter,
     GaussianBlur,
@@ -85,6 +86,6 @@ __all__ = [
     "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "TrivialAugmentWide", "compile_transforms",
     "functional", "supported_table", "to_batch_transform", "to_torchdali",
     # the detection and segmentation references' steps
-    "FixedSizeCrop", "RandomPhotometricDistort", "RandomResize", "RandomShortestSize", "RandomZoomOut",
-    "ScaleJitter",
+    "FixedSizeCrop", "RandomIoUCrop", "RandomPhotometricDistort", "RandomResize", "RandomShortestSize",
+    "RandomZoomOut", "ScaleJitter",
 ]

@@ -38,8 +38,6 @@ ALTERNATIVES: dict[str, str] = {
     "ToNumpy": "remove it (or use MaybePILToTensor): images reach the kernels decoded, as uint8 tensors",
     "FiveCrop": "none: it makes several crops per image; use CenterCrop, or crop the returned batch",
     "TenCrop": "none: it makes several crops per image; use CenterCrop, or crop the returned batch",
-    "RandomIoUCrop": "none yet (boxes and masks follow the crops, resizes, pads and flips; keep this step in "
-                     "the dataset's own transform)",
     "LinearTransformation": "none: multiply the returned batch by the whitening matrix",
     "GaussianNoise": "none: add the noise to the returned batch (images + sigma * torch.randn_like(images))",
     "JPEG": "none: re-encoding has no fused equivalent",

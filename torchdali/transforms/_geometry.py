@@ -21,6 +21,7 @@ sample; the functions update a ``BatchGeometry`` in place.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -71,6 +72,9 @@ class BatchGeometry:
     #: the step of the pipeline whose non-zero fill is read outside the valid window, where a
     #: step padding with zeros (CenterCrop larger than the image) cannot pad (None: it can)
     fill_by: str | None = None
+    #: during a draw from boxes (``Plan._draw``): the samples' boxes where the draw stands, for a
+    #: step that draws its parameters from them (RandomIoUCrop; ``_targets.BoxTrack``); else None
+    boxes: Any = None
 
     def __post_init__(self) -> None:
         for name in layout.block("epilogue").columns:

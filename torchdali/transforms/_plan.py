@@ -115,6 +115,9 @@ class Transform:
     n_uniforms: ClassVar[int] = 0
     #: program slots this transform fills (``program`` stage only; may be set per instance)
     n_slots: int = 0
+    #: whether ``make_params`` reads the samples' boxes (``geometry.boxes``: RandomIoUCrop), so that
+    #: the batch must be drawn with its targets' boxes (``Plan.params(..., boxes=)``)
+    draws_from_boxes: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -335,15 +338,31 @@ class Plan:
             f"max_size=...), or give the DataLoader a max_image_pixels limit. Pipeline: "
             f"{Compose(list(self.transforms))!r}")
 
+    @property
+    def draws_from_boxes(self) -> bool:
+        """Whether a step draws its parameters from the samples' boxes (RandomIoUCrop): the batch
+        is drawn with its targets (``params(..., boxes=)``)."""
+        return any(t.draws_from_boxes for t in self.transforms)
+
     def _draw(self, sizes: np.ndarray, keys: np.ndarray, slots: np.ndarray | None,
-              watch: Callable[[Any, G.BatchGeometry, Callable[[], Any]], None] | None = None) -> G.BatchGeometry:
+              watch: Callable[[Any, G.BatchGeometry, Any, Callable[[], Any]], None] | None = None,
+              boxes: Any = None) -> G.BatchGeometry:
         """The batch's geometry, its program slots written into ``slots`` when given.
 
-        ``watch(t, g, run)``, when given, is called for every transform ``t`` in place of
-        applying it, and applies it by calling ``run()`` (which returns ``t``'s slot region
-        for a program transform): the targets' trace (``_targets.trace_plan``) follows the
-        same draw step by step instead of repeating this loop.
+        ``watch(t, g, p, run)``, when given, is called for every transform ``t`` (``p`` its
+        drawn parameters) in place of applying it, and applies it by calling ``run()``
+        (which returns ``t``'s slot region for a program transform): the targets' trace
+        (``_targets.trace_plan``) follows the same draw step by step instead of repeating
+        this loop.
+
+        ``boxes``: the samples' boxes (a ``_targets.BoxTrack``), needed when a step draws from
+        them (``draws_from_boxes``). Up to the last such step they follow every geometry step
+        (``g.boxes``), so that step sees them where the draw stands.
         """
+        last = max((k for k, t in enumerate(self.transforms) if t.draws_from_boxes), default=-1)
+        if last >= 0 and boxes is None:
+            raise ValueError(f"{self.transforms[last]!r} draws its parameters from each sample's BoundingBoxes, as "
+                             f"torchvision's does: give the dataset's targets boxes (the loader draws from them)")
         g = G.BatchGeometry.identity(sizes)
         if self.fill is not None and any(self.fill):
             g.fill_by = self.pad.by  # type: ignore[union-attr]  # zero padding cannot happen (CenterCrop)
@@ -351,12 +370,17 @@ class Plan:
         # The random stream of a transform is its position among the leaves, so a
         # sample's draws depend only on its key and the pipeline, never on the batch.
         for stream, t in enumerate(self.transforms):
+            g.boxes = boxes if stream <= last else None
             u = _rng.uniform(keys, stream, t.n_uniforms) if t.n_uniforms else None
             p = t.make_params(g, u)
 
-            def run(t=t, p=p) -> Any:
+            def run(t=t, p=p, stream=stream) -> Any:
                 if t.stage != "program":
-                    return t.transform(g, p)
+                    if g.boxes is None:
+                        return t.transform(g, p)
+                    before = g.boxes.before(g)
+                    t.transform(g, p)
+                    return g.boxes.after(before, g, t, stream)
                 if slots is not None:
                     region = slots[:, starts[id(t)].start: starts[id(t)].stop]
                     t.write_slots(g, p, region)
@@ -366,20 +390,22 @@ class Plan:
             if watch is None:
                 run()
             else:
-                watch(t, g, run)
+                watch(t, g, p, run)
+        g.boxes = None
         return g
 
     def geometry(self, sizes: np.ndarray, keys: np.ndarray) -> G.BatchGeometry:
         """Per-sample geometry for images of ``sizes`` ([B, 2] H, W) with sample ``keys``."""
         return self._draw(sizes, keys, None)
 
-    def params(self, sizes: np.ndarray, keys: np.ndarray) -> BatchParams:
+    def params(self, sizes: np.ndarray, keys: np.ndarray, boxes: Any = None) -> BatchParams:
         """The batch's kernel parameters (``[B, layout.NUM_PARAMS]``) and program slots
         (``[B, n_slots, layout.SLOT_WIDTH]``), both float32, for images of ``sizes``
-        ([B, 2] H, W) with sample ``keys``."""
+        ([B, 2] H, W) with sample ``keys`` (and their ``boxes``, a ``_targets.BoxTrack``,
+        for a plan that ``draws_from_boxes``)."""
         n = len(np.asarray(keys))
         slots = np.zeros((n, self.n_slots, layout.SLOT_WIDTH), dtype=np.float32)
-        g = self._draw(sizes, keys, slots)
+        g = self._draw(sizes, keys, slots, boxes=boxes)
         if self.leading:
             hw = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)
             slots[:, SIZE_SLOT, layout.SLOT_M0], slots[:, SIZE_SLOT, layout.SLOT_M1] = hw[:, 0], hw[:, 1]

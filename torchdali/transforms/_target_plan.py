@@ -70,10 +70,11 @@ from ._box_ops import (
     ClampBoundingBoxes, ConvertBoundingBoxFormat, SanitizeBoundingBoxes, _bounding_boxes, clamp_boxes, convert_boxes,
     sanitize_boxes,
 )
+from ._iou_crop import RandomIoUCrop
 from ._plan import Plan, Transform
 from ._random import _PerSample
 from ._reference_geometry import FixedSizeCrop
-from ._targets import BOX_FORMATS, TargetGeometry, _on, map_boxes, map_masks, trace_plan
+from ._targets import BOX_FORMATS, TargetGeometry, _on, _to_xyxy, map_boxes, map_masks, trace_plan
 from ._timm import _TimmOps
 from ._warp import _Warp
 
@@ -156,6 +157,12 @@ def _mask_fill(fill: Any) -> bool:
     return any(v is not None and float(v) != 0 for v in values)
 
 
+def _count_boxes(target: Any) -> int:
+    if not has_geometry(target):
+        return 0
+    return sum(isinstance(leaf, tv_tensors.BoundingBoxes) for leaf in tree_flatten(target)[0])
+
+
 def _where(index: int, path: str | None) -> str:
     return f"sample {index}" + (f" ({path})" if path else "")
 
@@ -172,8 +179,9 @@ class TargetPlan:
     """A compiled pipeline seen from its targets: its target-only steps and what it cannot map."""
 
     plan: Plan
-    #: ``(leaf position, step)`` of each target-only step, in pipeline order, and of each
-    #: FixedSizeCrop (which drops the boxes its crop leaves empty, as the detection reference's does)
+    #: ``(leaf position, step)`` of each target-only step, in pipeline order, of each FixedSizeCrop
+    #: (which drops the boxes its crop leaves empty, as the detection reference's does) and of each
+    #: RandomIoUCrop (which sets the boxes whose centre it leaves out to zeros)
     steps: tuple[tuple[int, Transform], ...]
     #: the program transforms whose warps boxes and masks cannot follow yet
     warps: tuple[Transform, ...]
@@ -184,7 +192,12 @@ class TargetPlan:
     @classmethod
     def of(cls, plan: Plan) -> TargetPlan:
         steps = tuple((k, t) for k, t in enumerate(plan.transforms) if isinstance(t, TARGET_STEPS)
-                      or isinstance(t, FixedSizeCrop))
+                      or isinstance(t, (FixedSizeCrop, RandomIoUCrop)))
+        draws = [k for k, t in enumerate(plan.transforms) if t.draws_from_boxes]
+        drops = [t for k, t in steps if isinstance(t, (SanitizeBoundingBoxes, FixedSizeCrop)) and draws and k < draws[-1]]
+        if drops:
+            raise ValueError(f"{drops[0]!r} drops boxes before {plan.transforms[draws[-1]]!r}, which draws from the "
+                             f"boxes: torchdali draws from every box of the sample; move the drop after it")
         warps = tuple(t for t in plan.transforms if isinstance(t, _WARPS)
                       or isinstance(t, _PerSample) and any(isinstance(c, _WARPS) for c in t.contents))
         pads = []
@@ -224,6 +237,11 @@ class TargetPlan:
         """Whether sample ``index``'s target holds boxes or masks, checked against its image's
         ``(H, W)``; raises SampleError for bad data (on_error handles it), TypeError or
         ValueError for what is not supported yet (the module docstring)."""
+        if self.plan.draws_from_boxes and _count_boxes(target) != 1:
+            step = next(t for t in self.plan.transforms if t.draws_from_boxes)
+            raise SampleError.for_sample(index, path, "bad target",
+                                         f"{step!r} draws from the sample's boxes, so its target must hold one "
+                                         f"tv_tensors.BoundingBoxes; it holds {_count_boxes(target)}")
         if not has_geometry(target):
             return False
         hw = (int(image_hw[0]), int(image_hw[1]))
@@ -271,11 +289,29 @@ class TargetPlan:
                                                  f"{tuple(leaves[j].shape)} ({op!r} keeps one label per box)")
         return True
 
+    def draw_boxes(self, targets: Sequence[Any]) -> list[np.ndarray] | None:
+        """Each sample's XYXY float64 boxes (host) that a plan drawing from boxes (RandomIoUCrop) draws
+        the batch from (``Plan._draw``); None for any other plan. Each target holds one BoundingBoxes
+        (``check``); read them from host tensors: a device tensor makes the host wait."""
+        if not self.plan.draws_from_boxes:
+            return None
+        out = []
+        for b, target in enumerate(targets):
+            boxes = [leaf for leaf in tree_flatten(target)[0] if isinstance(leaf, tv_tensors.BoundingBoxes)]
+            if len(boxes) != 1:
+                step = next(t for t in self.plan.transforms if t.draws_from_boxes)
+                raise ValueError(f"{step!r} draws from each sample's boxes, but the target of sample {b} of the "
+                                 f"batch holds {len(boxes)} BoundingBoxes (it needs one)")
+            plain = boxes[0].as_subclass(torch.Tensor).detach().cpu().double().reshape(-1, 4)
+            out.append(_to_xyxy(plain, boxes[0].format.name).numpy())
+        return out
+
     # -- after the kernel: the whole batch -------------------------------------------------------
     def map(self, targets: Sequence[Any], sizes: np.ndarray, keys: np.ndarray,
-            device: torch.device | str) -> TargetList:
+            device: torch.device | str, boxes: Sequence[np.ndarray] | None = None) -> TargetList:
         """The batch's targets (tensors on ``device``) through the pipeline, for images of
-        ``sizes`` (``[B, 2]`` H, W) with sample ``keys`` (the module docstring)."""
+        ``sizes`` (``[B, 2]`` H, W) with sample ``keys`` (the module docstring). ``boxes``:
+        ``draw_boxes`` of the same targets on the host, where they are on the device."""
         device = torch.device(device)
         flat = [tree_flatten(t) for t in targets]
         leaves = [list(f[0]) for f in flat]
@@ -283,7 +319,9 @@ class TargetPlan:
                   if isinstance(x, tv_tensors.BoundingBoxes)]
         self.refuse(bool(box_at), any(isinstance(x, tv_tensors.Mask) for ls in leaves for x in ls))
         try:
-            trace = trace_plan(self.plan, np.asarray(sizes)[:, :2], keys)
+            if boxes is None:
+                boxes = self.draw_boxes(targets)
+            trace = trace_plan(self.plan, np.asarray(sizes)[:, :2], keys, boxes)
         except NotImplementedError as e:
             raise ValueError(f"boxes and masks cannot follow this pipeline: {e}") from None
         frozen: dict[tuple[int, int], int] = {}
@@ -330,7 +368,17 @@ class _Boxes:
 
     def run(self) -> None:
         done = 0
+        zeroed = dict(self.trace.zeroed)
         for position, op in self.tp.steps:
+            if isinstance(op, RandomIoUCrop):  # its zeros come after its crop
+                stop = self._leaf_steps(position + 1)
+                self._move(done, stop)
+                done = stop
+                keep = zeroed.get(position)
+                if keep is not None and not keep.all() and len(self.boxes):
+                    drop = _on(self.device, np.flatnonzero(~keep))
+                    self.boxes = self.boxes.index_fill(0, drop, 0.0)
+                continue
             if isinstance(op, FixedSizeCrop):  # its own drop comes after its crop and pad
                 stop = self._leaf_steps(position + 1)
                 self._move(done, stop)

@@ -59,7 +59,7 @@ from ._transforms import CenterCrop, RandomResizedCrop
 
 __all__ = [
     "AxisStep", "BOX_FORMATS", "MappedBoxes", "TargetGeometry", "TargetGeometryLike", "TargetStep",
-    "map_boxes", "map_masks", "target_geometry", "trace_plan",
+    "BoxTrack", "map_boxes", "map_masks", "target_geometry", "trace_plan",
 ]
 
 #: the box formats mapped (``tv_tensors.BoundingBoxFormat`` names of the axis-aligned ones)
@@ -149,6 +149,10 @@ class TargetGeometry(NamedTuple):
     #: ``trace_plan`` only: for each leaf of the plan, how many of ``steps`` come before it (where a
     #: target-only step such as SanitizeBoundingBoxes stands among the geometry steps)
     leaf_steps: tuple[int, ...] = ()
+    #: ``trace_plan`` with boxes only: ``(leaf position, keep)`` of each step that set boxes to zeros
+    #: after its crop (RandomIoUCrop), ``keep`` host bool with one entry per box of the batch
+    #: (``BoxTrack``'s order), False where the box became ``[0, 0, 0, 0]``
+    zeroed: tuple[tuple[int, np.ndarray], ...] = ()
 
     @property
     def batch(self) -> int:
@@ -331,9 +335,62 @@ def _leaf_step(before: _Snapshot, after: _Snapshot, mask_nearest_only: bool, box
     return TargetStep(steps["y"], steps["x"], torch.as_tensor(exact))
 
 
-def trace_plan(plan: Plan, sizes: np.ndarray, keys: np.ndarray) -> TargetGeometry:
+def _moved(before: _Snapshot, after: _Snapshot) -> bool:
+    """Whether a transform moved the geometry (a resize to the same size does not)."""
+    return any(not np.array_equal(getattr(before, f), getattr(after, f)) for f in _Snapshot._fields if f != "filter")
+
+
+class BoxTrack:
+    """The samples' boxes during a draw (``Plan._draw(..., boxes=)``), for a step that draws its
+    parameters from them (RandomIoUCrop reads ``geometry.boxes``).
+
+    XYXY float64 on the host, one block of rows per sample, moved through each geometry
+    step as ``map_boxes`` moves them (clamped at crops; the step read from the geometry
+    before and after it, as ``trace_plan`` reads it). A step may set boxes to zeros after
+    it (``zero``), as RandomIoUCrop does with the boxes whose centre its crop leaves out;
+    ``zeroed`` records where.
+    """
+
+    def __init__(self, boxes: Sequence[np.ndarray]) -> None:
+        rows = [np.asarray(b, dtype=np.float64).reshape(-1, 4) for b in boxes]
+        self.counts = np.array([len(b) for b in rows], dtype=np.int64)
+        self.xyxy = np.concatenate(rows) if rows else np.zeros((0, 4))
+        self._sample = torch.from_numpy(np.repeat(np.arange(len(rows)), self.counts))
+        self._keep: np.ndarray | None = None
+        #: ``(leaf position, keep)`` of each step that zeroed boxes (``TargetGeometry.zeroed``)
+        self.zeroed: list[tuple[int, np.ndarray]] = []
+
+    def per_sample(self) -> list[np.ndarray]:
+        """Each sample's ``[n, 4]`` XYXY boxes where the draw stands."""
+        return np.split(self.xyxy, np.cumsum(self.counts)[:-1])
+
+    def zero(self, keep: np.ndarray) -> None:
+        """After the step being applied: set the boxes where ``keep`` (bool, one per box) is False to zeros."""
+        self._keep = np.asarray(keep, dtype=bool)
+
+    def before(self, g: G.BatchGeometry) -> _Snapshot:
+        return _Snapshot.of(g)
+
+    def after(self, before: _Snapshot, g: G.BatchGeometry, t: Any, position: int) -> None:
+        """The boxes through the step leaf ``position`` (``t``) took from ``before`` to ``g``."""
+        after = _Snapshot.of(g)
+        if len(self.xyxy) and _moved(before, after):
+            step = _leaf_step(before, after, isinstance(t, _MASK_ALWAYS_NEAREST), isinstance(t, _BOX_CENTER_CROP))
+            b = torch.from_numpy(self.xyxy)
+            x0, x1 = _box_axis(b[:, 0], b[:, 2], step.x, self._sample, True)
+            y0, y1 = _box_axis(b[:, 1], b[:, 3], step.y, self._sample, True)
+            self.xyxy = torch.stack([x0, y0, x1, y1], dim=-1).numpy()
+        if self._keep is not None:
+            self.xyxy[~self._keep] = 0.0
+            self.zeroed.append((position, self._keep))
+            self._keep = None
+
+
+def trace_plan(plan: Plan, sizes: np.ndarray, keys: np.ndarray,
+               boxes: Sequence[np.ndarray] | None = None) -> TargetGeometry:
     """The geometry steps ``plan`` draws for images of ``sizes`` (``[B, 2]`` H, W) with
-    sample ``keys``: the same draw as ``plan.params(sizes, keys)``, step by step.
+    sample ``keys`` (and, for a plan that draws from boxes, each sample's XYXY ``boxes``):
+    the same draw as ``plan.params(sizes, keys, BoxTrack(boxes))``, step by step.
 
     Runs ``Plan._draw`` itself (same random streams, same steps) and records one
     ``TargetStep`` per transform that moved the geometry. Raises NotImplementedError when a sample draws a warp of the augment
@@ -347,8 +404,9 @@ def trace_plan(plan: Plan, sizes: np.ndarray, keys: np.ndarray) -> TargetGeometr
     slots = np.zeros((len(keys), plan.n_slots, layout.SLOT_WIDTH), dtype=np.float32)
     steps: list[TargetStep] = []
     leaf_steps: list[int] = []
+    track = BoxTrack(boxes) if boxes is not None and plan.draws_from_boxes else None
 
-    def watch(t: Any, g: G.BatchGeometry, run: Any) -> None:
+    def watch(t: Any, g: G.BatchGeometry, p: Any, run: Any) -> None:
         leaf_steps.append(len(steps))
         if t.stage == "program":
             region = run()
@@ -361,16 +419,14 @@ def trace_plan(plan: Plan, sizes: np.ndarray, keys: np.ndarray) -> TargetGeometr
         before = _Snapshot.of(g)
         run()
         after = _Snapshot.of(g)
-        moved = any(not np.array_equal(getattr(before, f), getattr(after, f)) for f in _Snapshot._fields
-                    if f != "filter")
-        if moved:
+        if _moved(before, after):
             steps.append(_leaf_step(before, after, isinstance(t, _MASK_ALWAYS_NEAREST),
                                     isinstance(t, _BOX_CENTER_CROP)))
 
-    g = plan._draw(sizes, keys, slots, watch)
+    g = plan._draw(sizes, keys, slots, watch, track)
     out = np.stack([g.height, g.width], axis=-1)
     return TargetGeometry(tuple(steps), np.rint(sizes).astype(np.int64), np.rint(out).astype(np.int64),
-                          tuple(leaf_steps))
+                          tuple(leaf_steps), tuple(track.zeroed) if track is not None else ())
 
 
 # --------------------------------------------------------------------------- #
@@ -408,13 +464,22 @@ def _from_xyxy(b: torch.Tensor, fmt: str) -> torch.Tensor:
 
 def _box_axis(c0: torch.Tensor, c1: torch.Tensor, ax: AxisStep, sample: torch.Tensor,
               clamp: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both corners of every box along one axis through one step (``sample``: each box's sample)."""
-    offset, scale, size = ax.box_offset[sample], ax.scale[sample], ax.size[sample]
-    a, b = (c0 - offset) / scale, (c1 - offset) / scale
+    """Both corners of every box along one axis through one step (``sample``: each box's sample).
+
+    In the boxes' dtype, as torchvision computes them: the crop's offset subtracted, then
+    the resize's ratio (``new / old``, a float32 tensor in torchvision) multiplied in, the
+    mirror taken from the canvas size. Its float32 rounding decides which boxes at a
+    canvas edge SanitizeBoundingBoxes keeps (``40.0000038 > 40`` is dropped), so it is
+    repeated rather than computed more precisely.
+    """
+    dtype = c0.dtype
+    offset, size = ax.box_offset[sample].to(dtype), ax.size[sample].to(dtype)
+    ratio = (1.0 / ax.scale[sample]).to(torch.float32).to(dtype)
+    a, b = (c0 - offset) * ratio, (c1 - offset) * ratio
     flip = ax.flip[sample]
     a, b = torch.where(flip, size - b, a), torch.where(flip, size - a, b)
     if clamp:
-        lo, hi = ax.lo[sample], ax.hi[sample]
+        lo, hi = ax.lo[sample].to(dtype), ax.hi[sample].to(dtype)
         a, b = torch.clamp(a, lo, hi), torch.clamp(b, lo, hi)
     return a, b
 
@@ -439,8 +504,9 @@ def map_boxes(boxes: torch.Tensor, counts: torch.Tensor | Sequence[int], geometr
     Returns ``MappedBoxes``: the boxes (same dtype, format and device) and each
     sample's new canvas size. Batched: no Python loop over samples or boxes.
 
-    Exactness: up to float rounding (the arithmetic is float64, torchvision's is in
-    the boxes' dtype). From a folded geometry the clamp is to the valid window, which
+    Exactness: the arithmetic is torchvision's, step by step in the boxes' dtype
+    (``_box_axis``); an XYWH or CXCYWH box is converted once at each end rather than
+    at every step, which may differ in the last bit. From a folded geometry the clamp is to the valid window, which
     is the intersection of the crops' canvases; it differs from torchvision for boxes
     that reach outside their source image (torchvision leaves them alone until a crop,
     then clamps to that crop's canvas only) and, after a resize of zero padding
@@ -471,7 +537,7 @@ def map_boxes(boxes: torch.Tensor, counts: torch.Tensor | Sequence[int], geometr
     tg = tg.to(device)
     sample = torch.repeat_interleave(torch.arange(tg.batch, device=device), _on(device, counts),
                                      output_size=boxes.shape[0])
-    x0, y0, x1, y1 = _to_xyxy(boxes.double(), fmt).unbind(-1)
+    x0, y0, x1, y1 = _to_xyxy(boxes, fmt).unbind(-1)
     for step in tg.steps:
         x0, x1 = _box_axis(x0, x1, step.x, sample, clamp)
         y0, y1 = _box_axis(y0, y1, step.y, sample, clamp)
