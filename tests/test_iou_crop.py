@@ -198,3 +198,27 @@ def test_a_sample_no_crop_can_take_is_named():
     tf = [T.RandomIoUCrop(sampler_options=[0.0, 0.5])]
     with pytest.raises(SampleError, match=r"sample 1\b.*no crop found"):
         list(td.DataLoader(Detection(), batch_size=5, transforms=tf, device="cpu"))
+
+
+def test_the_workers_trace_maps_as_a_fresh_one():
+    """The worker draws the parameters and the targets' steps once (``draw_and_trace``); the trace
+    crosses to the main process pickled, and maps the targets as tracing there again would."""
+    import pickle
+
+    from torchdali.transforms._target_plan import TargetPlan
+    from torchdali.transforms._targets import draw_and_trace, trace_plan
+
+    ds = Detection()
+    plan = T.compile_transforms(detection_preset_train("ssd"))
+    tp = TargetPlan.of(plan)
+    targets = [ds.target(i) for i in range(len(ds))]
+    sizes, keys = np.array(ds.sizes), _rng.sample_keys(4, 0, np.arange(len(ds)))
+    boxes = tp.draw_boxes(targets)
+    params, trace = draw_and_trace(plan, sizes, keys, boxes)
+    assert torch.equal(params.params, plan.params(sizes, keys, BoxTrack(boxes)).params)
+    fresh = trace_plan(plan, sizes, keys, boxes)
+    moved = pickle.loads(pickle.dumps(trace))
+    assert moved.leaf_steps == fresh.leaf_steps and np.array_equal(moved.size, fresh.size)
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(moved.zeroed, fresh.zeroed))
+    for got, want in zip(tp.map(targets, sizes, keys, "cpu", trace=moved), tp.map(targets, sizes, keys, "cpu")):
+        assert_target(got, want, "trace")

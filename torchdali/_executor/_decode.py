@@ -473,8 +473,9 @@ class GpuDecoder:
             extra.append(sub.payload.reshape(-1))
             # the sample's own position (that of the spare when one replaced it), drawn as in the worker
             boxes = self.fallback.targets.draw_boxes([sub.target])
-            drawn = draw_params(self.plan, shapes[i: i + 1], batch.seed, batch.epoch, batch.positions[i: i + 1],
-                                boxes)
+            drawn, _ = draw_params(self.plan, shapes[i: i + 1], batch.seed, batch.epoch, batch.positions[i: i + 1],
+                                   boxes)
+            batch.trace = None  # the main process traces the batch again, with its replacement
             params[i] = drawn.params[0]
             if slots is not None:
                 slots[i] = drawn.slots[0]

@@ -79,6 +79,9 @@ class PackedBatch:
     # its own share of the batch's ring slot, its targets not collated yet; ``_worker.merge_parts``
     # puts the batch together
     parts: int = 1
+    # boxes and masks: the batch's ``_targets.trace_plan``, from the worker's draw (None: traced again
+    # where the targets are mapped)
+    trace: Any = None
 
     # Small tensors cross the worker queue as numpy arrays, pickled inline: a torch
     # tensor would travel as a shared-memory segment plus a file descriptor, whose

@@ -22,7 +22,7 @@ from ..errors import SampleError
 from ..transforms._plan import BatchParams, Plan, run_reference
 from ..transforms._iou_crop import NoCropFound
 from ..transforms._target_plan import TargetPlan, has_geometry
-from ..transforms._targets import BoxTrack
+from ..transforms._targets import BoxTrack, TargetGeometry, draw_and_trace
 from ._classify import LoadedSample, load_sample, split_item
 from ._deliver import Delivery
 from ._reads import load_noted, read_into, sample_bytes
@@ -34,17 +34,22 @@ RING_PART_ALIGN = 4096  # where a part of a batch starts in its batch's staging-
 
 
 def draw_params(plan: Plan, shapes: np.ndarray, seed: int, epoch: int, positions: np.ndarray,
-                boxes: list[np.ndarray] | None = None) -> BatchParams:
+                boxes: list[np.ndarray] | None = None,
+                trace: bool = False) -> tuple[BatchParams, TargetGeometry | None]:
     """Kernel parameters and program slots of the samples at ``positions`` of ``epoch``,
     whose images are ``shapes`` ([B, >=2] H, W, ...), and whose ``boxes``
-    (``TargetPlan.draw_boxes``) a plan drawing from boxes (RandomIoUCrop) needs.
+    (``TargetPlan.draw_boxes``) a plan drawing from boxes (RandomIoUCrop) needs; with
+    ``trace``, also the steps their boxes and masks take (``_targets.draw_and_trace``),
+    from the same draw.
 
     The one place parameters are drawn: a sample's draw depends on ``(seed, epoch,
     position)``, its size and its boxes only, so a sample packed in a worker and a
     replacement found later on the GPU get their parameters the same way.
     """
     keys = _rng.sample_keys(seed, epoch, positions)
-    return plan.params(shapes[:, :2], keys, BoxTrack(boxes) if boxes is not None else None)
+    if trace:
+        return draw_and_trace(plan, shapes[:, :2], keys, boxes)
+    return plan.params(shapes[:, :2], keys, BoxTrack(boxes) if boxes is not None else None), None
 
 
 class PrepareBatch:
@@ -139,12 +144,12 @@ class PrepareBatch:
             raise ValueError(f"{step!r} draws from each sample's BoundingBoxes, but the dataset's items have no "
                              f"targets")
         boxes = self.targets.draw_boxes(targets)
-        try:
-            drawn = draw_params(self.plan, shapes, seed, epoch, positions, boxes)
+        geometry = geometry and has_target
+        try:  # boxes and masks: their steps are recorded by the same draw, for the mapping after the kernel
+            drawn, trace = draw_params(self.plan, shapes, seed, epoch, positions, boxes, trace=geometry)
         except NoCropFound as e:
             raise SampleError.for_sample(int(indices[e.sample]), paths[e.sample], "bad target", str(e)) from None
         parts = samples[0].tag.parts if self.mode == "gpu" else 1
-        geometry = geometry and has_target
         if geometry:  # boxes and masks: mapped after the kernel, here (CPU) or on the GPU
             collated = targets if self.mode == "cpu" else PackedTargets.pack(targets)
         elif parts > 1:  # collated once the batch is whole again (merge_parts)
@@ -154,13 +159,15 @@ class PrepareBatch:
         batch = PackedBatch(seed=seed, epoch=epoch, indices=indices, positions=positions, paths=paths,
                             params=drawn.params, targets=collated, has_target=has_target,
                             first_position=samples[0].tag.position,
-                            spares=[t for t in spares if t not in used], skipped=skipped, parts=parts)
+                            spares=[t for t in spares if t not in used], skipped=skipped, parts=parts,
+                            trace=trace)
         batch.set_params(drawn)
         if self.mode == "cpu":
             batch.images = run_reference(self.plan, payloads, drawn, channels_last=self.channels_last)
             if geometry:
                 batch.targets = self.targets.map(targets, shapes[:, :2], _rng.sample_keys(seed, epoch, positions),
-                                                 "cpu", boxes)
+                                                 "cpu", trace=trace)
+                batch.trace = None
             self._deliver(batch)
         else:
             lengths = np.fromiter((p.numel() for p in payloads), dtype=np.int64, count=n)

@@ -12,8 +12,8 @@ The draw needs the boxes where the pipeline stands (after RandomZoomOut in SSD's
 preset), not the pixels: the loader draws a batch in the worker from the JPEG
 headers' sizes and the targets' boxes (``Plan._draw(..., boxes=)``, the boxes moved
 by ``_targets.BoxTrack``), before anything is decoded. Each sample's draw is a
-rejection loop over its own random stream (``_rng.Stream`` keyed by its one
-uniform), the trials of one minimum evaluated together; the formulas keep
+rejection loop over its own random stream (keyed by its one uniform), the rounds
+of the whole batch evaluated together, ``_ROUNDS`` at a time; the formulas keep
 torchvision's float32 draws (``rand32``) and ``int()`` truncations, so the
 distribution of crops is torchvision's (``tests/test_iou_crop.py`` checks it).
 """
@@ -36,6 +36,8 @@ __all__ = ["NoCropFound", "RandomIoUCrop"]
 #: minimums drawn for one sample before giving up (a sample whose boxes no crop can take, e.g. centres
 #: on the image's border, with no leave-as-is option; torchvision would loop forever)
 _MAX_ROUNDS = 1000
+#: rounds (minimums) drawn together (``_rounds``): most samples end within a few
+_ROUNDS = 4
 
 
 class NoCropFound(ValueError):
@@ -87,57 +89,80 @@ class RandomIoUCrop(Transform):
 
     def make_params(self, geometry: G.BatchGeometry, u: np.ndarray | None) -> dict[str, np.ndarray]:
         h, w = geometry.height.copy(), geometry.width.copy()
-        top, left = np.zeros_like(h), np.zeros_like(w)
-        keep = []
-        for b, boxes in enumerate(geometry.boxes.per_sample()):
-            rng = _rng.Stream(int(u[b, 0] * 9007199254740992.0))
-            try:
-                crop = self.draw_one(int(round(h[b])), int(round(w[b])), boxes, rng)
-            except NoCropFound as e:
-                raise NoCropFound(str(e), b) from None
-            if crop is None:
-                keep.append(np.ones(len(boxes), dtype=bool))
-                continue
-            top[b], left[b], h[b], w[b], inside = crop
-            keep.append(inside)
-        return {"top": top, "left": left, "height": h, "width": w,
+        per_sample = geometry.boxes.per_sample()
+        n = len(h)
+        most = max((len(b) for b in per_sample), default=0)
+        boxes = np.full((n, max(most, 1), 4), np.nan)  # padding: a NaN centre is never inside a crop
+        for b, xyxy in enumerate(per_sample):
+            boxes[b, :len(xyxy)] = xyxy
+        keys = (u[:, 0] * 9007199254740992.0).astype(np.uint64)  # each sample's own stream
+        crop = np.zeros((n, 4))  # top, left, height, width
+        left_alone = np.zeros(n, dtype=bool)
+        inside = np.zeros((n, boxes.shape[1]), dtype=bool)
+        todo = np.arange(n)
+        for block in range(-(-_MAX_ROUNDS // _ROUNDS)):
+            if not len(todo):
+                break
+            done, leave, found, got_inside = self._rounds(h[todo], w[todo], boxes[todo], keys[todo], block)
+            crop[todo[done]] = found[done]
+            left_alone[todo[done]] = leave[done]
+            inside[todo[done]] = got_inside[done]
+            todo = todo[~done]
+        if len(todo):
+            b = int(todo[0])
+            raise NoCropFound(f"{self!r}: no crop found for an image of {int(h[b])}x{int(w[b])} with "
+                              f"{len(per_sample[b])} boxes after {_MAX_ROUNDS} draws of the minimum IoU (no box centre "
+                              f"lies strictly inside the image, and sampler_options has no 1.0 to leave it as it is)",
+                              b)
+        cropped = ~left_alone
+        keep = [np.ones(len(xyxy), dtype=bool) if left_alone[b] else inside[b, :len(xyxy)]
+                for b, xyxy in enumerate(per_sample)]
+        return {"top": np.where(cropped, crop[:, 0], 0.0), "left": np.where(cropped, crop[:, 1], 0.0),
+                "height": np.where(cropped, crop[:, 2], h), "width": np.where(cropped, crop[:, 3], w),
                 "keep": np.concatenate(keep) if keep else np.zeros(0, dtype=bool)}
 
-    def draw_one(self, height: int, width: int, boxes: np.ndarray,
-                 rng: _rng.Stream) -> tuple[int, int, int, int, np.ndarray] | None:
-        """One sample's crop ``(top, left, height, width, inside)`` for its XYXY ``boxes`` (``inside``:
-        which centres it holds), or None to leave the sample as it is."""
-        cx = 0.5 * (boxes[:, 0] + boxes[:, 2])
-        cy = 0.5 * (boxes[:, 1] + boxes[:, 3])
-        area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    def _rounds(self, height: np.ndarray, width: np.ndarray, boxes: np.ndarray, keys: np.ndarray,
+                block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Rounds ``block * _ROUNDS ...`` of the loop for every sample at once (``[S]`` sizes, ``[S, N, 4]``
+        XYXY boxes padded with NaN, the samples' stream keys): per sample whether a round ended the loop,
+        whether by leaving it alone, and the crop ``[S, 4]`` and centres ``[S, N]`` of the first such round.
+
+        A round draws a minimum IoU, then ``trials`` crops; the first crop that passes ends it. Drawing
+        ``_ROUNDS`` rounds together and taking the first that ends the loop is the same as drawing
+        them one after the other."""
+        s, t = len(height), self.trials
+        u = _rng.uniform(keys, block, _ROUNDS * (1 + 4 * t)).reshape(s, _ROUNDS, 1 + 4 * t)
+        options = np.asarray(self.options)
+        minimum = options[np.minimum((u[..., 0] * len(options)).astype(np.int64), len(options) - 1)]  # [S, R]
+        v = rand32(u[..., 1:].reshape(s, _ROUNDS, t, 4))
         span = np.float32(self.max_scale - self.min_scale)
-        for _ in range(_MAX_ROUNDS):
-            minimum = self.options[min(int(rng.uniform(1)[0] * len(self.options)), len(self.options) - 1)]
-            if minimum >= 1.0:
-                return None
-            if not len(boxes):  # no crop can hold a centre: only leaving the sample as it is ends the loop
-                continue
-            v = rand32(rng.uniform(4 * self.trials).reshape(self.trials, 4))
-            new_w = np.trunc(np.float32(width) * (np.float32(self.min_scale) + span * v[:, 0]))
-            new_h = np.trunc(np.float32(height) * (np.float32(self.min_scale) + span * v[:, 1]))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                aspect = new_w.astype(np.float64) / new_h
-            left = np.trunc(np.float32(width - new_w) * v[:, 2]).astype(np.float64)
-            top = np.trunc(np.float32(height - new_h) * v[:, 3]).astype(np.float64)
-            right, bottom = left + new_w, top + new_h
-            inside = ((left[:, None] < cx) & (cx < right[:, None]) & (top[:, None] < cy) & (cy < bottom[:, None]))
-            iw = np.clip(np.minimum(boxes[:, 2], right[:, None]) - np.maximum(boxes[:, 0], left[:, None]), 0, None)
-            ih = np.clip(np.minimum(boxes[:, 3], bottom[:, None]) - np.maximum(boxes[:, 1], top[:, None]), 0, None)
-            inter = iw * ih
-            iou = np.where(inside, inter / (area + (new_w * new_h)[:, None] - inter), -np.inf)
-            ok = ((self.min_aspect_ratio <= aspect) & (aspect <= self.max_aspect_ratio) & (new_w > 0) & (new_h > 0)
-                  & inside.any(axis=1) & (iou.max(axis=1) >= minimum))
-            if ok.any():
-                k = int(np.argmax(ok))
-                return int(top[k]), int(left[k]), int(new_h[k]), int(new_w[k]), inside[k]
-        raise NoCropFound(f"{self!r}: no crop found for an image of {height}x{width} with {len(boxes)} boxes after "
-                         f"{_MAX_ROUNDS} draws of the minimum IoU (no box centre lies strictly inside the image, and "
-                         f"sampler_options has no 1.0 to leave it as it is)", -1)
+        hh, ww = height.astype(np.float32)[:, None, None], width.astype(np.float32)[:, None, None]
+        new_w = np.trunc(ww * (np.float32(self.min_scale) + span * v[..., 0]))  # [S, R, T], float32 as torchvision
+        new_h = np.trunc(hh * (np.float32(self.min_scale) + span * v[..., 1]))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            aspect = new_w.astype(np.float64) / new_h
+        left = np.trunc((ww - new_w) * v[..., 2]).astype(np.float64)
+        top = np.trunc((hh - new_h) * v[..., 3]).astype(np.float64)
+        right, bottom = left + new_w, top + new_h
+        b = boxes[:, None, None]  # [S, 1, 1, N, 4]
+        cx, cy = 0.5 * (b[..., 0] + b[..., 2]), 0.5 * (b[..., 1] + b[..., 3])
+        l_, t_, r_, b_ = (a[..., None] for a in (left, top, right, bottom))  # [S, R, T, 1]
+        inside = (l_ < cx) & (cx < r_) & (t_ < cy) & (cy < b_)  # [S, R, T, N]
+        inter = (np.clip(np.minimum(b[..., 2], r_) - np.maximum(b[..., 0], l_), 0, None)
+                 * np.clip(np.minimum(b[..., 3], b_) - np.maximum(b[..., 1], t_), 0, None))
+        area = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iou = np.where(inside, inter / (area + (new_w * new_h)[..., None] - inter), -np.inf)
+        ok = ((self.min_aspect_ratio <= aspect) & (aspect <= self.max_aspect_ratio) & (new_w > 0) & (new_h > 0)
+              & inside.any(axis=-1) & (iou.max(axis=-1) >= minimum[..., None]))  # [S, R, T]
+        leave = minimum >= 1.0
+        ends = leave | ok.any(axis=-1)  # [S, R]
+        done = ends.any(axis=-1)
+        r = np.argmax(ends, axis=-1)  # the first round that ends the loop
+        k = np.argmax(ok[np.arange(s), r], axis=-1)  # its first passing trial
+        at = (np.arange(s), r, k)
+        crop = np.stack([top[at], left[at], new_h[at], new_w[at]], axis=-1)
+        return done, leave[np.arange(s), r], crop, inside[at]
 
     def transform(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray]) -> None:
         G.crop(geometry, params["top"], params["left"], params["height"], params["width"])

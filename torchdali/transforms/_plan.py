@@ -398,14 +398,14 @@ class Plan:
         """Per-sample geometry for images of ``sizes`` ([B, 2] H, W) with sample ``keys``."""
         return self._draw(sizes, keys, None)
 
-    def params(self, sizes: np.ndarray, keys: np.ndarray, boxes: Any = None) -> BatchParams:
+    def params(self, sizes: np.ndarray, keys: np.ndarray, boxes: Any = None, watch: Any = None) -> BatchParams:
         """The batch's kernel parameters (``[B, layout.NUM_PARAMS]``) and program slots
         (``[B, n_slots, layout.SLOT_WIDTH]``), both float32, for images of ``sizes``
         ([B, 2] H, W) with sample ``keys`` (and their ``boxes``, a ``_targets.BoxTrack``,
-        for a plan that ``draws_from_boxes``)."""
+        for a plan that ``draws_from_boxes``; ``watch`` as ``_draw``'s)."""
         n = len(np.asarray(keys))
         slots = np.zeros((n, self.n_slots, layout.SLOT_WIDTH), dtype=np.float32)
-        g = self._draw(sizes, keys, slots, boxes=boxes)
+        g = self._draw(sizes, keys, slots, watch, boxes)
         if self.leading:
             hw = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)
             slots[:, SIZE_SLOT, layout.SLOT_M0], slots[:, SIZE_SLOT, layout.SLOT_M1] = hw[:, 0], hw[:, 1]

@@ -308,10 +308,13 @@ class TargetPlan:
 
     # -- after the kernel: the whole batch -------------------------------------------------------
     def map(self, targets: Sequence[Any], sizes: np.ndarray, keys: np.ndarray,
-            device: torch.device | str, boxes: Sequence[np.ndarray] | None = None) -> TargetList:
+            device: torch.device | str, boxes: Sequence[np.ndarray] | None = None,
+            trace: TargetGeometry | None = None) -> TargetList:
         """The batch's targets (tensors on ``device``) through the pipeline, for images of
-        ``sizes`` (``[B, 2]`` H, W) with sample ``keys`` (the module docstring). ``boxes``:
-        ``draw_boxes`` of the same targets on the host, where they are on the device."""
+        ``sizes`` (``[B, 2]`` H, W) with sample ``keys`` (the module docstring). ``trace``: the
+        batch's ``trace_plan``, where the worker drew it (``_targets.draw_and_trace``); else it
+        is drawn here, from ``boxes`` (``draw_boxes`` of the same targets on the host, where
+        they are on the device)."""
         device = torch.device(device)
         flat = [tree_flatten(t) for t in targets]
         leaves = [list(f[0]) for f in flat]
@@ -319,9 +322,10 @@ class TargetPlan:
                   if isinstance(x, tv_tensors.BoundingBoxes)]
         self.refuse(bool(box_at), any(isinstance(x, tv_tensors.Mask) for ls in leaves for x in ls))
         try:
-            if boxes is None:
-                boxes = self.draw_boxes(targets)
-            trace = trace_plan(self.plan, np.asarray(sizes)[:, :2], keys, boxes)
+            if trace is None:
+                if boxes is None:
+                    boxes = self.draw_boxes(targets)
+                trace = trace_plan(self.plan, np.asarray(sizes)[:, :2], keys, boxes)
         except NotImplementedError as e:
             raise ValueError(f"boxes and masks cannot follow this pipeline: {e}") from None
         frozen: dict[tuple[int, int], int] = {}

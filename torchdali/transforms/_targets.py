@@ -59,7 +59,7 @@ from ._transforms import CenterCrop, RandomResizedCrop
 
 __all__ = [
     "AxisStep", "BOX_FORMATS", "MappedBoxes", "TargetGeometry", "TargetGeometryLike", "TargetStep",
-    "BoxTrack", "map_boxes", "map_masks", "target_geometry", "trace_plan",
+    "BoxTrack", "draw_and_trace", "map_boxes", "map_masks", "target_geometry", "trace_plan",
 ]
 
 #: the box formats mapped (``tv_tensors.BoundingBoxFormat`` names of the axis-aligned ones)
@@ -159,6 +159,13 @@ class TargetGeometry(NamedTuple):
         """Samples in the batch (``len`` is the tuple's, as for any NamedTuple)."""
         return len(self.size)
 
+    def __reduce__(self) -> tuple:
+        # A trace crosses from a worker to the main process with its batch: the steps' tensors
+        # travel as numpy arrays (a tensor would take a shared-memory file descriptor each).
+        steps = [(tuple(t.cpu().numpy() for t in s.y), tuple(t.cpu().numpy() for t in s.x),
+                  s.nearest_exact.cpu().numpy()) for s in self.steps]
+        return _trace_from_arrays, (steps, self.source_size, self.size, self.leaf_steps, self.zeroed)
+
     def to(self, device: torch.device | str) -> TargetGeometry:
         """The same geometry with the steps' tensors on ``device``: host tensors go over in one
         copy through pinned memory (``upload``), so the host never waits for the stream's work."""
@@ -201,6 +208,15 @@ class TargetGeometry(NamedTuple):
             return self.size
         s = self.steps[k - 1]
         return np.rint(torch.stack([s.y.size, s.x.size], dim=-1).cpu().numpy()).astype(np.int64)
+
+
+def _trace_from_arrays(steps: list, source_size: Any, size: Any, leaf_steps: tuple, zeroed: tuple) -> TargetGeometry:
+    """``TargetGeometry.__reduce__``'s inverse."""
+    def axis(arrays: tuple) -> AxisStep:
+        return AxisStep(*(torch.from_numpy(a) for a in arrays))
+
+    return TargetGeometry(tuple(TargetStep(axis(y), axis(x), torch.from_numpy(e)) for y, x, e in steps),
+                          source_size, size, leaf_steps, zeroed)
 
 
 TargetGeometryLike = Union[TargetGeometry, G.BatchGeometry, BatchParams, torch.Tensor]
@@ -386,28 +402,21 @@ class BoxTrack:
             self._keep = None
 
 
-def trace_plan(plan: Plan, sizes: np.ndarray, keys: np.ndarray,
-               boxes: Sequence[np.ndarray] | None = None) -> TargetGeometry:
-    """The geometry steps ``plan`` draws for images of ``sizes`` (``[B, 2]`` H, W) with
-    sample ``keys`` (and, for a plan that draws from boxes, each sample's XYXY ``boxes``):
-    the same draw as ``plan.params(sizes, keys, BoxTrack(boxes))``, step by step.
+class _Trace:
+    """The steps of one draw, recorded by watching ``Plan._draw`` (``trace_plan``, ``draw_and_trace``)."""
 
-    Runs ``Plan._draw`` itself (same random streams, same steps) and records one
-    ``TargetStep`` per transform that moved the geometry. Raises NotImplementedError when a sample draws a warp of the augment
-    program (RandomAffine, RandomPerspective, RandomRotation, an auto-augment
-    shear/translate/rotate), which boxes and masks do not follow yet.
-    """
-    sizes = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)
-    keys = np.asarray(keys)
-    if len(keys) != len(sizes):
-        raise ValueError(f"trace_plan: {len(sizes)} sizes but {len(keys)} keys")
-    slots = np.zeros((len(keys), plan.n_slots, layout.SLOT_WIDTH), dtype=np.float32)
-    steps: list[TargetStep] = []
-    leaf_steps: list[int] = []
-    track = BoxTrack(boxes) if boxes is not None and plan.draws_from_boxes else None
+    def __init__(self, plan: Plan, sizes: np.ndarray, keys: np.ndarray, boxes: Sequence[np.ndarray] | None) -> None:
+        self.sizes = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)
+        if len(keys) != len(self.sizes):
+            raise ValueError(f"trace_plan: {len(self.sizes)} sizes but {len(keys)} keys")
+        self.steps: list[TargetStep] = []
+        self.leaf_steps: list[int] = []
+        self.track = BoxTrack(boxes) if boxes is not None and plan.draws_from_boxes else None
+        self.g: G.BatchGeometry | None = None
 
-    def watch(t: Any, g: G.BatchGeometry, p: Any, run: Any) -> None:
-        leaf_steps.append(len(steps))
+    def watch(self, t: Any, g: G.BatchGeometry, p: Any, run: Any) -> None:
+        self.g = g
+        self.leaf_steps.append(len(self.steps))
         if t.stage == "program":
             region = run()
             warps = np.isin(region[..., layout.SLOT_OP], _WARP_OPS).any(axis=1)
@@ -420,13 +429,41 @@ def trace_plan(plan: Plan, sizes: np.ndarray, keys: np.ndarray,
         run()
         after = _Snapshot.of(g)
         if _moved(before, after):
-            steps.append(_leaf_step(before, after, isinstance(t, _MASK_ALWAYS_NEAREST),
-                                    isinstance(t, _BOX_CENTER_CROP)))
+            self.steps.append(_leaf_step(before, after, isinstance(t, _MASK_ALWAYS_NEAREST),
+                                         isinstance(t, _BOX_CENTER_CROP)))
 
-    g = plan._draw(sizes, keys, slots, watch, track)
-    out = np.stack([g.height, g.width], axis=-1)
-    return TargetGeometry(tuple(steps), np.rint(sizes).astype(np.int64), np.rint(out).astype(np.int64),
-                          tuple(leaf_steps), tuple(track.zeroed) if track is not None else ())
+    def result(self, g: G.BatchGeometry) -> TargetGeometry:
+        out = np.stack([g.height, g.width], axis=-1)
+        return TargetGeometry(tuple(self.steps), np.rint(self.sizes).astype(np.int64),
+                              np.rint(out).astype(np.int64), tuple(self.leaf_steps),
+                              tuple(self.track.zeroed) if self.track is not None else ())
+
+
+def trace_plan(plan: Plan, sizes: np.ndarray, keys: np.ndarray,
+               boxes: Sequence[np.ndarray] | None = None) -> TargetGeometry:
+    """The geometry steps ``plan`` draws for images of ``sizes`` (``[B, 2]`` H, W) with
+    sample ``keys`` (and, for a plan that draws from boxes, each sample's XYXY ``boxes``):
+    the same draw as ``plan.params(sizes, keys, BoxTrack(boxes))``, step by step.
+
+    Runs ``Plan._draw`` itself (same random streams, same steps) and records one
+    ``TargetStep`` per transform that moved the geometry. Raises NotImplementedError when a sample draws a warp of the augment
+    program (RandomAffine, RandomPerspective, RandomRotation, an auto-augment
+    shear/translate/rotate), which boxes and masks do not follow yet.
+    """
+    keys = np.asarray(keys)
+    trace = _Trace(plan, sizes, keys, boxes)
+    slots = np.zeros((len(keys), plan.n_slots, layout.SLOT_WIDTH), dtype=np.float32)
+    return trace.result(plan._draw(trace.sizes, keys, slots, trace.watch, trace.track))
+
+
+def draw_and_trace(plan: Plan, sizes: np.ndarray, keys: np.ndarray,
+                   boxes: Sequence[np.ndarray] | None = None) -> tuple[BatchParams, TargetGeometry]:
+    """``plan.params`` and ``trace_plan`` of the same batch from one draw (the worker's, where the
+    targets hold boxes or masks: the main process then maps them without drawing again)."""
+    keys = np.asarray(keys)
+    trace = _Trace(plan, sizes, keys, boxes)
+    params = plan.params(trace.sizes, keys, trace.track, trace.watch)
+    return params, trace.result(trace.g if trace.g is not None else G.BatchGeometry.identity(trace.sizes))
 
 
 # --------------------------------------------------------------------------- #
