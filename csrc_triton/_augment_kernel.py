@@ -146,7 +146,8 @@ def augment_slot_kernel(
     elif op == layout.OP_CONTRAST:
         if HAS_STATS:
             total = tl.load(stats_ptr + b64 * STATS_W + augment.STATS_LUMA_SUM)
-            mean = tl.div_rn(total.to(tl.float32), (H * W).to(tl.float32))
+            pixels = tl.where(m1 > 0, m1, (H * W).to(tl.float32))  # a row of a padded layout: its own count
+            mean = tl.div_rn(total.to(tl.float32), pixels)
             o0, o1, o2 = colour.contrast(x0, x1, x2, m0, mean, FMA64)
     elif op == layout.OP_SATURATION:
         o0, o1, o2 = colour.saturation(x0, x1, x2, m0, FMA64)

@@ -312,7 +312,7 @@ def _apply_op(img: torch.Tensor, row: torch.Tensor, tables: torch.Tensor | None)
     if op == layout.OP_BRIGHTNESS:
         return r.brightness(img, m[0])
     if op == layout.OP_CONTRAST:
-        return r.contrast(img, m[0])
+        return r.contrast(img, m[0], pixels=m[1])
     if op == layout.OP_SATURATION:
         return r.saturation(img, m[0])
     if op == layout.OP_HUE:

@@ -393,7 +393,9 @@ OP_ARGS: dict[int, tuple[str, tuple[str, ...]]] = {
     # torchvision's perspective coefficients (_get_perspective_coeffs)
     2: ("perspective", ("a", "b", "c", "d", "e", "f", "g", "h")),
     3: ("brightness", ("factor",)),
-    4: ("contrast", ("factor",)),  # blends with the mean of the grayscale image
+    # blends with the mean of the grayscale image. The executor may set m1 > 0: the image's pixel count,
+    # where it lies in a longer zero-padded row (a leading program's rows, ``torchdali/transforms/_execute.py``)
+    4: ("contrast", ("factor",)),
     5: ("saturation", ("factor",)),
     6: ("hue", ("factor",)),
     7: ("grayscale", ()),

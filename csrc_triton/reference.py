@@ -572,19 +572,21 @@ def brightness(img: torch.Tensor, factor: float) -> torch.Tensor:
     return truncate_uint8(img.float() * _f32(factor))
 
 
-def contrast_mean(img: torch.Tensor) -> torch.Tensor:
+def contrast_mean(img: torch.Tensor, pixels: float = 0.0) -> torch.Tensor:
     """Mean of the floored luma of one image, as float32: an integer sum (exact) over
-    the float32 pixel count (what ``image_stats`` computes for contrast)."""
+    the float32 pixel count (what ``image_stats`` computes for contrast); ``pixels`` > 0
+    is the count where the image lies in a longer zero-padded row."""
     total = luma(img).floor().to(torch.int64).sum()
     # a device tensor as divisor: CUDA torch turns division by a Python scalar into
     # a multiplication by its reciprocal, which rounds differently
-    n = torch.tensor(float(img.shape[-2] * img.shape[-1]), dtype=torch.float32, device=img.device)
+    n = torch.tensor(float(pixels) if pixels > 0 else float(img.shape[-2] * img.shape[-1]), dtype=torch.float32,
+                     device=img.device)
     return total.to(torch.float32) / n
 
 
-def contrast(img: torch.Tensor, factor: float, mean: torch.Tensor | None = None) -> torch.Tensor:
+def contrast(img: torch.Tensor, factor: float, mean: torch.Tensor | None = None, pixels: float = 0.0) -> torch.Tensor:
     """Blend with the mean of the floored luma (``mean`` from :func:`contrast_mean`)."""
-    return blend(img, contrast_mean(img) if mean is None else mean, factor)
+    return blend(img, contrast_mean(img, pixels) if mean is None else mean, factor)
 
 
 def saturation(img: torch.Tensor, factor: float) -> torch.Tensor:

@@ -149,7 +149,10 @@ def _leading_pass(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: 
     sizes = np.rint(slots[:, SIZE_SLOT, [layout.SLOT_M0, layout.SLOT_M1]].numpy()).astype(np.int64).reshape(-1, 2)
     if len(sizes) == 0:
         return data, offsets, shapes
+    entries = plan.program[: plan.leading]
     lay = _ragged.output_layout(sizes, channels_last=True, stack=False)
+    if len(lay.groups) > 1 and _row_ops_only(slots[:, entries[0].start: entries[-1].stop]):
+        return _leading_rows(entries, data, offsets, shapes, sizes, lay, slots, backend, source)
     placement = lay.placement
     packed = np.concatenate([sizes, np.full((len(sizes), 1), 3, dtype=np.int64)], axis=1)
     identity = G.BatchGeometry.identity(sizes).to_params()
@@ -158,12 +161,54 @@ def _leading_pass(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: 
     buffer = torch.empty(lay.numel, dtype=torch.uint8, device=device)
     backend.fn("resized_crop")(data, offsets, shapes, params_d, lay.size, _IDENTITY, _ZERO, out_dtype=torch.uint8,
                                quantize=False, source=source, placement=placement_d, out=buffer)
-    entries = plan.program[: plan.leading]
     for group in lay.groups:
         view = _ragged.group_view(buffer, group, channels_last=True)
         done = _run_program(entries, view, slots[torch.from_numpy(group.index)], backend, device)
         if done.data_ptr() != view.data_ptr():  # (an all-identity program returns its input)
             view.copy_(done)
+    return buffer, offsets_d, shapes_d
+
+
+#: ops that see only a pixel and, for contrast, the image's luma sum: a leading program of them runs on
+#: the images laid out as rows of one padded batch (``_leading_rows``)
+_ROW_OPS = np.array([layout.OP_IDENTITY, layout.OP_BRIGHTNESS, layout.OP_CONTRAST, layout.OP_SATURATION, layout.OP_HUE,
+                     layout.OP_GRAYSCALE, layout.OP_INVERT, layout.OP_POSTERIZE, layout.OP_SOLARIZE,
+                     layout.OP_SOLARIZE_ADD, layout.OP_PERMUTE_CHANNELS], dtype=np.float32)
+
+
+def _row_ops_only(slots: torch.Tensor) -> bool:
+    return bool(np.isin(slots[..., layout.SLOT_OP].numpy(), _ROW_OPS).all())
+
+
+def _leading_rows(entries: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor, sizes: np.ndarray,
+                  lay: Any, slots: torch.Tensor, backend: Backend,
+                  source: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``_leading_pass`` for a program of ``_ROW_OPS`` on images of many sizes (detection sets:
+    nearly every image its own size). Each image is written HWC at the start of its own row of
+    ``N`` pixels (the largest image's count) in one zero-filled buffer, and each slot runs once on
+    the ``[B, 3, 1, N]`` view instead of once per size group. Nothing these ops compute crosses
+    pixels except contrast's luma sum, to which the zeros add nothing; its mean divides by the
+    image's own count (the slot's ``pixels`` argument)."""
+    device = data.device
+    pixels = sizes[:, 0] * sizes[:, 1]
+    row = int(pixels.max())
+    placement = lay.placement.copy()
+    placement[:, layout.PLACE_OFFSET] = np.arange(len(sizes), dtype=np.int64) * (3 * row)
+    packed = np.concatenate([sizes, np.full((len(sizes), 1), 3, dtype=np.int64)], axis=1)
+    identity = G.BatchGeometry.identity(sizes).to_params()
+    params_d, placement_d, offsets_d, shapes_d = upload(
+        [identity, placement, np.ascontiguousarray(placement[:, layout.PLACE_OFFSET]), packed], device)
+    buffer = torch.zeros(len(sizes) * 3 * row, dtype=torch.uint8, device=device)
+    backend.fn("resized_crop")(data, offsets, shapes, params_d, lay.size, _IDENTITY, _ZERO, out_dtype=torch.uint8,
+                               quantize=False, source=source, placement=placement_d, out=buffer)
+    slots = slots.clone()
+    contrast = slots[..., layout.SLOT_OP] == layout.OP_CONTRAST
+    counts = torch.from_numpy(pixels.astype(np.float32))[:, None].expand_as(contrast)
+    slots[..., layout.SLOT_M1] = torch.where(contrast, counts, slots[..., layout.SLOT_M1])
+    view = buffer.view(len(sizes), 1, row, 3).permute(0, 3, 1, 2)
+    done = _run_program(entries, view, slots, backend, device)
+    if done.data_ptr() != view.data_ptr():  # (an all-identity program returns its input)
+        view.copy_(done)
     return buffer, offsets_d, shapes_d
 
 
