@@ -185,13 +185,13 @@ def _leading_rows(entries: Any, data: torch.Tensor, offsets: torch.Tensor, shape
                   source: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``_leading_pass`` for a program of ``_ROW_OPS`` on images of many sizes (detection sets:
     nearly every image its own size). Each image is written HWC at the start of its own row of
-    ``N`` pixels (the largest image's count) in one zero-filled buffer, and each slot runs once on
-    the ``[B, 3, 1, N]`` view instead of once per size group. Nothing these ops compute crosses
+    ``N`` pixels (the largest image's count, rounded up to even) in one zero-filled buffer, and each
+    slot runs once on the ``[B, 3, 2, N / 2]`` view instead of once per size group. Nothing these ops compute crosses
     pixels except contrast's luma sum, to which the zeros add nothing; its mean divides by the
     image's own count (the slot's ``pixels`` argument)."""
     device = data.device
     pixels = sizes[:, 0] * sizes[:, 1]
-    row = int(pixels.max())
+    row = int(pixels.max() + 1) // 2 * 2  # viewed as 2 x row/2: a height of 1 would be a Triton constant
     placement = lay.placement.copy()
     placement[:, layout.PLACE_OFFSET] = np.arange(len(sizes), dtype=np.int64) * (3 * row)
     packed = np.concatenate([sizes, np.full((len(sizes), 1), 3, dtype=np.int64)], axis=1)
@@ -205,7 +205,7 @@ def _leading_rows(entries: Any, data: torch.Tensor, offsets: torch.Tensor, shape
     contrast = slots[..., layout.SLOT_OP] == layout.OP_CONTRAST
     counts = torch.from_numpy(pixels.astype(np.float32))[:, None].expand_as(contrast)
     slots[..., layout.SLOT_M1] = torch.where(contrast, counts, slots[..., layout.SLOT_M1])
-    view = buffer.view(len(sizes), 1, row, 3).permute(0, 3, 1, 2)
+    view = buffer.view(len(sizes), 2, row // 2, 3).permute(0, 3, 1, 2)
     done = _run_program(entries, view, slots, backend, device)
     if done.data_ptr() != view.data_ptr():  # (an all-identity program returns its input)
         view.copy_(done)
