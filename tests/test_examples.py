@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -37,6 +38,14 @@ def test_external_source_example(tmp_path):
     out = _run([os.path.join(ROOT, "examples", "external_source.py"), "--batches", "2", "--batch-size", "4",
                 "--workers", "2", "--device", "cpu"], cwd=tmp_path)
     assert out.count("batch ") >= 2 and "(4, 3, 128, 128)" in out
+
+
+def test_train_detection_example(tmp_path):
+    out = _run([os.path.join(ROOT, "examples", "train_detection.py"), "--device", "cpu", "--steps", "2",
+                "--batch-size", "4", "--workers", "0", "--num-images", "8"], cwd=tmp_path)
+    losses = [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses), out
+    assert "images/s" in out
 
 
 def test_main_job_bench_on_embedded_dataset(tmp_path):
