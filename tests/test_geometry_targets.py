@@ -139,6 +139,17 @@ def _whole(t: Any) -> Callable[[Any], Any]:
     return lambda sample: t(*sample)
 
 
+def _pad(pads: list[int], fill: Any) -> Callable[[Any], Any] | None:
+    """torchvision's ``pad`` of every tv_tensor by ``pads`` (left, top, right, bottom), each with its fill."""
+    return _on_leaves(lambda x: TF.pad(x, pads, fill=_fill(fill, x))) if any(pads) else None
+
+
+def _fill(fill: Any, x: Any) -> Any:
+    """The fill torchvision's transforms pad ``x`` with (``_get_fill`` of ``_setup_fill_arg``: per type)."""
+    fill = v2._utils._setup_fill_arg(dict(fill) if isinstance(fill, dict) else fill)
+    return v2._utils._convert_fill_arg(v2._utils._get_fill(fill, type(x)))
+
+
 def torchvision_ops(plan: Plan, sizes: list[tuple[int, int]], keys: np.ndarray,
                     boxes: list[np.ndarray] | None = None) -> list[list[Callable]]:
     """Each sample's steps as torchvision v2 callables on ``(image, target)``, with torchdali's draw
@@ -165,7 +176,15 @@ def torchvision_ops(plan: Plan, sizes: list[tuple[int, int]], keys: np.ndarray,
                 op = _on_leaves(TF.horizontal_flip) if p["flip"][b] else None
             elif isinstance(t, T.RandomZoomOut):
                 pads = [int(p[k][b]) for k in ("left", "top", "right", "bottom")]
-                op = _on_leaves(lambda x, pads=pads: TF.pad(x, pads, fill=0)) if any(pads) else None
+                op = _pad(pads, t.fill)
+            elif isinstance(t, T.Pad):
+                op = _on_leaves(lambda x, t=t: TF.pad(x, list(t.pads), fill=_fill(t.fill, x),
+                                                      padding_mode=t.padding_mode))
+            elif isinstance(t, T.PadIfSmaller):  # the segmentation reference's: F.pad with each type's fill
+                pads = [0, 0, max(t.size - int(hw[b][1]), 0), max(t.size - int(hw[b][0]), 0)]
+                op = _pad(pads, t.fill)
+            elif isinstance(t, T.ToDtype) and t.mask_dtype is not None:  # a dtype dict's Mask entry
+                op = _whole(v2.ToDtype({tv_tensors.Mask: t.mask_dtype, "others": None}))
             elif isinstance(t, (T.RandomShortestSize, T.RandomResize, T.ScaleJitter)):
                 new = [int(p["height"][b]), int(p["width"][b])]
                 op = _on_leaves(lambda x, new=new, t=t: TF.resize(x, new, interpolation=_mode(t.filter)))
@@ -182,7 +201,7 @@ def torchvision_ops(plan: Plan, sizes: list[tuple[int, int]], keys: np.ndarray,
             elif isinstance(t, ConvertBoundingBoxFormat):
                 op = _whole(v2.ConvertBoundingBoxFormat(t.format))
             else:
-                assert t.stage in ("epilogue", "meta", "program") and not isinstance(t, T.Pad), t
+                assert t.stage in ("epilogue", "meta", "program"), t
                 op = None
             if op is not None:
                 ops[b].append(op)
@@ -215,7 +234,7 @@ def _random_crop(t: T.RandomCrop, hw: tuple[int, int], top: int, left: int) -> C
     """torchvision's own RandomCrop.transform with the padding its make_params finds and our
     top/left (shifted into its padded image's coordinates)."""
     tv = v2.RandomCrop(t.size, padding=list(t.pads) if t.padding is not None else None,
-                       pad_if_needed=t.pad_if_needed)
+                       pad_if_needed=t.pad_if_needed, fill=t.fill, padding_mode=t.padding_mode)
 
     def apply(sample: Any) -> Any:
         params = tv.make_params([tv_tensors.Image(torch.zeros(3, *hw, dtype=torch.uint8))])
@@ -380,6 +399,102 @@ def test_held_out_segmentation_preset(device):
         assert type(target) is tv_tensors.Mask and target.shape == (1, 48, 48)
         assert_target(target, w_target, f"sample {i}", device)
     assert any((t == 255).any() for _, t in got)
+
+
+class PadIfSmaller(v2.Transform):
+    """torchvision's references/segmentation/v2_extras.py PadIfSmaller, as the reference script has it."""
+
+    def __init__(self, size: int, fill: Any = 0) -> None:
+        super().__init__()
+        self.size = size
+        self.fill = v2._utils._setup_fill_arg(fill)
+
+    def make_params(self, sample: Any) -> dict:
+        _, height, width = v2._utils.query_chw(sample)
+        padding = [0, 0, max(self.size - width, 0), max(self.size - height, 0)]
+        return dict(padding=padding, needs_padding=any(padding))
+
+    def transform(self, inpt: Any, params: dict) -> Any:
+        if not params["needs_padding"]:
+            return inpt
+        fill = v2._utils._convert_fill_arg(v2._utils._get_fill(self.fill, type(inpt)))
+        return TF.pad(inpt, padding=params["padding"], fill=fill)
+
+
+class _Labels(Segmentation):
+    """Segmentation masks of labels 0..20 only: a 255 in the output comes from padding."""
+
+    def target(self, i: int) -> Any:
+        return tv_tensors.Mask(super().target(i).as_subclass(torch.Tensor) % 21)
+
+
+def _segmentation_presets(base_size: int, crop_size: int) -> tuple[Any, Any]:
+    """SegmentationPresetTrain/Eval(backend="tensor", use_v2=True) of torchvision's segmentation reference."""
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    train = v2.Compose([
+        v2.PILToTensor(), v2.RandomResize(min_size=int(0.5 * base_size), max_size=int(2.0 * base_size)),
+        v2.RandomHorizontalFlip(0.5), PadIfSmaller(crop_size, fill={tv_tensors.Mask: 255, "others": 0}),
+        v2.RandomCrop(crop_size),
+        v2.ToDtype(dtype={torch.Tensor: torch.float32, tv_tensors.Mask: torch.int64, "others": None}, scale=True),
+        v2.Normalize(mean=mean, std=std), v2.ToPureTensor()])
+    evaluation = v2.Compose([v2.PILToTensor(), v2.Resize(base_size), v2.ToDtype(torch.float, scale=True),
+                             v2.Normalize(mean=mean, std=std), v2.ToPureTensor()])
+    return train, evaluation
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_segmentation_presets_run_unchanged(device):
+    """The segmentation reference's presets, unchanged: PadIfSmaller pads the images with 0 and the masks
+    with 255, the masks come out int64 (ToDtype's dict), each as torchvision gives them."""
+    train, evaluation = _segmentation_presets(base_size=40, crop_size=48)
+    ds = _Labels(jpeg=device == "cuda")
+    for tf, mask_dtype in ((train, torch.int64), (evaluation, torch.uint8)):
+        got = run_loader(ds, tf, device, batch_size=5)
+        want = expected(ds, tf)
+        for i, ((image, target), (w_image, w_target)) in enumerate(zip(got, want)):
+            assert tuple(image.shape) == tuple(w_image.shape) and image.dtype == torch.float32, (i, image.shape)
+            assert type(target) is tv_tensors.Mask and target.dtype == mask_dtype
+            assert_target(target, w_target, f"sample {i}", device)
+        if tf is train:
+            assert all(image.shape == (3, 48, 48) for image, _ in got)
+            assert sum(int((t == 255).sum()) for _, t in got) > 0  # the padding's fill
+    plan = compile_transforms(train)
+    pad = next(t for t in plan.transforms if isinstance(t, T.PadIfSmaller))
+    assert pad.size == 48 and "PadIfSmaller" in T.SUPPORTED
+
+
+class _BoolMasks(Segmentation):
+    def target(self, i: int) -> Any:
+        return tv_tensors.Mask(super().target(i).as_subclass(torch.Tensor) % 2 == 1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_mask_fill_pads_the_masks_as_torchvision(device):
+    """A non-zero Mask fill: each padded pixel takes the fill of the step that padded it (the later of
+    two, a Resize between them), cast to the mask's dtype (255 is True in a bool mask)."""
+    two = T.Compose([T.Pad([3, 0, 1, 5], fill={tv_tensors.Mask: 7, "others": 0}), T.Resize((41, 37)),
+                     T.RandomCrop(40, padding=3, fill={tv_tensors.Mask: 9, "others": 0}),
+                     T.RandomHorizontalFlip()])
+    check_against_torchvision(Segmentation(jpeg=device == "cuda"), two, device)
+    plain = v2.Compose([v2.RandomCrop(60, pad_if_needed=True, fill=5), v2.RandomVerticalFlip()])
+    check_against_torchvision(Segmentation(jpeg=device == "cuda"), plain, device)
+    bools = T.Compose([PadIfSmaller(58, fill={tv_tensors.Mask: 255, "others": 0}),
+                       T.ToDtype({torch.Tensor: torch.float32, tv_tensors.Mask: torch.uint8}, scale=True)])
+    check_against_torchvision(_BoolMasks(jpeg=device == "cuda"), bools, device)
+    got = run_loader(_BoolMasks(), bools, "cpu", batch_size=5)
+    assert all(t.dtype == torch.uint8 and int(t.max()) == 1 for _, t in got)  # True, then 1
+
+
+def test_a_mask_fill_with_a_padding_mode_or_a_sequence_is_refused():
+    """Masks follow constant padding only (a padding mode is refused for them, whatever the fill), and
+    torchvision refuses a sequence as a Mask's fill."""
+    for tf, message in [
+        (T.Compose([T.Pad(2, fill={tv_tensors.Mask: 255, "others": 0}, padding_mode="reflect")]),
+         "pads with a padding mode"),
+        (T.Compose([T.RandomCrop(30, padding=2, fill=(10, 20, 30))]), "a sequence"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            next(iter(td.DataLoader(Segmentation(), batch_size=2, transforms=tf, device="cpu")))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -599,7 +714,12 @@ class _PadsMasksWithFill(_PadsWithEdges):
     fill = {tv_tensors.Mask: 3, "others": 0}
 
 
-def test_padding_other_than_zeros_is_refused_for_the_targets_it_would_spoil():
+class _PadsMasksWithList(_PadsWithEdges):
+    padding_mode = "constant"
+    fill = {tv_tensors.Mask: [3, 4, 5], "others": 0}
+
+
+def test_padding_that_targets_cannot_follow_is_refused_for_them():
     from torchdali.transforms._target_plan import TargetPlan
 
     edges = TargetPlan.of(compile_transforms(T.Compose([T.Resize((20, 20)), _PadsWithEdges()])))
@@ -608,9 +728,11 @@ def test_padding_other_than_zeros_is_refused_for_the_targets_it_would_spoil():
     with pytest.raises(ValueError, match="pads with a padding mode"):
         edges.refuse(boxes=False, masks=True)
     fill = TargetPlan.of(compile_transforms(T.Compose([T.Resize((20, 20)), _PadsMasksWithFill()])))
-    fill.refuse(boxes=True, masks=False)  # boxes do not see a fill
-    with pytest.raises(ValueError, match="non-zero fill"):
-        fill.refuse(boxes=False, masks=True)
+    fill.refuse()  # boxes do not see a fill; masks take it (test_a_mask_fill_pads_the_masks_as_torchvision)
+    listed = TargetPlan.of(compile_transforms(T.Compose([T.Resize((20, 20)), _PadsMasksWithList()])))
+    listed.refuse(boxes=True, masks=False)
+    with pytest.raises(ValueError, match="a sequence"):
+        listed.refuse(boxes=False, masks=True)
     TargetPlan.of(compile_transforms(T.Compose([T.RandomCrop(20, padding=2)]))).refuse()
 
 

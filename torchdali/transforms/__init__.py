@@ -44,7 +44,9 @@ from ._transforms import (
     ToTensor,
     Transform,
 )
-from ._reference_geometry import FixedSizeCrop, RandomResize, RandomShortestSize, RandomZoomOut, ScaleJitter
+from ._reference_geometry import (
+    FixedSizeCrop, PadIfSmaller, RandomResize, RandomShortestSize, RandomZoomOut, ScaleJitter,
+)
 from ._iou_crop import RandomIoUCrop
 from ._colour import (
     ColorJitter,
@@ -86,6 +88,6 @@ __all__ = [
     "ToDtype", "ToImage", "ToPureTensor", "ToTensor", "Transform", "TrivialAugmentWide", "compile_transforms",
     "functional", "supported_table", "to_batch_transform", "to_torchdali",
     # the detection and segmentation references' steps
-    "FixedSizeCrop", "RandomIoUCrop", "RandomPhotometricDistort", "RandomResize", "RandomShortestSize",
-    "RandomZoomOut", "ScaleJitter",
+    "FixedSizeCrop", "PadIfSmaller", "RandomIoUCrop", "RandomPhotometricDistort", "RandomResize",
+    "RandomShortestSize", "RandomZoomOut", "ScaleJitter",
 ]

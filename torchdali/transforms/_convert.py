@@ -144,8 +144,8 @@ def alternative(obj: Any, reason: str) -> str:
         found = _interpolation_alternative(obj)
         if found is not None:
             return found
-    if name in ("RandomCrop", "Pad", "RandomZoomOut", "FixedSizeCrop") and ("padding_mode" in reason
-                                                                         or "fill" in reason):
+    if name in ("RandomCrop", "Pad", "RandomZoomOut", "FixedSizeCrop", "PadIfSmaller") and (
+            "padding_mode" in reason or "fill" in reason):
         return _PADDING_ADVICE
     if name == "Resize" and "size=None" in reason:
         return "Resize(shorter_side, max_size=...)"

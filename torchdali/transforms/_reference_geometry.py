@@ -3,14 +3,15 @@
 ``RandomShortestSize``, ``RandomResize`` and ``ScaleJitter`` resize each sample to a
 size drawn per sample; ``RandomZoomOut`` pastes it into a larger canvas (SSD);
 ``FixedSizeCrop`` crops a large sample and pads a small one to a fixed size
-(large-scale jitter). Each draws with ``torchvision.transforms.v2``'s formulas
+(large-scale jitter); ``PadIfSmaller`` (the segmentation reference's) pads a small
+sample up to a size. Each draws with ``torchvision.transforms.v2``'s formulas
 (the prototype's and the detection reference's for ``FixedSizeCrop``), in the
 dtypes torchvision computes them in: its ``torch.rand`` is float32, on 24 bits
 (:func:`rand32`), and ``int()`` truncates. Apart from ``FixedSizeCrop`` their output
 size is the sample's own, so a batch holds images of different sizes
 (``_ragged.py``); each says how large an output can get (``bound_size``).
 
-The padding of ``RandomZoomOut`` and ``FixedSizeCrop`` goes through the kernel's
+The padding of ``RandomZoomOut``, ``FixedSizeCrop`` and ``PadIfSmaller`` goes through the kernel's
 fold box (``_geometry.pad``): the canvas that a later resize resamples is exact,
 as is a fill after a resize (``FixedSizeCrop`` after ``ScaleJitter``).
 """
@@ -29,7 +30,8 @@ from ._registry import register
 from ._state import SizeBound, StaticState
 from ._transforms import _mode_repr, _resampled, _tv_antialias, declare_padding, image_fill, padding_route
 
-__all__ = ["FixedSizeCrop", "RandomResize", "RandomShortestSize", "RandomZoomOut", "ScaleJitter", "rand32"]
+__all__ = ["FixedSizeCrop", "PadIfSmaller", "RandomResize", "RandomShortestSize", "RandomZoomOut", "ScaleJitter",
+           "rand32"]
 
 
 def rand32(u: np.ndarray) -> np.ndarray:
@@ -317,3 +319,55 @@ class FixedSizeCrop(Transform):
         if self.pad_mode is not None:
             out += f", fill={self.fill!r}, padding_mode={self.padding_mode!r}"
         return out
+
+
+
+@register("PadIfSmaller", any_module=True, usage="PadIfSmaller(size, fill=0)",
+          semantics="pad bottom/right up to `size` where smaller; fill per type (`Mask` too)",
+          notes="the segmentation reference's, matched by class name; output size per sample")
+class PadIfSmaller(Transform):
+    """Pad the bottom and right of each sample smaller than ``size`` up to ``size`` (a side
+    already as large is left alone): the segmentation reference's ``PadIfSmaller``
+    (``references/segmentation/v2_extras.py``), ``padding = [0, 0, max(size - width, 0),
+    max(size - height, 0)]``, a constant ``F.pad`` with the fill of each tv_tensor type
+    (the image's: ``tv_tensors.Image``, else ``"others"``; a Mask's: ``tv_tensors.Mask``,
+    else ``"others"``, mapped by ``_target_plan.py``). Matched by class name in any module
+    (the reference script is not a package).
+    """
+
+    stage = "geometry"
+
+    def __init__(self, size: int, fill: Any = 0) -> None:
+        if not isinstance(size, numbers.Integral) or isinstance(size, bool) or size <= 0:
+            raise ValueError(f"PadIfSmaller: size must be a positive int (the reference's), got {size!r}")
+        self.size = int(size)
+        self.fill = fill
+        #: ``_geometry.pad``'s mode: None for zero padding through the valid window
+        self.pad_mode = padding_route("PadIfSmaller", fill, "constant")
+
+    @classmethod
+    def from_torchvision(cls, t: Any) -> PadIfSmaller:
+        return cls(t.size, fill=t.fill)
+
+    def update_state(self, state: StaticState) -> StaticState:
+        state = declare_padding(state, self, self.pad_mode, self.fill)
+        if state.size is None:
+            return state
+        return dataclasses.replace(state, size=(max(state.size[0], self.size), max(state.size[1], self.size)))
+
+    def make_params(self, geometry: G.BatchGeometry, u: np.ndarray | None) -> dict[str, np.ndarray]:
+        return {"right": np.maximum(self.size - geometry.width, 0),
+                "bottom": np.maximum(self.size - geometry.height, 0)}
+
+    def transform(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray]) -> None:
+        G.pad(geometry, 0, 0, params["right"], params["bottom"], self.pad_mode)
+
+    def bound_size(self, bound: SizeBound) -> SizeBound:
+        s = float(self.size)
+        height, width = max(bound.height, s), max(bound.width, s)
+        # max(h, s) * max(w, s) is one of h * w, s * w, h * s, s * s
+        pixels = max(bound.pixels, s * bound.width, s * bound.height, s * s)
+        return SizeBound(height, width, min(height * width, pixels))
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}, fill={self.fill!r}"

@@ -26,7 +26,13 @@ in the pipeline.
    batch. Selecting rows commutes with resampling, so masks are selected first and
    mapped after, once. ``FixedSizeCrop`` (the detection reference's) drops the boxes
    its crop empties, with ``target["labels"]`` and ``target["masks"]``, the same way.
-4. The masks are resampled through all the steps by ``_targets.map_masks``.
+4. The masks are resampled through all the steps by ``_targets.map_masks``; a pixel a
+   step pads takes that step's Mask fill (a ``fill`` dict's ``tv_tensors.Mask`` entry,
+   or a plain fill, as torchvision pads masks; zeros for the detection reference's
+   FixedSizeCrop). A ``ToDtype`` whose dict gives ``tv_tensors.Mask`` a dtype converts
+   the masks (``scale`` does not apply to them, as in torchvision); the conversion is
+   done once, before the masks are mapped, with the fills of the steps before it cast
+   through the dtype they met, which is what converting in place gives.
 5. Each target is rebuilt with its mapped leaves (a BoundingBoxes with its new
    ``canvas_size``, a Mask); the batch's targets are a ``TargetList``, never
    collated: the loop gets a list of per-sample targets (``_executor/_deliver.py``).
@@ -43,8 +49,9 @@ mapped composition cannot repeat), rotated formats, other tv_tensors (KeyPoints)
 Refused at the first batch whose targets hold boxes or masks, whatever was drawn
 (``TargetPlan.refuse``, a ValueError): the augment program's warps (RandomRotation,
 RandomAffine, RandomPerspective and the auto-augment policies, which torchvision
-itself refuses with boxes or masks), and padding other than zeros (a
-``padding_mode``, which torchvision refuses with boxes; a non-zero fill of masks).
+itself refuses with boxes or masks), padding with a ``padding_mode`` (which
+torchvision refuses with boxes; masks follow constant padding only here) and a Mask
+fill that is a sequence (torchvision refuses it).
 Targets are only known once a worker reads them, so the loader cannot refuse these
 when it is built; the first batch refuses them every time, not only when a sample
 happens to draw a warp.
@@ -56,7 +63,7 @@ tv_tensor types (torchvision's models take either).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -74,8 +81,9 @@ from ._iou_crop import RandomIoUCrop
 from ._plan import Plan, Transform
 from ._random import _PerSample
 from ._reference_geometry import FixedSizeCrop
-from ._targets import BOX_FORMATS, TargetGeometry, _on, _to_xyxy, map_boxes, map_masks, trace_plan
+from ._targets import BOX_FORMATS, TargetGeometry, _on, _to_xyxy, map_boxes, map_masks, step_mask_fill, trace_plan
 from ._timm import _TimmOps
+from ._transforms import ToDtype
 from ._warp import _Warp
 
 __all__ = ["TargetList", "TargetPlan", "has_geometry", "target_tensors"]
@@ -148,13 +156,23 @@ def _labels(op: SanitizeBoundingBoxes, target: Any, leaves: list[Any]) -> list[i
     return [j for j, leaf in enumerate(leaves) if any(leaf is g for g in got)]
 
 
-def _mask_fill(fill: Any) -> bool:
-    """Whether ``fill`` (torchvision's forms: a number, a sequence, None, a dict by type) pads a Mask
-    with anything but zeros."""
-    if isinstance(fill, Mapping):
-        fill = fill.get(tv_tensors.Mask, fill.get("others", 0))
-    values = fill if isinstance(fill, (list, tuple)) else [fill]
-    return any(v is not None and float(v) != 0 for v in values)
+class _Pad(NamedTuple):
+    """A geometry step whose padding boxes or masks cannot follow (``TargetPlan.refuse``)."""
+
+    step: Transform
+    boxes: bool
+    masks: bool
+    #: what it does, after "pads" / "pads masks" in the message
+    why: str
+
+
+def _cast_fill(fill: float, dtypes: Sequence[torch.dtype]) -> float:
+    """``fill`` cast through ``dtypes`` in turn (the mask's dtype where the step padded, then each
+    later ToDtype's), as torchvision's pad, then ToDtype, would leave it."""
+    v = torch.tensor(fill, dtype=torch.float64)
+    for d in dtypes:
+        v = v.to(d)
+    return float(v.to(torch.float64))
 
 
 def _count_boxes(target: Any) -> int:
@@ -185,9 +203,11 @@ class TargetPlan:
     steps: tuple[tuple[int, Transform], ...]
     #: the program transforms whose warps boxes and masks cannot follow yet
     warps: tuple[Transform, ...]
-    #: geometry steps that pad other than with zeros (``padding_mode``, a Mask's ``fill``): boxes
-    #: (torchvision refuses a padding mode) or masks (padded with zeros only here) cannot follow them
-    pads: tuple[tuple[Transform, bool, bool], ...] = ()
+    #: geometry steps whose padding boxes (a ``padding_mode``, which torchvision refuses) or masks (a
+    #: ``padding_mode``, a Mask fill that is a sequence) cannot follow
+    pads: tuple[_Pad, ...] = ()
+    #: ``(leaf position, dtype)`` of each ToDtype whose dict converts ``tv_tensors.Mask`` targets
+    mask_dtypes: tuple[tuple[int, torch.dtype], ...] = ()
 
     @classmethod
     def of(cls, plan: Plan) -> TargetPlan:
@@ -206,11 +226,16 @@ class TargetPlan:
             # masks with zeros whatever its fill
             if t.stage != "geometry" or isinstance(t, FixedSizeCrop):
                 continue
-            mode = getattr(t, "padding_mode", "constant")
-            edge = mode not in (None, "constant")
-            if edge or _mask_fill(getattr(t, "fill", 0)):
-                pads.append((t, edge, True))
-        return cls(plan, steps, warps, tuple(pads))
+            if getattr(t, "padding_mode", "constant") not in (None, "constant"):
+                pads.append(_Pad(t, True, True, "pads with a padding mode"))
+                continue
+            try:
+                step_mask_fill(t)
+            except ValueError as e:
+                pads.append(_Pad(t, False, True, str(e)))
+        mask_dtypes = tuple((k, t.mask_dtype) for k, t in enumerate(plan.transforms)
+                            if isinstance(t, ToDtype) and getattr(t, "mask_dtype", None) is not None)
+        return cls(plan, steps, warps, tuple(pads), mask_dtypes)
 
     @property
     def sanitizes(self) -> tuple[SanitizeBoundingBoxes, ...]:
@@ -224,13 +249,14 @@ class TargetPlan:
                 f"the dataset's targets hold boxes or masks (tv_tensors.BoundingBoxes, tv_tensors.Mask), but the "
                 f"pipeline moves pixels with {names}, which boxes and masks do not follow yet (torchvision refuses "
                 f"the auto-augment policies with them too): remove it, or apply it in the dataset's own transform")
-        for t, for_boxes, for_masks in self.pads:
-            if boxes and for_boxes or masks and for_masks:
-                raise ValueError(
-                    f"the dataset's targets hold {'boxes' if boxes and for_boxes else 'masks'}, but {t!r} pads with "
-                    f"{'a padding mode' if for_boxes else 'a non-zero fill'}: torchvision refuses a padding mode "
-                    f"other than 'constant' with boxes, and masks are padded with zeros only here (give masks a "
-                    f"zero fill: fill={{tv_tensors.Mask: 0, 'others': ...}})")
+        for pad in self.pads:
+            if boxes and pad.boxes:
+                raise ValueError(f"the dataset's targets hold boxes, but {pad.step!r} {pad.why}: torchvision refuses "
+                                 f"a padding mode other than 'constant' with boxes")
+            if masks and pad.masks:
+                raise ValueError(f"the dataset's targets hold masks, but {pad.step!r} {pad.why}"
+                                 + (": masks follow constant padding only here (padding_mode='constant')"
+                                    if pad.boxes else ""))
 
     # -- in the worker: one sample ---------------------------------------------------------------
     def check(self, target: Any, image_hw: Sequence[int], index: int, path: str | None) -> bool:
@@ -338,11 +364,38 @@ class TargetPlan:
         for dtype, stop in {(leaves[i][j].dtype, frozen.get((i, j), n_steps)) for i, j in mask_at}:
             group = [(i, j) for i, j in mask_at if leaves[i][j].dtype == dtype and frozen.get((i, j), n_steps) == stop]
             geometry = trace.select(np.array([i for i, _ in group], dtype=np.int64))
-            mapped = map_masks([leaves[i][j].as_subclass(torch.Tensor) for i, j in group],
-                               geometry if stop == n_steps else geometry.span(0, stop))
+            masks = [leaves[i][j].as_subclass(torch.Tensor) for i, j in group]
+            # a Mask a SanitizeBoundingBoxes took for labels leaves as a plain tensor, which a ToDtype dict's
+            # Mask entry no longer reaches: its dtype is kept
+            if self.mask_dtypes and stop == n_steps:
+                masks, geometry = self._converted(masks, geometry, dtype)
+            mapped = map_masks(masks, geometry if stop == n_steps else geometry.span(0, stop))
             for (i, j), m in zip(group, mapped):
                 leaves[i][j] = m if (i, j) in frozen else tv_tensors.Mask(m)
         return TargetList(tree_unflatten(ls, spec) for ls, (_, spec) in zip(leaves, flat))
+
+    def _converted(self, masks: list[torch.Tensor], geometry: TargetGeometry,
+                   dtype: torch.dtype) -> tuple[list[torch.Tensor], TargetGeometry]:
+        """The masks (all of ``dtype``) in the dtype the plan's ToDtype steps give them, and the geometry
+        with each step's Mask fill cast through the dtypes it meets from there on: converting once,
+        before the mapping, is then what converting at each ToDtype gives (resampling moves values, a
+        pad adds its fill in the dtype of its place)."""
+        marks = geometry.leaf_steps
+        at = [marks[k] if k < len(marks) else len(geometry.steps) for k, _ in self.mask_dtypes]
+        dtypes = [d for _, d in self.mask_dtypes]
+        steps = []
+        for k, step in enumerate(geometry.steps):
+            # the mask's dtype where step k pads: the last ToDtype before it, else the source's
+            before = [d for a, d in zip(at, dtypes) if a <= k]
+            after = [d for a, d in zip(at, dtypes) if a > k]
+            chain = [before[-1] if before else dtype, *after]
+            steps.append(step._replace(mask_fill=_cast_fill(step.mask_fill, chain)))
+        out = []
+        for m in masks:
+            for d in dtypes:
+                m = m.to(d)
+            out.append(m)
+        return out, geometry._replace(steps=tuple(steps))
 
 
 class _Boxes:

@@ -30,7 +30,10 @@ targets must follow the same drawn parameters:
   parameter rows) the masks are exact for a pipeline with one resize, crops at
   whole pixels before or after it and flips after it (RandomResizedCrop, Resize +
   CenterCrop, crops, each + flips); otherwise they are nearest in float64 of the
-  folded map, which may pick a neighbouring source pixel.
+  folded map, which may pick a neighbouring source pixel. A mask pixel outside the
+  image takes the Mask fill of the step that padded it (``TargetStep.mask_fill``, from
+  the transform's ``fill``: ``step_mask_fill``), cast to the mask's dtype as
+  torchvision casts it; a folded geometry pads with zeros.
 
 Everything the functions take as geometry (``TargetGeometryLike``): a
 ``TargetGeometry`` (from ``trace_plan`` or ``target_geometry``), a
@@ -55,11 +58,13 @@ from csrc_triton._triton import upload
 
 from . import _geometry as G
 from ._plan import BatchParams, Plan
+from ._reference_geometry import FixedSizeCrop
 from ._transforms import CenterCrop, RandomResizedCrop
 
 __all__ = [
     "AxisStep", "BOX_FORMATS", "MappedBoxes", "TargetGeometry", "TargetGeometryLike", "TargetStep",
-    "BoxTrack", "draw_and_trace", "map_boxes", "map_masks", "target_geometry", "trace_plan",
+    "BoxTrack", "draw_and_trace", "map_boxes", "map_masks", "mask_fill", "step_mask_fill", "target_geometry",
+    "trace_plan",
 ]
 
 #: the box formats mapped (``tv_tensors.BoundingBoxFormat`` names of the axis-aligned ones)
@@ -132,6 +137,9 @@ class TargetStep(NamedTuple):
     #: bool ``[B]``: the masks' resize is torchvision's NEAREST_EXACT (``Resize(interpolation=NEAREST_EXACT)``
     #: with a torchvision that honours it for masks) rather than NEAREST
     nearest_exact: torch.Tensor
+    #: what a mask pixel this step pads (reads outside its input) becomes: the transform's Mask
+    #: fill (``step_mask_fill``), cast to the masks' dtype by ``map_masks``
+    mask_fill: float = 0.0
 
 
 class TargetGeometry(NamedTuple):
@@ -163,7 +171,7 @@ class TargetGeometry(NamedTuple):
         # A trace crosses from a worker to the main process with its batch: the steps' tensors
         # travel as numpy arrays (a tensor would take a shared-memory file descriptor each).
         steps = [(tuple(t.cpu().numpy() for t in s.y), tuple(t.cpu().numpy() for t in s.x),
-                  s.nearest_exact.cpu().numpy()) for s in self.steps]
+                  s.nearest_exact.cpu().numpy(), s.mask_fill) for s in self.steps]
         return _trace_from_arrays, (steps, self.source_size, self.size, self.leaf_steps, self.zeroed)
 
     def to(self, device: torch.device | str) -> TargetGeometry:
@@ -175,9 +183,9 @@ class TargetGeometry(NamedTuple):
         moved = iter(upload(flat, torch.device(device)))
         n = len(AxisStep._fields)
         steps = []
-        for _ in self.steps:
+        for s in self.steps:
             y, x = AxisStep(*(next(moved) for _ in range(n))), AxisStep(*(next(moved) for _ in range(n)))
-            steps.append(TargetStep(y, x, next(moved)))
+            steps.append(TargetStep(y, x, next(moved), s.mask_fill))
         return self._replace(steps=tuple(steps))
 
     def select(self, index: np.ndarray) -> TargetGeometry:
@@ -189,8 +197,8 @@ class TargetGeometry(NamedTuple):
         def pick(t: torch.Tensor) -> torch.Tensor:
             return t[rows.to(t.device)] if t.device.type == "cpu" else t.index_select(0, _on(t.device, index))
 
-        steps = tuple(TargetStep(AxisStep(*map(pick, s.y)), AxisStep(*map(pick, s.x)), pick(s.nearest_exact))
-                      for s in self.steps)
+        steps = tuple(TargetStep(AxisStep(*map(pick, s.y)), AxisStep(*map(pick, s.x)), pick(s.nearest_exact),
+                                 s.mask_fill) for s in self.steps)
         source = None if self.source_size is None else self.source_size[index]
         return TargetGeometry(steps, source, self.size[index], self.leaf_steps)
 
@@ -215,7 +223,7 @@ def _trace_from_arrays(steps: list, source_size: Any, size: Any, leaf_steps: tup
     def axis(arrays: tuple) -> AxisStep:
         return AxisStep(*(torch.from_numpy(a) for a in arrays))
 
-    return TargetGeometry(tuple(TargetStep(axis(y), axis(x), torch.from_numpy(e)) for y, x, e in steps),
+    return TargetGeometry(tuple(TargetStep(axis(y), axis(x), torch.from_numpy(e), f) for y, x, e, f in steps),
                           source_size, size, leaf_steps, zeroed)
 
 
@@ -356,6 +364,32 @@ def _moved(before: _Snapshot, after: _Snapshot) -> bool:
     return any(not np.array_equal(getattr(before, f), getattr(after, f)) for f in _Snapshot._fields if f != "filter")
 
 
+def mask_fill(fill: Any) -> float:
+    """What torchvision pads a ``tv_tensors.Mask`` with, from a transform's ``fill``: a number,
+    None (0) or a dict keyed by type (its ``tv_tensors.Mask`` entry, else ``"others"``, else 0).
+    Raises ValueError for a sequence, which torchvision's ``pad`` of a Mask refuses."""
+    if isinstance(fill, dict):
+        entries = {getattr(k, "__name__", k): v for k, v in fill.items()}
+        fill = entries.get("Mask", entries.get("others", 0))
+    if fill is None:
+        return 0.0
+    if isinstance(fill, (list, tuple)):
+        raise ValueError(f"pads masks with fill={list(fill)}, a sequence, which torchvision's pad of a Mask refuses "
+                         f"(\"Non-scalar fill value is not supported\"); give masks one number: "
+                         f"fill={{tv_tensors.Mask: 0, 'others': ...}}")
+    return float(fill)
+
+
+def step_mask_fill(t: Any) -> float:
+    """The Mask fill of transform ``t``'s step (``TargetStep.mask_fill``): its ``fill``'s (``mask_fill``);
+    0 for a step without one (CenterCrop larger than the image pads with zeros) and for the detection
+    reference's FixedSizeCrop (which pads masks with zeros whatever its fill). ValueError for a sequence.
+    (RandomApply and the other containers hold no step that pads: flips, colour and warps only.)"""
+    if isinstance(t, FixedSizeCrop):
+        return 0.0
+    return mask_fill(getattr(t, "fill", 0))
+
+
 class BoxTrack:
     """The samples' boxes during a draw (``Plan._draw(..., boxes=)``), for a step that draws its
     parameters from them (RandomIoUCrop reads ``geometry.boxes``).
@@ -429,8 +463,12 @@ class _Trace:
         run()
         after = _Snapshot.of(g)
         if _moved(before, after):
-            self.steps.append(_leaf_step(before, after, isinstance(t, _MASK_ALWAYS_NEAREST),
-                                         isinstance(t, _BOX_CENTER_CROP)))
+            step = _leaf_step(before, after, isinstance(t, _MASK_ALWAYS_NEAREST), isinstance(t, _BOX_CENTER_CROP))
+            try:
+                fill = step_mask_fill(t)
+            except ValueError:  # TargetPlan.refuse refuses it before any mask is mapped
+                fill = 0.0
+            self.steps.append(step._replace(mask_fill=fill))
 
     def result(self, g: G.BatchGeometry) -> TargetGeometry:
         out = np.stack([g.height, g.width], axis=-1)
@@ -597,7 +635,7 @@ def _nearest(o: torch.Tensor, in_size: torch.Tensor, out_size: torch.Tensor, hal
 def _mask_axis(o: torch.Tensor, valid: torch.Tensor, ax: AxisStep, exact: torch.Tensor,
                in_size: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Indices ``o`` (``[B, L]`` int64) of a step's output into its input, and where they are
-    inside it (outside: zero padding). ``in_size``: ``[B]`` float64 input sizes."""
+    inside it (outside: padding, which ``map_masks`` fills). ``in_size``: ``[B]`` float64 input sizes."""
     col = {name: getattr(ax, name)[:, None] for name in ("offset", "scale", "flip", "size", "lo", "hi")}
     offset, scale, size = col["offset"], col["scale"], col["size"]
     n_in = in_size[:, None]
@@ -648,9 +686,9 @@ def map_masks(masks: Sequence[torch.Tensor], geometry: TargetGeometryLike, *, si
 
     Returns one tensor per sample, its leading dims kept and ``H, W`` the sample's
     output size: nearest sampling (NEAREST_EXACT where torchvision's Resize was given
-    it), zero outside the image (padding), as torchvision's crop, pad, resize and
-    flip give for a Mask. Exact for a ``trace_plan`` geometry; from a folded one see
-    the module docstring.
+    it), outside the image (padding) the Mask fill of the step that padded it (0 from a
+    folded geometry), as torchvision's crop, pad, resize and flip give for a Mask. Exact
+    for a ``trace_plan`` geometry; from a folded one see the module docstring.
 
     Batched: the index maps are built for the whole batch per axis, and one pair of
     ``gather`` calls reads every mask. Samples whose masks differ in size are first
@@ -690,9 +728,20 @@ def map_masks(masks: Sequence[torch.Tensor], geometry: TargetGeometryLike, *, si
     in_sizes = [src_hw_d]
     for step in tg.steps[:-1]:
         in_sizes.append(torch.stack([step.y.size, step.x.size], dim=-1))
-    for step, in_hw in zip(reversed(tg.steps), reversed(in_sizes)):
-        iy, vy = _mask_axis(iy, vy, step.y, step.nearest_exact, in_hw[:, 0])
-        ix, vx = _mask_axis(ix, vx, step.x, step.nearest_exact, in_hw[:, 1])
+    # a pixel outside takes the fill of the last step (in pipeline order) whose input it is outside of:
+    # per axis, the step where its index first leaves, walking back; per pixel, the later axis's
+    fills = [float(step.mask_fill) for step in tg.steps]
+    if any(fills):
+        left_y = torch.full((n, hmax), -1, dtype=torch.int64, device=device)
+        left_x = torch.full((n, wmax), -1, dtype=torch.int64, device=device)
+    for pos in reversed(range(len(tg.steps))):
+        step, in_hw = tg.steps[pos], in_sizes[pos]
+        iy, now_y = _mask_axis(iy, vy, step.y, step.nearest_exact, in_hw[:, 0])
+        ix, now_x = _mask_axis(ix, vx, step.x, step.nearest_exact, in_hw[:, 1])
+        if any(fills):
+            left_y = torch.where(vy & ~now_y, pos, left_y)
+            left_x = torch.where(vx & ~now_x, pos, left_x)
+        vy, vx = now_y, now_x
 
     total = int(k.sum())
     lead = [m.shape[:-2] if m.ndim > 2 else None for m in masks]
@@ -713,7 +762,14 @@ def map_masks(masks: Sequence[torch.Tensor], geometry: TargetGeometryLike, *, si
             at += c.shape[0]
     rows = src.gather(1, iy[sample][:, :, None].expand(total, hmax, src.shape[2]))
     out = rows.gather(2, ix[sample][:, None, :].expand(total, hmax, wmax))
-    out = out.masked_fill(~(vy[:, :, None] & vx[:, None, :])[sample], 0)
+    outside = ~(vy[:, :, None] & vx[:, None, :])
+    if any(fills):
+        # torchvision casts the fill to the mask's dtype (255 -> True for a bool mask, 3.7 -> 3 for int64)
+        table = _on(device, np.asarray(fills, dtype=np.float64)).to(dtype)
+        at = torch.maximum(left_y[:, :, None], left_x[:, None, :]).clamp_(min=0)
+        out = torch.where(outside[sample], table[at][sample], out)
+    else:
+        out = out.masked_fill(outside[sample], 0)
     result = []
     for part, (h, w), s in zip(out.split(k.tolist()), out_hw, lead):
         part = part[:, : int(h), : int(w)]

@@ -511,7 +511,8 @@ class RandomVerticalFlip(RandomHorizontalFlip):
         G.vertical_flip(geometry, params["flip"])
 
 
-@register("ToDtype", usage="ToDtype(dtype, scale=False)", semantics="uint8 → float16/bfloat16/float32",
+@register("ToDtype", usage="ToDtype(dtype, scale=False)",
+          semantics="uint8 → float16/bfloat16/float32; a dtype dict's `Mask` entry converts the masks",
           notes="output dtype of the kernel")
 class ToDtype(Transform):
     """Convert the dtype; ``scale=True`` maps uint8 [0, 255] to float [0, 1]."""
@@ -519,7 +520,12 @@ class ToDtype(Transform):
     stage = "epilogue"
 
     def __init__(self, dtype: torch.dtype, scale: bool = False) -> None:
+        #: the dtype a dict gives ``tv_tensors.Mask`` targets (its Mask entry, else ``"others"``; None: kept),
+        #: which ``_target_plan.py`` converts them to, as torchvision does (``scale`` does not apply to masks)
+        self.mask_dtype: torch.dtype | None = None
         if isinstance(dtype, dict):
+            entries = {getattr(k, "__name__", k): v for k, v in dtype.items()}
+            self.mask_dtype = entries.get("Mask", entries.get("others"))
             dtype = dtype.get("image", dtype.get(torch.Tensor, None)) if hasattr(dtype, "get") else None
         if dtype not in FLOAT_DTYPES + (torch.uint8,):
             raise ValueError(f"ToDtype: unsupported dtype {dtype!r}; use uint8, float16, bfloat16 or float32")
@@ -539,7 +545,8 @@ class ToDtype(Transform):
         return dataclasses.replace(state, dtype=self.dtype)
 
     def extra_repr(self) -> str:
-        return f"dtype={self.dtype}, scale={self.scale}"
+        masks = f", masks={self.mask_dtype}" if self.mask_dtype is not None else ""
+        return f"dtype={self.dtype}, scale={self.scale}{masks}"
 
 
 @register("Normalize", usage="Normalize(mean, std)", semantics="needs a float image first, as torchvision",
