@@ -12,9 +12,11 @@ in the pipeline.
 
 ``TargetPlan.map`` maps a batch's targets, on the batch's device, after its kernel:
 
-1. Every sample's geometry, step by step: ``_targets.trace_plan`` replays the plan's
-   draw (the same random streams, so the kernel's parameters) and records one step
-   per geometry transform and where each target-only step stands among them. The
+1. Every sample's geometry, step by step: the worker records it with the draw of the
+   kernel's parameters (``_targets.draw_and_trace``) and ships it with the batch;
+   ``_targets.trace_plan`` draws it again only for a batch put together from parts or
+   with a replacement found on the GPU. One step per geometry transform, where each
+   target-only step stands among them, and which boxes RandomIoUCrop zeroes. The
    steps (not the folded map of the kernel's rows) make masks exact: nearest
    sampling does not compose.
 2. The boxes of the whole batch are one ragged ``[N, 4]`` tensor, one block of rows
