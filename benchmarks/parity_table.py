@@ -1,6 +1,7 @@
 """Per-op parity with torchvision on photographs: max |diff| and share of values within 1.
 
     python benchmarks/parity_table.py [--size 176] [--crops 24] [--markdown]
+    python benchmarks/parity_table.py --detection [--images 32] [--markdown]
 
 Every op runs once through torchdali's functional (the plain-torch reference of the
 kernels, which the kernel tests hold the Triton kernels to) and once through
@@ -8,6 +9,13 @@ kernels, which the kernel tests hold the Triton kernels to) and once through
 parameters. Inputs are random crops of the photographs that ship with scikit-image,
 resized to ``--size``; every op runs at several magnitudes. The table is what
 benchmarks/RESULTS.md quotes.
+
+``--detection``: torchvision's detection reference presets (as ``tests/test_iou_crop.py``
+writes them out) through the loader's CPU path, against torchvision v2 applied to the same
+decoded photographs with the loader's draw replayed (``tests/test_geometry_targets.py``), on
+a COCO-shaped set (``photo_folder.coco_folder``): images (max |diff| and share within 1 on
+the 0..255 scale), boxes (max |diff|, samples whose kept boxes are the same after
+SanitizeBoundingBoxes) and masks (samples exactly equal).
 """
 from __future__ import annotations
 
@@ -92,13 +100,90 @@ def cases(size: int):
     return rows
 
 
+class _CocoPhotos(torch.utils.data.Dataset):
+    """A ``coco_folder`` set's first ``n`` images decoded (HWC uint8) with their COCO targets, in the
+    interface of the tests' replay (``sizes``, ``image(i)``, ``target(i)``)."""
+
+    def __init__(self, root: str, annotations: str, n: int) -> None:
+        import torchdali as td
+
+        self.coco = td.datasets.CocoDetection(root, annotations, target_keys=["boxes", "labels", "masks", "image_id"])
+        self.n = min(n, len(self.coco))
+        self.sizes = [tuple(self.coco.canvas_size(i)) for i in range(self.n)]
+
+    def image(self, i: int) -> np.ndarray:
+        from PIL import Image
+
+        return np.asarray(Image.open(self.coco.path_of(i)).convert("RGB"))
+
+    def target(self, i: int) -> dict:
+        return self.coco[i][1]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple:
+        return self.image(i), self.target(i)
+
+
+def detection_rows(n_images: int) -> list[tuple]:
+    """(preset, images max diff, % within 1, boxes max diff, samples with the same kept boxes, samples
+    with equal masks, samples) for each detection preset, CPU path against torchvision."""
+    import tempfile
+
+    from torchvision import tv_tensors
+
+    from benchmarks.photo_folder import coco_folder
+    from tests.test_geometry_targets import expected, run_loader
+    from tests.test_iou_crop import PRESETS, _preset
+    from torchdali import transforms as T
+
+    paths = coco_folder(os.path.join(tempfile.gettempdir(), f"torchdali-parity-coco-{n_images}"), n_images,
+                        progress=False)
+    ds = _CocoPhotos(paths["images"], paths["annotations"], n_images)
+    rows = []
+    for name in PRESETS:
+        tf = _preset(name)
+        got, want = run_loader(ds, tf, "cpu", batch_size=8), expected(ds, tf)
+        img_d, box_d, same_kept, same_masks = [], 0.0, 0, 0
+        for (image, target), (w_image, w_target) in zip(got, want):
+            ours = image.double() * (255 if image.is_floating_point() else 1)  # the replay stops before ToDtype
+            img_d.append((ours - w_image.as_subclass(torch.Tensor).double()).abs().flatten())
+            b, wb = target["boxes"].as_subclass(torch.Tensor), w_target["boxes"].as_subclass(torch.Tensor)
+            if b.shape == wb.shape and torch.equal(target["labels"], w_target["labels"]):
+                same_kept += 1
+                if len(b):
+                    box_d = max(box_d, float((b.double() - wb.double()).abs().max()))
+            m, wm = target.get("masks"), w_target.get("masks")
+            same_masks += int(isinstance(m, tv_tensors.Mask) and m.shape == wm.shape and torch.equal(m, wm))
+        d = torch.cat(img_d)
+        if any(t.stage == "program" for t in T.compile_transforms(tf).transforms):  # colour ops: not replayed
+            rows.append((name, None, None, box_d, same_kept, same_masks, len(got)))
+            continue
+        rows.append((name, float(d.max()), float((d <= 1 + 1e-3).double().mean() * 100), box_d, same_kept,
+                     same_masks, len(got)))
+    return rows
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, default=176)
     p.add_argument("--crops", type=int, default=24)
+    p.add_argument("--detection", action="store_true", help="the detection presets' images, boxes and masks")
+    p.add_argument("--images", type=int, default=32, help="--detection: photographs of the COCO-shaped set")
     p.add_argument("--markdown", action="store_true", help="print the table as markdown")
     args = p.parse_args()
     import torchvision
+
+    if args.detection:
+        print(f"# {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, torchvision {torchvision.__version__}, "
+              f"{args.images} COCO-shaped photographs, the loader's CPU path")
+        print("| preset | images max diff | % within 1 | boxes max diff | same kept boxes | masks equal |\n"
+              "|---|---|---|---|---|---|")
+        for name, mx, w1, bd, kept, masks, n in detection_rows(args.images):
+            image = "colour ops not replayed | " if mx is None else f"{mx:.3f} | {w1:.4f} | "
+            print(f"| {name} | {image}{bd:.2e} | {kept} of {n} | {masks} of {n} |")
+        return 0
 
     images = photo_crops(args.size, args.crops)
     print(f"# {time.strftime('%Y-%m-%d')}, {platform.processor() or 'cpu'}, torch {torch.__version__}, "

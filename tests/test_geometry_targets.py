@@ -247,9 +247,14 @@ def _random_crop(t: T.RandomCrop, hw: tuple[int, int], top: int, left: int) -> C
 def _fixed_size_crop(t: Any, hw: tuple[int, int], top: int, left: int) -> Callable[[Any], Any]:
     """The detection reference's FixedSizeCrop with our offset: crop (when the image is larger), drop
     the boxes left empty (``x0 < x1 and y0 < y1`` stay) with their labels and masks, pad below and right
-    (masks with zeros)."""
+    (the image with the fill, masks with zeros)."""
     (h, w), (ch, cw) = hw, t.size
     nh, nw = min(h, ch), min(w, cw)
+    fill = t.fill.get(tv_tensors.Image, t.fill.get("others", 0)) if isinstance(t.fill, dict) else t.fill
+    fill = list(fill) if isinstance(fill, (list, tuple)) else fill
+
+    def pad(x: Any) -> Any:
+        return TF.pad(x, [0, 0, cw - nw, ch - nh], fill=0 if isinstance(x, tv_tensors.Mask) else fill)
 
     def apply(sample: Any) -> Any:
         if (nh, nw) != (h, w):
@@ -260,7 +265,7 @@ def _fixed_size_crop(t: Any, hw: tuple[int, int], top: int, left: int) -> Callab
             target = {**target, "boxes": tv_tensors.wrap(b[valid], like=b), "labels": target["labels"][valid],
                       "masks": tv_tensors.Mask(target["masks"][valid])}
             sample = (image, target)
-        return _on_leaves(lambda x: TF.pad(x, [0, 0, cw - nw, ch - nh]))(sample)
+        return _on_leaves(pad)(sample)
 
     return apply
 
