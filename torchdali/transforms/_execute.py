@@ -153,20 +153,36 @@ def _leading_pass(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: 
     lay = _ragged.output_layout(sizes, channels_last=True, stack=False)
     if len(lay.groups) > 1 and _row_ops_only(slots[:, entries[0].start: entries[-1].stop]):
         return _leading_rows(entries, data, offsets, shapes, sizes, lay, slots, backend, source)
-    placement = lay.placement
+    buffer, offsets_d, shapes_d = _write_hwc(data, offsets, shapes, sizes, lay, lay.placement,
+                                             torch.empty(lay.numel, dtype=torch.uint8, device=device), backend,
+                                             source)
+    for group in lay.groups:
+        _run_in_place(entries, _ragged.group_view(buffer, group, channels_last=True),
+                      slots[torch.from_numpy(group.index)], backend, device)
+    return buffer, offsets_d, shapes_d
+
+
+def _write_hwc(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor, sizes: np.ndarray, lay: Any,
+               placement: np.ndarray, buffer: torch.Tensor, backend: Backend,
+               source: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Kernel 1 with the identity geometry: each decoded image written as interleaved RGB (HWC
+    uint8) into ``buffer`` where ``placement`` puts it; returns the buffer and the images'
+    ``(offsets, shapes)`` in it on the device, the kernels' input format."""
     packed = np.concatenate([sizes, np.full((len(sizes), 1), 3, dtype=np.int64)], axis=1)
     identity = G.BatchGeometry.identity(sizes).to_params()
     params_d, placement_d, offsets_d, shapes_d = upload(
-        [identity, placement, np.ascontiguousarray(placement[:, layout.PLACE_OFFSET]), packed], device)
-    buffer = torch.empty(lay.numel, dtype=torch.uint8, device=device)
+        [identity, placement, np.ascontiguousarray(placement[:, layout.PLACE_OFFSET]), packed], buffer.device)
     backend.fn("resized_crop")(data, offsets, shapes, params_d, lay.size, _IDENTITY, _ZERO, out_dtype=torch.uint8,
                                quantize=False, source=source, placement=placement_d, out=buffer)
-    for group in lay.groups:
-        view = _ragged.group_view(buffer, group, channels_last=True)
-        done = _run_program(entries, view, slots[torch.from_numpy(group.index)], backend, device)
-        if done.data_ptr() != view.data_ptr():  # (an all-identity program returns its input)
-            view.copy_(done)
     return buffer, offsets_d, shapes_d
+
+
+def _run_in_place(entries: Any, view: torch.Tensor, slots: torch.Tensor, backend: Backend,
+                  device: torch.device) -> None:
+    """The program ``entries`` on ``view``, the result written back into it."""
+    done = _run_program(entries, view, slots, backend, device)
+    if done.data_ptr() != view.data_ptr():  # (an all-identity program returns its input)
+        view.copy_(done)
 
 
 #: ops that see only a pixel and, for contrast, the image's luma sum: a leading program of them runs on
@@ -194,21 +210,14 @@ def _leading_rows(entries: Any, data: torch.Tensor, offsets: torch.Tensor, shape
     row = int(pixels.max() + 1) // 2 * 2  # viewed as 2 x row/2: a height of 1 would be a Triton constant
     placement = lay.placement.copy()
     placement[:, layout.PLACE_OFFSET] = np.arange(len(sizes), dtype=np.int64) * (3 * row)
-    packed = np.concatenate([sizes, np.full((len(sizes), 1), 3, dtype=np.int64)], axis=1)
-    identity = G.BatchGeometry.identity(sizes).to_params()
-    params_d, placement_d, offsets_d, shapes_d = upload(
-        [identity, placement, np.ascontiguousarray(placement[:, layout.PLACE_OFFSET]), packed], device)
-    buffer = torch.zeros(len(sizes) * 3 * row, dtype=torch.uint8, device=device)
-    backend.fn("resized_crop")(data, offsets, shapes, params_d, lay.size, _IDENTITY, _ZERO, out_dtype=torch.uint8,
-                               quantize=False, source=source, placement=placement_d, out=buffer)
+    buffer, offsets_d, shapes_d = _write_hwc(data, offsets, shapes, sizes, lay, placement,
+                                             torch.zeros(len(sizes) * 3 * row, dtype=torch.uint8, device=device),
+                                             backend, source)
     slots = slots.clone()
     contrast = slots[..., layout.SLOT_OP] == layout.OP_CONTRAST
     counts = torch.from_numpy(pixels.astype(np.float32))[:, None].expand_as(contrast)
     slots[..., layout.SLOT_M1] = torch.where(contrast, counts, slots[..., layout.SLOT_M1])
-    view = buffer.view(len(sizes), 2, row // 2, 3).permute(0, 3, 1, 2)
-    done = _run_program(entries, view, slots, backend, device)
-    if done.data_ptr() != view.data_ptr():  # (an all-identity program returns its input)
-        view.copy_(done)
+    _run_in_place(entries, buffer.view(len(sizes), 2, row // 2, 3).permute(0, 3, 1, 2), slots, backend, device)
     return buffer, offsets_d, shapes_d
 
 
