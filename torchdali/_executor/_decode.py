@@ -26,6 +26,7 @@ import torch
 from csrc_triton import layout
 from csrc_triton.scan_check import bad_scan_markers
 
+from .. import _rng
 from ..errors import SampleError, without_frames
 from ._tags import SampleTag
 from ._wire import ENCODED, RAW, PackedBatch, PackedTargets, Skipped
@@ -473,15 +474,25 @@ class GpuDecoder:
             extra.append(sub.payload.reshape(-1))
             # the sample's own position (that of the spare when one replaced it), drawn as in the worker
             boxes = self.fallback.targets.draw_boxes([sub.target])
-            drawn, _ = draw_params(self.plan, shapes[i: i + 1], batch.seed, batch.epoch, batch.positions[i: i + 1],
-                                   boxes)
-            batch.trace = None  # the main process traces the batch again, with its replacement
+            target = sub.target
+            packed = batch.targets if isinstance(batch.targets, PackedTargets) else None
+            if packed is not None and packed.boxes_mapped is not None:
+                # the others' boxes were mapped in the worker: the replacement's target is mapped whole
+                # here, with its own trace, and the batch's trace stays for the others' masks
+                drawn, trace = draw_params(self.plan, shapes[i: i + 1], batch.seed, batch.epoch,
+                                           batch.positions[i: i + 1], boxes, trace=True)
+                keys = _rng.sample_keys(batch.seed, batch.epoch, batch.positions[i: i + 1])
+                target = self.fallback.targets.map([target], shapes[i: i + 1, :2], keys, "cpu", trace=trace)[0]
+                packed.boxes_mapped = packed.boxes_mapped._replace(done=packed.boxes_mapped.done | {i})
+            else:
+                drawn, _ = draw_params(self.plan, shapes[i: i + 1], batch.seed, batch.epoch,
+                                       batch.positions[i: i + 1], boxes)
+                batch.trace = None  # the main process traces the batch again, with its replacement
             params[i] = drawn.params[0]
             if slots is not None:
                 slots[i] = drawn.slots[0]
             if batch.has_target:
-                batch.targets[i] = torch.as_tensor(sub.target) if isinstance(batch.targets, torch.Tensor) \
-                    else sub.target
+                batch.targets[i] = torch.as_tensor(target) if isinstance(batch.targets, torch.Tensor) else target
         batch.params, batch.slots = params, slots
         batch.spares = [t for t in batch.spares if t not in used]  # a later group must not reuse them
         return _grown(decoded, extra, self.grown_buffer)

@@ -112,10 +112,14 @@ class BatchExecutor:
                     targets = batch.targets
                 if isinstance(targets, PackedTargets):  # boxes and masks, through the batch's geometry
                     keys = _rng.sample_keys(batch.seed, batch.epoch, batch.positions)
-                    # the worker's trace of the batch; drawn again here only after a replacement on the GPU
-                    boxes = self.targets.draw_boxes(targets.unpack()) if batch.trace is None else None
-                    targets = self.targets.map(targets.unpack(self.device), shapes[:, :2], keys, self.device, boxes,
-                                               batch.trace)
+                    if targets.boxes_mapped is not None:  # the worker mapped the boxes: the masks are left
+                        targets = self.targets.map(targets.unpack(self.device), shapes[:, :2], keys, self.device,
+                                                   trace=batch.trace, part="masks",
+                                                   boxes_mapped=targets.boxes_mapped)
+                    else:  # a batch merged from parts: traced again here
+                        boxes = self.targets.draw_boxes(targets.unpack()) if batch.trace is None else None
+                        targets = self.targets.map(targets.unpack(self.device), shapes[:, :2], keys, self.device,
+                                                   boxes, batch.trace)
                 # a pipeline without a fixed size: the targets of a stacked batch are collated now
                 targets = self.delivery.settle_targets(images, targets)
                 if isinstance(targets, torch.Tensor) and targets.device != self.device:

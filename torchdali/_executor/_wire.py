@@ -155,15 +155,18 @@ class PackedTargets:
     sequence of the samples' targets, unpacked (``[i]``, slices, iteration); setting one
     (on_error's replacement on the GPU) packs the batch again. ``mapped``: the targets
     were already mapped (the CPU path's result), so they arrive as a ``TargetList``.
+    ``boxes_mapped``: the GPU path's worker mapped the boxes on the host
+    (``TargetPlan.map(part="boxes")``); what is left for the executor is the masks.
     """
 
-    def __init__(self, trees: list, data: Any, mapped: bool = False) -> None:
+    def __init__(self, trees: list, data: Any, mapped: bool = False, boxes_mapped: Any = None) -> None:
         self.trees = trees
         self.data = data  # 1-D uint8 numpy array or tensor
         self.mapped = mapped
+        self.boxes_mapped = boxes_mapped  # _target_plan.BoxesMapped or None
 
     @classmethod
-    def pack(cls, targets: Sequence[Any], mapped: bool = False) -> PackedTargets:
+    def pack(cls, targets: Sequence[Any], mapped: bool = False, boxes_mapped: Any = None) -> PackedTargets:
         flat = [tree_flatten(t) for t in targets]
         tensors: list[torch.Tensor] = []
         refs: list[_TensorRef] = []
@@ -190,7 +193,7 @@ class PackedTargets:
             if t.numel():
                 data[ref.offset: ref.offset + t.numel() * t.element_size()] = t.reshape(-1).view(torch.uint8)
         trees = [tree_unflatten(leaves, spec) for leaves, spec in flat]
-        return cls(trees, data.numpy() if at <= _TARGET_INLINE_BYTES else data, mapped)
+        return cls(trees, data.numpy() if at <= _TARGET_INLINE_BYTES else data, mapped, boxes_mapped)
 
     def unpack(self, device: torch.device | str | None = None) -> list:
         """The samples' targets, every tensor a view of the buffer, on ``device`` (one copy
@@ -214,7 +217,7 @@ class PackedTargets:
     def __setitem__(self, index: int | slice, value: Any) -> None:
         targets = self.unpack()
         targets[index] = value
-        new = PackedTargets.pack(targets, self.mapped)
+        new = PackedTargets.pack(targets, self.mapped, self.boxes_mapped)
         self.trees, self.data = new.trees, new.data
 
     def _host(self) -> torch.Tensor:

@@ -150,8 +150,16 @@ class PrepareBatch:
         except NoCropFound as e:
             raise SampleError.for_sample(int(indices[e.sample]), paths[e.sample], "bad target", str(e)) from None
         parts = samples[0].tag.parts if self.mode == "gpu" else 1
-        if geometry:  # boxes and masks: mapped after the kernel, here (CPU) or on the GPU
-            collated = targets if self.mode == "cpu" else PackedTargets.pack(targets)
+        if geometry and self.mode == "cpu":  # boxes and masks: mapped here after the kernel
+            collated = targets
+        elif geometry and parts == 1:
+            # the boxes mapped here, on the host, with the trace of the draw: the executor maps the
+            # masks only, and never waits for the device to learn what SanitizeBoundingBoxes kept
+            mapped = self.targets.map(targets, shapes[:, :2], _rng.sample_keys(seed, epoch, positions), "cpu",
+                                      trace=trace, part="boxes")
+            collated = PackedTargets.pack(mapped, boxes_mapped=mapped.boxes_mapped)
+        elif geometry:  # a part: the executor maps the whole batch once it is merged (merge_parts)
+            collated = PackedTargets.pack(targets)
         elif parts > 1:  # collated once the batch is whole again (merge_parts)
             collated = targets
         else:

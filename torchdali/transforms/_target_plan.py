@@ -10,7 +10,7 @@ steps, ``SanitizeBoundingBoxes``, ``ClampBoundingBoxes`` and
 ``ConvertBoundingBoxFormat`` (``_box_ops.py``), run on the targets where they stand
 in the pipeline.
 
-``TargetPlan.map`` maps a batch's targets, on the batch's device, after its kernel:
+``TargetPlan.map`` maps a batch's targets after its kernel:
 
 1. Every sample's geometry, step by step: the worker records it with the draw of the
    kernel's parameters (``_targets.draw_and_trace``) and ships it with the batch;
@@ -24,9 +24,10 @@ in the pipeline.
    next target-only step, which runs on the whole tensor; and so on.
 3. ``SanitizeBoundingBoxes`` keeps rows of the boxes, of the labels (its
    ``labels_getter``) and of every Mask with one row per box, as torchvision's does.
-   Its result has a size only the device knows, so the host waits for it once per
-   batch. Selecting rows commutes with resampling, so masks are selected first and
-   mapped after, once. ``FixedSizeCrop`` (the detection reference's) drops the boxes
+   Its result has a size only the device knows, so steps 2-3 run on the host: on the
+   GPU path in the worker, from the trace of its draw (``part="boxes"``), which leaves
+   the executor the masks (``part="masks"``) and nothing to wait for. Selecting rows
+   commutes with resampling, so masks are selected first and mapped after, once. ``FixedSizeCrop`` (the detection reference's) drops the boxes
    its crop empties, with ``target["labels"]`` and ``target["masks"]``, the same way.
 4. The masks are resampled through all the steps by ``_targets.map_masks``; a pixel a
    step pads takes that step's Mask fill (a ``fill`` dict's ``tv_tensors.Mask`` entry,
@@ -88,13 +89,22 @@ from ._timm import _TimmOps
 from ._transforms import ToDtype
 from ._warp import _Warp
 
-__all__ = ["TargetList", "TargetPlan", "has_geometry", "target_tensors"]
+__all__ = ["BoxesMapped", "TargetList", "TargetPlan", "has_geometry", "target_tensors"]
 
 #: target-only steps of a pipeline (they change no pixel)
 TARGET_STEPS: tuple[type, ...] = (SanitizeBoundingBoxes, ClampBoundingBoxes, ConvertBoundingBoxFormat)
 #: program transforms that move pixels (or may: the auto-augment policies' shear, translate, rotate)
 _WARPS: tuple[type, ...] = (_Warp, _AutoAugmentBase, _TimmOps)
 _SCALARS = (int, float, str, bytes, bool, np.integer, np.floating)
+
+
+class BoxesMapped(NamedTuple):
+    """What ``TargetPlan.map(part="boxes")`` leaves for ``part="masks"``: the ``(sample, leaf)`` of
+    each Mask a SanitizeBoundingBoxes took for labels, with the trace steps it goes through
+    (``_Boxes.frozen``), and the samples mapped whole since (a replacement found on the GPU)."""
+
+    frozen: dict
+    done: frozenset = frozenset()
 
 
 class TargetList(list):
@@ -337,12 +347,23 @@ class TargetPlan:
     # -- after the kernel: the whole batch -------------------------------------------------------
     def map(self, targets: Sequence[Any], sizes: np.ndarray, keys: np.ndarray,
             device: torch.device | str, boxes: Sequence[np.ndarray] | None = None,
-            trace: TargetGeometry | None = None) -> TargetList:
+            trace: TargetGeometry | None = None, part: str = "all",
+            boxes_mapped: BoxesMapped | None = None) -> TargetList:
         """The batch's targets (tensors on ``device``) through the pipeline, for images of
         ``sizes`` (``[B, 2]`` H, W) with sample ``keys`` (the module docstring). ``trace``: the
         batch's ``trace_plan``, where the worker drew it (``_targets.draw_and_trace``); else it
         is drawn here, from ``boxes`` (``draw_boxes`` of the same targets on the host, where
-        they are on the device)."""
+        they are on the device).
+
+        ``part``: ``"all"``; ``"boxes"``, steps 2-3 only (the GPU path's worker, on the host: the
+        boxes mapped, the rows of labels and masks kept, the masks not resampled), which gives
+        the TargetList an attribute ``boxes_mapped``; ``"masks"``, steps 4-5 only, on targets that
+        went through ``"boxes"`` (the executor, with their ``boxes_mapped``), where the samples
+        of ``boxes_mapped.done`` are skipped (already mapped whole)."""
+        if part not in ("all", "boxes", "masks"):
+            raise ValueError(f"part must be 'all', 'boxes' or 'masks', got {part!r}")
+        if part == "masks" and trace is None:
+            raise ValueError("part='masks' maps with the trace that part='boxes' used")
         device = torch.device(device)
         flat = [tree_flatten(t) for t in targets]
         leaves = [list(f[0]) for f in flat]
@@ -356,12 +377,18 @@ class TargetPlan:
                 trace = trace_plan(self.plan, np.asarray(sizes)[:, :2], keys, boxes)
         except NotImplementedError as e:
             raise ValueError(f"boxes and masks cannot follow this pipeline: {e}") from None
-        frozen: dict[tuple[int, int], int] = {}
-        if box_at or self.sanitizes:
+        frozen: dict[tuple[int, int], int] = dict(boxes_mapped.frozen) if boxes_mapped is not None else {}
+        if part != "masks" and (box_at or self.sanitizes):
             boxes = _Boxes(self, trace, targets, leaves, box_at, device)
             boxes.run()
             frozen = boxes.frozen
-        mask_at = [(i, j) for i, ls in enumerate(leaves) for j, x in enumerate(ls) if isinstance(x, tv_tensors.Mask)]
+        if part == "boxes":
+            out = TargetList(tree_unflatten(ls, spec) for ls, (_, spec) in zip(leaves, flat))
+            out.boxes_mapped = BoxesMapped(frozen)
+            return out
+        done = boxes_mapped.done if boxes_mapped is not None else frozenset()
+        mask_at = [(i, j) for i, ls in enumerate(leaves) for j, x in enumerate(ls)
+                   if isinstance(x, tv_tensors.Mask) and i not in done]
         n_steps = len(trace.steps)
         for dtype, stop in {(leaves[i][j].dtype, frozen.get((i, j), n_steps)) for i, j in mask_at}:
             group = [(i, j) for i, j in mask_at if leaves[i][j].dtype == dtype and frozen.get((i, j), n_steps) == stop]
