@@ -3,7 +3,8 @@
     python benchmarks/train_speed.py [DATA_DIR] [--models resnet18,resnet50]
                                      [--systems limit,torchdali,dali,torchvision] [--batch-size 256]
                                      [--workers N] [--dali-threads 8] [--steps 50] [--tv-steps 20]
-                                     [--warmup 15] [--rounds 3] [--profile-batches 64] [--out DIR]
+                                     [--warmup 15] [--rounds 3] [--profile-batches 64] [--timeline 0]
+                                     [--train-stream default|high] [--out DIR]
 
 DATA_DIR is an ImageFolder of JPEGs; without it, ``benchmarks/photo_folder.py``'s photographs
 (``--num-images``, ``--classes``) are made once under ``--data-dir``. Each model is a
@@ -33,7 +34,12 @@ two ``torch.cuda.synchronize()``; after torchvision's turn the run waits until i
 refilled, so that their CPU work does not fall into the next system's time. Reported: the median
 over ``--rounds`` rounds and its % of ``limit``. ``--profile-batches N`` (first model only): each
 loader alone, no model, under ``torch.profiler`` (CUDA activity) for N batches; device time and
-count per batch by kind (kernels, top 6 by name; memcpy HtoD/DtoD/DtoH; memset).
+count per batch by kind (kernels, top 6 by name; memcpy HtoD/DtoD/DtoH; memset). ``--timeline N``
+(first model): N training steps of each system under ``torch.profiler`` with every stream, to see
+where the model's steps stretch: per step, the wall time, the training stream's kernel and busy
+time, its idle time inside the step, the loader's busy time and how much of the training stream's
+busy time the loader overlapped. ``--train-stream high`` trains on a high-priority stream, so
+that the GPU schedules the model's kernels before the loader's (whose streams have priority 0).
 
 ``--workers`` defaults to the cores this process may run on (``taskset -c 0-2`` gives the
 3-core figure), ``--dali-threads`` to as many, at most 8. Everything, with the environment and
@@ -184,6 +190,80 @@ def profile_loader(stream: Iterator, n: int) -> dict:
             "top_kernels": [{"name": k[len("kernel "):], "ms": ms[k] / n, "count": count[k] / n} for k in top]}
 
 
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _length(spans: list[tuple[int, int]]) -> int:
+    return sum(b - a for a, b in spans)
+
+
+def _overlap(xs: list[tuple[int, int]], ys: list[tuple[int, int]]) -> int:
+    """Total length of the intersection of two merged, sorted span lists."""
+    i = j = total = 0
+    while i < len(xs) and j < len(ys):
+        lo, hi = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        total += max(0, hi - lo)
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def timeline(step: Callable, stream: Iterator, n: int) -> dict:
+    """``n`` training steps under ``torch.profiler`` with every CUDA stream: where the steps stretch.
+
+    The training stream is the one the step's kernels run on (the current stream's, the one with
+    the most kernel time); every other stream with activity is the loader's. Per step, in ms: the
+    wall time; the training stream's kernel time (summed durations) and busy time (their union);
+    the loader's busy time; the training kernels' time during which the loader was active; and the
+    training stream's idle time (the wall time it ran nothing: a step waiting for its batch or for
+    the host to launch)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(5):
+        step(*next(stream))
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step(*next(stream))
+        torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) * 1e3 / n
+    by_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    kernel_ns: dict[int, int] = defaultdict(int)
+    for e in prof.profiler.kineto_results.events():
+        if e.device_type() != torch.autograd.DeviceType.CUDA:
+            continue
+        name = e.name()
+        if e.duration_ns() <= 0:
+            continue
+        start = e.start_ns()
+        by_stream[e.device_resource_id()].append((start, start + e.duration_ns()))
+        if not name.startswith(("Memcpy", "Memset")):
+            kernel_ns[e.device_resource_id()] += e.duration_ns()
+    if not kernel_ns:
+        return {}
+    train = max(kernel_ns, key=kernel_ns.get)
+    spans = {k: _merged(v) for k, v in by_stream.items()}
+    mine = spans.pop(train)
+    loader = _merged([x for v in spans.values() for x in v])
+    first, last = mine[0][0], mine[-1][1]
+    return {"steps": n, "wall_ms": wall, "train_kernel_ms": kernel_ns[train] / 1e6 / n,
+            "train_busy_ms": _length(mine) / 1e6 / n,
+            "train_idle_ms": ((last - first) - _length(mine)) / 1e6 / n,
+            "loader_busy_ms": _length(loader) / 1e6 / n,
+            "train_busy_with_loader_ms": _overlap(mine, loader) / 1e6 / n,
+            "loader_streams": len(spans)}
+
+
 def dali_version() -> tuple[str | None, str]:
     """DALI's version, or None and why it does not import."""
     try:
@@ -205,7 +285,8 @@ def configurations(names: list[str], skipped: dict[str, str]) -> list[str]:
 
 
 def run_model(model: str, names: list[str], args: argparse.Namespace, root: str, classes: int,
-              device: torch.device, profiles: dict | None, skipped: dict[str, str]) -> dict:
+              device: torch.device, profiles: dict | None, skipped: dict[str, str],
+              timelines: dict | None = None) -> dict:
     step = trainer(model, classes, device)
     streams, closers, rates = {}, [], defaultdict(list)
     for name in names:
@@ -226,15 +307,24 @@ def run_model(model: str, names: list[str], args: argparse.Namespace, root: str,
                     profiles[name] = profile_loader(streams[name], args.profile_batches)
                     total = profiles[name]["per_batch"].get("total", {"ms": 0.0})["ms"]
                     log(f"[profile] {name}: {total:.2f} ms of GPU time per batch")
-        for r in range(args.rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
-                tv = name == "torchvision"
-                warmup = max(args.warmup, 2 * args.workers) if tv else args.warmup
-                rate = timed(step, streams[name], warmup, args.tv_steps if tv else args.steps, args.batch_size)
-                rates[name].append(rate)
-                log(f"[{model} round {r + 1}/{args.rounds}] {name:<17} {rate:>8.0f} img/s")
-                if tv:  # its workers refill 2 batches each: let that CPU work end before the next system
-                    time.sleep(min(60.0, 2 * args.workers * args.batch_size / rate))
+        # the model's own stream: the default one, or one the GPU schedules before the loader's
+        train_stream = torch.cuda.Stream(device, priority=-1) if args.train_stream == "high" else \
+            torch.cuda.current_stream(device)
+        with torch.cuda.stream(train_stream):
+            for r in range(args.rounds):
+                for name in names[r % len(names):] + names[:r % len(names)]:
+                    tv = name == "torchvision"
+                    warmup = max(args.warmup, 2 * args.workers) if tv else args.warmup
+                    rate = timed(step, streams[name], warmup, args.tv_steps if tv else args.steps, args.batch_size)
+                    rates[name].append(rate)
+                    log(f"[{model} round {r + 1}/{args.rounds}] {name:<17} {rate:>8.0f} img/s")
+                    if tv:  # its workers refill 2 batches each: let that CPU work end before the next system
+                        time.sleep(min(60.0, 2 * args.workers * args.batch_size / rate))
+            if timelines is not None:
+                for name in names:
+                    if name != "torchvision":
+                        timelines[name] = timeline(step, streams[name], args.timeline)
+                        log(f"[timeline] {name}: {json.dumps(timelines[name])}")
     finally:
         for close in closers:
             close()
@@ -246,13 +336,19 @@ def run_model(model: str, names: list[str], args: argparse.Namespace, root: str,
                    "steps": args.tv_steps if name == "torchvision" else args.steps} for name, v in rates.items()}
 
 
-def report(results: dict, profiles: dict) -> None:
+def report(results: dict, profiles: dict, timelines: dict | None = None) -> None:
     print(f"\n{'model':<12} {'system':<17} {'img/s':>8} {'% limit':>8}  rounds")
     for model, per in results.items():
         for name, r in per.items():
             pct = f"{r['of_limit']:.1f}%" if r["of_limit"] is not None else "-"
             print(f"{model:<12} {name:<17} {r['images_per_s']:>8.0f} {pct:>8}  "
                   + " ".join(f"{x:.0f}" for x in r["images_per_s_all"]))
+    if timelines:
+        cols = ("wall_ms", "train_kernel_ms", "train_busy_ms", "train_idle_ms", "loader_busy_ms",
+                "train_busy_with_loader_ms")
+        print(f"\nTraining timeline (first model), ms per step: {', '.join(cols)}")
+        for name, t in timelines.items():
+            print(f"{name:<17}" + "".join(f" {t.get(c, float('nan')):>9.2f}" for c in cols))
     if not profiles:
         return
     n = next(iter(profiles.values()))["batches"]
@@ -288,6 +384,11 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=15, help="untimed steps before each timed run (15)")
     p.add_argument("--rounds", type=int, default=3, help="rounds; the median is reported (3)")
     p.add_argument("--profile-batches", type=int, default=64, help="batches profiled per loader (64; 0: none)")
+    p.add_argument("--timeline", type=int, default=0,
+                   help="steps of each system's training profiled with every stream (first model; 0: none)")
+    p.add_argument("--train-stream", choices=("default", "high"), default="default",
+                   help="the model's CUDA stream: the default stream, or a high-priority one (the loader's "
+                   "streams have the lowest priority, so the GPU schedules the model's kernels first)")
     p.add_argument("--out", default="bench_out", help="folder for train_speed.json (bench_out)")
     args = p.parse_args()
     wanted = [c for s in args.systems.split(",") if s for c in FAMILIES.get(s, [s])]
@@ -318,19 +419,22 @@ def main() -> int:
     names = configurations(wanted, skipped)
     results: dict[str, dict] = {}
     profiles: dict[str, dict] = {}
+    timelines: dict[str, dict] = {}
     for i, model in enumerate(args.models.split(",")):
         results[model] = run_model(model, names, args, root, classes, device,
-                                   profiles if i == 0 and args.profile_batches > 0 else None, skipped)
+                                   profiles if i == 0 and args.profile_batches > 0 else None, skipped,
+                                   timelines if i == 0 and args.timeline > 0 else None)
         torch.cuda.empty_cache()
     print("systems: " + "; ".join(f"{n}: {DESCRIBE[n]}" for n in names))
     for n, why in skipped.items():
         print(f"skipped {n}: {why}")
-    report(results, profiles)
+    report(results, profiles, timelines)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "train_speed.json")
     with open(path, "w") as f:
         json.dump({"environment": env, "args": vars(args), "configurations": {n: DESCRIBE[n] for n in names},
-                   "skipped": skipped, "results": results, "gpu_time_per_batch": profiles}, f, indent=2)
+                   "skipped": skipped, "results": results, "gpu_time_per_batch": profiles,
+                   "training_timeline": timelines}, f, indent=2)
     print(f"wrote {path}")
     return 0
 
