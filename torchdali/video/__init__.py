@@ -1,0 +1,26 @@
+"""Video clips: one dataset item is a clip (a list of frames) of a video.
+
+* ``_clips``: which frames make a clip (``ClipSampler``; uniform and random clips, padding).
+* ``_container``: ``probe`` a file (demux only), ``read_clip`` (the packets a clip needs, as a
+  picklable ``EncodedClip``), ``decode_clip_nv12`` / ``decode_clip_rgb`` (FFmpeg's software decoders).
+* ``_datasets``: ``VideoFolder`` and ``VideoFileList``.
+
+PyAV (``pip install torchdali[video]``) is imported only when a file is opened.
+"""
+from ._clips import (
+    CLIP_MODES, MISSING_FRAME, PAD_MODES, ClipSampler, ShortVideoError, clip_frame_indices, clip_span,
+    random_clip_start, uniform_clip_starts,
+)
+from ._container import (
+    ClipDecodeError, ColorInfo, EncodedClip, NV12Clip, UnsupportedVideoError, VideoInfo, decode_clip_nv12,
+    decode_clip_rgb, probe, read_clip,
+)
+from ._datasets import VIDEO_EXTENSIONS, VideoFileList, VideoFolder, probe_videos
+
+__all__ = [
+    "CLIP_MODES", "MISSING_FRAME", "PAD_MODES", "VIDEO_EXTENSIONS",
+    "ClipSampler", "ShortVideoError", "clip_frame_indices", "clip_span", "random_clip_start", "uniform_clip_starts",
+    "ClipDecodeError", "ColorInfo", "EncodedClip", "NV12Clip", "UnsupportedVideoError", "VideoInfo",
+    "decode_clip_nv12", "decode_clip_rgb", "probe", "read_clip",
+    "VideoFileList", "VideoFolder", "probe_videos",
+]
