@@ -511,3 +511,40 @@ def test_the_workers_check_each_files_scan_data_once_and_leave_a_damaged_one_to_
     got = _pack(PrepareBatch(plan, "gpu", ring=untabled), ds, tb, defer=True)
     assert untabled.table is None and _equal(got.scan_starts, plain.scan_starts)
     untabled.close()
+
+
+def test_detection_parts_merge_into_the_batch_mapped_whole():
+    """Each part's worker maps its boxes with its own trace; merged, the batch's targets, trace
+    and frozen Masks map (the executor's ``part="masks"``) as the batch packed whole does."""
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+
+    from torchdali import _rng
+    from torchdali.transforms._target_plan import TargetPlan
+
+    from .test_geometry_targets import MIXED, Detection, assert_target
+
+    ds = Detection(sizes=MIXED * 8)
+    plan = compile_transforms([T.RandomZoomOut(fill={tv_tensors.Mask: 3}, p=1.0), T.RandomIoUCrop(),
+                               T.RandomHorizontalFlip(),
+                               v2.SanitizeBoundingBoxes(labels_getter=lambda inputs: inputs[1]["masks"]),
+                               T.Resize((24, 24))])
+    prepare = PrepareBatch(plan, "gpu", delivery=Delivery())
+    n = len(ds)
+    batches = torch.utils.data.BatchSampler(range(n), n, False)
+    state = dict(seed=4, epoch=2)
+    whole = _pack(prepare, ds, next(iter(TaggedBatchSampler(batches, EpochState(**state)))))
+    parts = [tb for tb in TaggedBatchSampler(batches, EpochState(**state), EpochStart(1, 2)) if tb.parts > 1]
+    assert len(parts) == 2
+    got = merge_parts([_pack(prepare, ds, tb) for tb in parts], Delivery())
+    assert got.trace is not None and got.targets.boxes_mapped is not None
+    assert got.targets.boxes_mapped.frozen == whole.targets.boxes_mapped.frozen != {}
+    tp = TargetPlan.of(plan)
+    sizes = whole.shapes[:, :2]
+    keys = _rng.sample_keys(4, 2, whole.positions)
+    mapped = [tp.map(b.targets.unpack(), sizes, keys, "cpu", trace=b.trace, part="masks",
+                     boxes_mapped=b.targets.boxes_mapped) for b in (got, whole)]
+    want = tp.map([ds.target(i) for i in range(n)], sizes, keys, "cpu")
+    for i, (a, b, w) in enumerate(zip(*mapped, want)):
+        assert_target(a, w, f"merged: sample {i}")
+        assert_target(b, w, f"whole: sample {i}")

@@ -9,6 +9,7 @@ crosses the worker queue.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple, Sequence
 
@@ -201,7 +202,8 @@ class PackedTargets:
         data = self.data if isinstance(self.data, torch.Tensor) else torch.from_numpy(self.data)
         if device is not None and torch.device(device).type != "cpu":
             data = upload([data], torch.device(device))[0]
-        return [_unpacked(tree, data) for tree in self.trees]
+        typed: dict = {}
+        return [_unpacked(tree, data, typed) for tree in self.trees]
 
     def __len__(self) -> int:
         return len(self.trees)
@@ -224,14 +226,23 @@ class PackedTargets:
         return self.data if isinstance(self.data, torch.Tensor) else torch.from_numpy(self.data)
 
 
-def _unpacked(tree: Any, data: torch.Tensor) -> Any:
+def _unpacked(tree: Any, data: torch.Tensor, typed: dict | None = None) -> Any:
+    """``tree`` with its ``_TensorRef``s replaced by views of ``data``; ``typed``: the views of
+    ``data`` as each dtype met so far, shared across a batch's trees (every offset is a multiple
+    of ``_TARGET_ALIGN``, so a leaf is one slice of its dtype's view)."""
+    typed = {} if typed is None else typed
     leaves, spec = tree_flatten(tree)
     for k, ref in enumerate(leaves):
         if not isinstance(ref, _TensorRef):
             continue
-        nbytes = int(np.prod(ref.shape, dtype=np.int64)) * torch.empty(0, dtype=ref.dtype).element_size()
-        if nbytes:
-            t = data[ref.offset: ref.offset + nbytes].view(ref.dtype).view(ref.shape)
+        numel = math.prod(ref.shape)
+        if numel:
+            view = typed.get(ref.dtype)
+            if view is None:
+                whole = data[: len(data) - len(data) % _TARGET_ALIGN]
+                view = typed[ref.dtype] = whole.view(ref.dtype)
+            start = ref.offset // view.element_size()
+            t = view[start: start + numel].view(ref.shape)
         else:
             t = torch.empty(ref.shape, dtype=ref.dtype, device=data.device)
         if ref.kind == _BOXES:

@@ -21,7 +21,7 @@ from .. import _rng
 from ..errors import SampleError
 from ..transforms._plan import BatchParams, Plan, run_reference
 from ..transforms._iou_crop import NoCropFound
-from ..transforms._target_plan import TargetPlan, has_geometry
+from ..transforms._target_plan import BoxesMapped, TargetPlan, has_geometry
 from ..transforms._targets import BoxTrack, TargetGeometry, draw_and_trace
 from ._classify import LoadedSample, load_sample, split_item
 from ._deliver import Delivery
@@ -152,14 +152,12 @@ class PrepareBatch:
         parts = samples[0].tag.parts if self.mode == "gpu" else 1
         if geometry and self.mode == "cpu":  # boxes and masks: mapped here after the kernel
             collated = targets
-        elif geometry and parts == 1:
+        elif geometry:
             # the boxes mapped here, on the host, with the trace of the draw: the executor maps the
             # masks only, and never waits for the device to learn what SanitizeBoundingBoxes kept
             mapped = self.targets.map(targets, shapes[:, :2], _rng.sample_keys(seed, epoch, positions), "cpu",
                                       trace=trace, part="boxes")
             collated = PackedTargets.pack(mapped, boxes_mapped=mapped.boxes_mapped)
-        elif geometry:  # a part: the executor maps the whole batch once it is merged (merge_parts)
-            collated = PackedTargets.pack(targets)
         elif parts > 1:  # collated once the batch is whole again (merge_parts)
             collated = targets
         else:
@@ -275,8 +273,17 @@ def merge_parts(parts: Sequence[PackedBatch], delivery: Delivery, ring: Any = No
         ring_seq = -1
     has_target = all(p.has_target for p in parts)
     targets = [t for p in parts for t in p.targets] if has_target else None
+    trace = None
     if any(isinstance(p.targets, PackedTargets) for p in parts):  # boxes and masks: the executor maps them
-        targets = PackedTargets.pack(targets)
+        done = [p.targets.boxes_mapped if isinstance(p.targets, PackedTargets) else None for p in parts]
+        if all(d is not None for d in done) and all(p.trace is not None for p in parts):
+            # each part's boxes were mapped with its own trace: the executor maps the masks with theirs
+            starts = np.cumsum([0] + [len(p.indices) for p in parts])
+            frozen = {(int(s) + i, j): k for s, d in zip(starts, done) for (i, j), k in d.frozen.items()}
+            targets = PackedTargets.pack(targets, boxes_mapped=BoxesMapped(frozen))
+            trace = TargetGeometry.cat([p.trace for p in parts])
+        else:
+            targets = PackedTargets.pack(targets)
     elif has_target:
         targets = delivery.collate_targets(targets)
     batch = PackedBatch(
@@ -289,5 +296,5 @@ def merge_parts(parts: Sequence[PackedBatch], delivery: Delivery, ring: Any = No
         first_position=first.first_position,
         spares=[t for p in parts for t in p.spares], skipped=[s for p in parts for s in p.skipped],
         seconds=sum(p.seconds for p in parts),
-        slots=None if first.slots is None else torch.cat([p.slots for p in parts]))
+        slots=None if first.slots is None else torch.cat([p.slots for p in parts]), trace=trace)
     return batch

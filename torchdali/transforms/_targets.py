@@ -202,6 +202,26 @@ class TargetGeometry(NamedTuple):
         source = None if self.source_size is None else self.source_size[index]
         return TargetGeometry(steps, source, self.size[index], self.leaf_steps)
 
+    @staticmethod
+    def cat(parts: Sequence[TargetGeometry]) -> TargetGeometry:
+        """The geometry of the samples of ``parts`` in order: traces of one plan (a batch built in
+        parts, ``_executor/_worker.merge_parts``), on one device."""
+        first = parts[0]
+        if any(len(p.steps) != len(first.steps) or p.leaf_steps != first.leaf_steps for p in parts):
+            raise ValueError("traces of different plans cannot be put together")
+
+        def axis(axes: list[AxisStep]) -> AxisStep:
+            return AxisStep(*(torch.cat(col) for col in zip(*axes)))
+
+        steps = tuple(TargetStep(axis([p.steps[k].y for p in parts]), axis([p.steps[k].x for p in parts]),
+                                 torch.cat([p.steps[k].nearest_exact for p in parts]), first.steps[k].mask_fill)
+                      for k in range(len(first.steps)))
+        source = None if any(p.source_size is None for p in parts) else \
+            np.concatenate([p.source_size for p in parts])
+        zeroed = tuple((position, np.concatenate([dict(p.zeroed)[position] for p in parts]))
+                       for position, _ in first.zeroed)
+        return TargetGeometry(steps, source, np.concatenate([p.size for p in parts]), first.leaf_steps, zeroed)
+
     def span(self, start: int, stop: int) -> TargetGeometry:
         """Steps ``start`` to ``stop`` alone (a trace on the host: the canvases are read from it)."""
         return TargetGeometry(self.steps[start:stop], self.canvas_after(start), self.canvas_after(stop))
