@@ -80,6 +80,7 @@ DESCRIBE = {
     "torchvision": "torch DataLoader, PIL + transforms.v2 in the workers, pinned, non_blocking copy",
 }
 KINDS = ("kernel", "memcpy HtoD", "memcpy DtoD", "memcpy DtoH", "memset")
+STATS: dict[str, Callable[[], Any]] = {}  # torchdali configurations: their loader's stats()
 
 
 def log(msg: str) -> None:
@@ -112,6 +113,7 @@ def build(name: str, args: argparse.Namespace, root: str, classes: int,
             fmt = torch.channels_last
         loader = td.DataLoader(td.datasets.ImageFolder(root), batch_size=B, shuffle=True, drop_last=True,
                                transforms=T.Compose(steps), device=device, seed=0, memory_format=fmt, **persistent)
+        STATS[name] = loader.stats
         return _forever(lambda: iter(loader)), loader.close
     if name.startswith("dali"):
         half = name == "dali-fp16cl"
@@ -326,6 +328,8 @@ def run_model(model: str, names: list[str], args: argparse.Namespace, root: str,
                         timelines[name] = timeline(step, streams[name], args.timeline)
                         log(f"[timeline] {name}: {json.dumps(timelines[name])}")
     finally:
+        # the last epoch each torchdali loader ran while the model trained: where its threads' time went
+        loader_stats = {n: STATS[n]().last.as_dict() for n in names if n in STATS and STATS[n]().last is not None}
         for close in closers:
             close()
         streams.clear()
@@ -333,7 +337,8 @@ def run_model(model: str, names: list[str], args: argparse.Namespace, root: str,
     limit = statistics.median(rates["limit"]) if rates.get("limit") else None
     return {name: {"images_per_s": statistics.median(v), "images_per_s_all": v,
                    "of_limit": 100.0 * statistics.median(v) / limit if limit else None,
-                   "steps": args.tv_steps if name == "torchvision" else args.steps} for name, v in rates.items()}
+                   "steps": args.tv_steps if name == "torchvision" else args.steps,
+                   "loader_stats": loader_stats.get(name)} for name, v in rates.items()}
 
 
 def report(results: dict, profiles: dict, timelines: dict | None = None) -> None:
