@@ -84,6 +84,24 @@ say how the decoded batch ``data`` (1-D uint8) holds sample ``b``, which starts 
 * ``SOURCE_MIXED``: each sample either way: ``shapes[b] = (H, W, C)`` with ``C`` 1 or
   3 for an interleaved sample, ``(H, W, PLANAR + S)`` for a planar one. The kernel
   picks the reader per sample (one program reads one sample, so nothing diverges).
+  NV12 frames do not mix with these: a batch of them is ``SOURCE_NV12``.
+* ``SOURCE_NV12``: a video frame as NVDEC decodes it, 4:2:0 with interleaved chroma.
+  ``shapes[b] = (H, W, F)`` with ``F`` the frame's colour format (``NV12_*`` below):
+  its matrix coefficients (``NV12_BT601`` or ``NV12_BT709``), plus ``NV12_FULL_RANGE``
+  for full ("pc", 0..255) range, else limited ("tv": Y 16..235, Cb, Cr 16..240);
+  :func:`nv12_code` builds it. The Y plane comes first, ``H`` rows of ``W`` bytes,
+  then the chroma plane, ``ch = ceil(H / 2)`` rows of ``2 * cw`` bytes, ``cw =
+  ceil(W / 2)``, each row ``Cb0 Cr0 Cb1 Cr1 ...``; both tightly packed (no pitch:
+  NVDEC's pitched surfaces are copied row by row into ``data``), contiguous:
+  :func:`nv12_size` bytes. The source stage upsamples the chroma bilinearly with
+  MPEG-2/H.264's default ("left") siting, chroma sample ``(r, k)`` at luma position
+  ``(2 r + 1/2, 2 k)``: vertically weights 3/4 and 1/4 of the two nearest chroma rows,
+  horizontally the co-sited sample on even columns, the mean of its two neighbours on
+  odd ones, indices clamped to the plane (the sums are exact, in eighths). Then
+  Y'CbCr -> R'G'B' with the matrix and range (:func:`nv12_coefficients`) in
+  ``NV12_FRAC_BITS``-bit fixed point, rounded half up and clamped to ``0..255`` once:
+  each source pixel is an integer RGB value, the same in the kernel and the
+  reference (``reference.nv12_to_rgb``), bit for bit.
 
 Interpolation codes (``FILTER_*``) are compile-time switches of the samplers;
 ``FILTER_PER_SAMPLE`` compiles all of them and picks one per sample from the
@@ -114,8 +132,11 @@ __all__ = [
     "FILTERS", "filter_code", "filter_name",
     "PAD_NONE", "PAD_CONSTANT", "PAD_EDGE", "PAD_REFLECT", "PAD_SYMMETRIC", "PAD_MODES", "pad_mode_code",
     "pad_mode_name",
-    "SOURCE_INTERLEAVED", "SOURCE_YCBCR", "SOURCE_MIXED", "PLANAR", "SOURCES", "source_code",
+    "SOURCE_INTERLEAVED", "SOURCE_YCBCR", "SOURCE_MIXED", "SOURCE_NV12", "PLANAR", "SOURCES", "source_code",
     "S_444", "S_422", "S_420", "S_440", "S_GRAY", "SUBSAMPLING", "SUBSAMPLINGS", "chroma_shape", "planar_size",
+    "NV12_BT601", "NV12_BT709", "NV12_FULL_RANGE", "NV12_MATRIX_MASK", "NV12_CODES", "NV12_MATRICES", "NV12_KR_KB",
+    "NV12_FRAC_BITS", "Nv12Coefficients", "nv12_code", "nv12_format", "nv12_chroma_shape", "nv12_size",
+    "nv12_coefficients",
     "SLOT_COLUMNS", "SLOT_WIDTH", "SLOT_OP", "SLOT_M0", "SLOT_M1", "SLOT_M2", "SLOT_M3", "SLOT_M4",
     "SLOT_M5", "SLOT_M6", "SLOT_M7", "SLOT_INTERP", "SLOT_FILL0", "SLOT_FILL1", "SLOT_FILL2",
     "OPS", "OP_ARGS", "op_code", "slot_column",
@@ -313,9 +334,11 @@ SOURCE_YCBCR = 1  # planar Y, Cb, Cr at native chroma resolution, shapes (H, W, 
 # decoded on the CPU (formats nvJPEG does not take, files it rejected).
 SOURCE_MIXED = 2
 PLANAR = 16  # added to a planar sample's subsampling code in a SOURCE_MIXED batch
+SOURCE_NV12 = 3  # NV12 video frames (Y plane, then interleaved CbCr at half size), shapes (H, W, NV12 code)
 
 #: name (the launcher's ``source=`` argument) -> code
-SOURCES: dict[str, int] = {"interleaved": SOURCE_INTERLEAVED, "ycbcr": SOURCE_YCBCR, "mixed": SOURCE_MIXED}
+SOURCES: dict[str, int] = {"interleaved": SOURCE_INTERLEAVED, "ycbcr": SOURCE_YCBCR, "mixed": SOURCE_MIXED,
+                           "nv12": SOURCE_NV12}
 
 
 def source_code(source: int | str) -> int:
@@ -357,6 +380,108 @@ def planar_size(H: int, W: int, S: int) -> int:
     """Bytes of an ``H x W`` sample of the planar YCbCr source with subsampling ``S``."""
     ch, cw = chroma_shape(H, W, S)
     return H * W + 2 * ch * cw
+
+
+# NV12 colour formats: ``shapes[b, 2]`` of a ``SOURCE_NV12`` frame is a matrix code,
+# plus NV12_FULL_RANGE for full range (see the module docstring).
+NV12_BT601 = 0  # ITU-R BT.601 matrix (SD video, and H.264/HEVC's "unspecified" in practice)
+NV12_BT709 = 1  # ITU-R BT.709 matrix (HD video)
+NV12_MATRIX_MASK = 1  # the bits of the matrix code
+NV12_FULL_RANGE = 2  # flag: full range, Y, Cb, Cr 0..255 ("pc"); without it limited ("tv")
+NV12_CODES: tuple[int, ...] = (NV12_BT601, NV12_BT709, NV12_BT601 | NV12_FULL_RANGE, NV12_BT709 | NV12_FULL_RANGE)
+
+#: name (as FFmpeg's ``colorspace`` spells it) -> matrix code
+NV12_MATRICES: dict[str, int] = {"bt601": NV12_BT601, "bt709": NV12_BT709}
+
+#: matrix code -> (Kr, Kb), the luma weights of red and blue (Kg = 1 - Kr - Kb)
+NV12_KR_KB: dict[int, tuple[float, float]] = {NV12_BT601: (0.299, 0.114), NV12_BT709: (0.2126, 0.0722)}
+
+#: fractional bits of the fixed-point conversion (every sum stays below 2**30)
+NV12_FRAC_BITS = 20
+
+
+def nv12_code(matrix: int | str, full_range: bool) -> int:
+    """The ``shapes[b, 2]`` code of an NV12 frame with ``matrix`` (``NV12_BT601``,
+    ``NV12_BT709`` or a name of ``NV12_MATRICES``) and range (full when ``full_range``)."""
+    if isinstance(matrix, str) and matrix in NV12_MATRICES:
+        m = NV12_MATRICES[matrix]
+    elif isinstance(matrix, numbers.Integral) and not isinstance(matrix, bool) and matrix in NV12_MATRICES.values():
+        m = int(matrix)
+    else:
+        raise ValueError(f"matrix must be one of {list(NV12_MATRICES)} or its code {list(NV12_MATRICES.values())}, "
+                         f"got {matrix!r}")
+    return m | (NV12_FULL_RANGE if full_range else 0)
+
+
+def nv12_format(code: int) -> tuple[int, bool]:
+    """``(matrix, full_range)`` of the NV12 code ``code``; a ValueError for an unknown code."""
+    if isinstance(code, bool) or not isinstance(code, numbers.Integral) or code not in NV12_CODES:
+        raise ValueError(f"no NV12 colour format code {code!r}: codes are {list(NV12_CODES)} (NV12_BT601 or "
+                         f"NV12_BT709, plus NV12_FULL_RANGE={NV12_FULL_RANGE} for full range)")
+    return int(code) & NV12_MATRIX_MASK, bool(code & NV12_FULL_RANGE)
+
+
+def nv12_chroma_shape(H: int, W: int) -> tuple[int, int]:
+    """``(ch, cw)``: chroma samples of an ``H x W`` NV12 frame per column and per row
+    (its chroma plane is ``ch`` rows of ``2 * cw`` bytes)."""
+    return -(-H // 2), -(-W // 2)
+
+
+def nv12_size(H: int, W: int) -> int:
+    """Bytes of an ``H x W`` NV12 frame: the Y plane, then the CbCr plane."""
+    ch, cw = nv12_chroma_shape(H, W)
+    return H * W + 2 * ch * cw
+
+
+class Nv12Coefficients(NamedTuple):
+    """Y'CbCr -> R'G'B' of one NV12 colour format, in ``NV12_FRAC_BITS``-bit fixed point.
+
+    With ``Y`` the luma (0..255) and ``cb8 = 8 (Cb - 128)``, ``cr8 = 8 (Cr - 128)`` the
+    upsampled chroma in eighths (integers), ``a = 2 ** (NV12_FRAC_BITS - 1)``::
+
+        R = (y_scale (Y - y_offset) + cr_r cr8 + a) >> NV12_FRAC_BITS
+        G = (y_scale (Y - y_offset) - cb_g cb8 - cr_g cr8 + a) >> NV12_FRAC_BITS
+        B = (y_scale (Y - y_offset) + cb_b cb8 + a) >> NV12_FRAC_BITS
+
+    each clamped to ``0..255``: the float formula ``R = Ys + 2 (1 - Kr) Crs``, ``G = Ys -
+    2 Kb (1 - Kb) / Kg Cbs - 2 Kr (1 - Kr) / Kg Crs``, ``B = Ys + 2 (1 - Kb) Cbs`` with
+    ``Ys = (Y - 16) 255 / 219``, ``Cbs = (Cb - 128) 255 / 224`` (limited range) or ``Ys = Y``,
+    ``Cbs = Cb - 128`` (full range), rounded half up (before rounding, within 2**-9 of
+    the float formula).
+    """
+
+    y_offset: int
+    y_scale: int
+    cr_r: int
+    cb_g: int
+    cr_g: int
+    cb_b: int
+
+
+def nv12_coefficients(code: int) -> Nv12Coefficients:
+    """The fixed-point conversion of the NV12 colour format ``code``."""
+    matrix, full = nv12_format(code)
+    kr, kb = NV12_KR_KB[matrix]
+    kg = 1.0 - kr - kb
+    ys, cs = (1.0, 1.0) if full else (255.0 / 219.0, 255.0 / 224.0)
+    one = float(1 << NV12_FRAC_BITS)
+    c = one * cs / 8.0  # per eighth of a chroma level
+    return Nv12Coefficients(0 if full else 16, round(one * ys), round(c * 2.0 * (1.0 - kr)),
+                            round(c * 2.0 * kb * (1.0 - kb) / kg), round(c * 2.0 * kr * (1.0 - kr) / kg),
+                            round(c * 2.0 * (1.0 - kb)))
+
+
+# Module constants for the Triton source stage (see the note above the geometry
+# constants), picked per frame by ``stages/source.py: nv12_coefficients``.
+NV12_Y_OFFSET_LIMITED = nv12_coefficients(NV12_BT601).y_offset
+NV12_Y_SCALE_LIMITED = nv12_coefficients(NV12_BT601).y_scale
+NV12_Y_SCALE_FULL = nv12_coefficients(NV12_BT601 | NV12_FULL_RANGE).y_scale
+_, _, NV12_CR_R_601, NV12_CB_G_601, NV12_CR_G_601, NV12_CB_B_601 = nv12_coefficients(NV12_BT601)
+_, _, NV12_CR_R_709, NV12_CB_G_709, NV12_CR_G_709, NV12_CB_B_709 = nv12_coefficients(NV12_BT709)
+_, _, NV12_CR_R_601_FULL, NV12_CB_G_601_FULL, NV12_CR_G_601_FULL, NV12_CB_B_601_FULL = nv12_coefficients(
+    NV12_BT601 | NV12_FULL_RANGE)
+_, _, NV12_CR_R_709_FULL, NV12_CB_G_709_FULL, NV12_CR_G_709_FULL, NV12_CB_B_709_FULL = nv12_coefficients(
+    NV12_BT709 | NV12_FULL_RANGE)
 
 
 # --------------------------------------------------------------------------- #

@@ -16,10 +16,11 @@ import torch
 
 from . import layout
 
-__all__ = ["axis_taps", "chroma_fancy", "chroma_rounding", "chroma_taps", "clamp_region", "colour", "cubic",
+__all__ = ["READERS", "axis_taps", "chroma_fancy", "chroma_rounding", "chroma_taps", "clamp_region", "colour", "cubic",
            "epilogue", "erase", "fill_outside", "filter_width", "fold_box", "fold_index", "nearest_index",
-           "philox_normal", "sample", "source", "source_folded", "source_ycbcr",
-           "triangle", "upsample_chroma", "ycbcr_planes_to_rgb", "ycc_to_rgb"]
+           "nv12_chroma_taps", "nv12_planes", "nv12_to_rgb", "nv12_ycc_to_rgb", "philox_normal", "sample", "source",
+           "source_folded", "source_nv12", "source_ycbcr", "triangle", "upsample_chroma", "upsample_nv12_chroma",
+           "ycbcr_planes_to_rgb", "ycc_to_rgb"]
 
 
 # --------------------------------------------------------------------------- #
@@ -144,6 +145,105 @@ def source_ycbcr(data: torch.Tensor, offset: int, shape: tuple[int, int, int],
     return ycbcr_planes_to_rgb(data, offset, H, W, S % layout.PLANAR, region)
 
 
+# The NV12 source (``layout.SOURCE_NV12``): 4:2:0 video frames, chroma sited as
+# MPEG-2/H.264 default ("left"): chroma sample (r, k) at luma position (2 r + 1/2, 2 k).
+# For full-resolution pixel (y, x), with indices clamped to the ch x cw chroma grid:
+#
+# * rows: j = y >> 1 and nj = j - 1 for even y, j + 1 for odd y, weights 3/4 and 1/4;
+# * columns: k = x >> 1 and nk = k + (x & 1), weights 1/2 and 1/2 (on even columns
+#   nk = k: the co-sited sample);
+# * the sum 3 (c[j][k] + c[j][nk]) + c[nj][k] + c[nj][nk] is 8 times the upsampled
+#   chroma, exact; then layout.Nv12Coefficients' fixed-point conversion (one rounding).
+#
+# ``stages/source.py`` computes the same per tap, with the same helper names.
+
+
+def nv12_planes(data: torch.Tensor, offset: int, H: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Views of the NV12 frame at ``offset`` in ``data``: the Y plane ``[H, W]`` and the
+    chroma plane ``[ch, cw, 2]`` (``layout.nv12_chroma_shape``; Cb, Cr in the last axis)."""
+    ch, cw = layout.nv12_chroma_shape(H, W)
+    y = data[offset: offset + H * W].view(H, W)
+    uv = data[offset + H * W: offset + layout.nv12_size(H, W)].view(ch, cw, 2)
+    return y, uv
+
+
+def nv12_chroma_taps(ky: torch.Tensor, kx: torch.Tensor, ch: int, cw: int
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The chroma rows ``j`` (weight 3) and ``nj`` (weight 1) of full-resolution rows ``ky``,
+    and the chroma columns ``k``, ``nk`` (weight 1 each) of columns ``kx``, clamped to the
+    ``ch x cw`` grid."""
+    j = (ky >> 1).clamp(0, ch - 1)
+    nj = torch.where(ky % 2 == 0, j - 1, j + 1).clamp(0, ch - 1)
+    k = (kx >> 1).clamp(0, cw - 1)
+    nk = (k + kx % 2).clamp(0, cw - 1)
+    return j, nj, k, nk
+
+
+def upsample_nv12_chroma(uv: torch.Tensor, ky: torch.Tensor, kx: torch.Tensor) -> torch.Tensor:
+    """8 times the bilinearly upsampled chroma (int32 ``[len(ky), len(kx), 2]``: Cb, Cr) of the
+    ``[ch, cw, 2]`` uint8 chroma plane ``uv`` at full-resolution rows ``ky`` and columns ``kx``."""
+    ch, cw, _ = uv.shape
+    j, nj, k, nk = nv12_chroma_taps(ky, kx, ch, cw)
+    c = uv.to(torch.int32)
+    rows = 3 * c[j] + c[nj]  # [len(ky), cw, 2]
+    return rows[:, k] + rows[:, nk]
+
+
+def nv12_ycc_to_rgb(y: torch.Tensor, cb8: torch.Tensor, cr8: torch.Tensor, code: int) -> torch.Tensor:
+    """R'G'B' (``[..., 3]`` uint8) of luma ``y`` and chroma ``cb8``, ``cr8`` (8 times the
+    upsampled chroma, as :func:`upsample_nv12_chroma` gives them) in the NV12 colour format
+    ``code``: ``layout.Nv12Coefficients``' fixed point, rounded half up, clamped."""
+    k = layout.nv12_coefficients(code)
+    half = 1 << (layout.NV12_FRAC_BITS - 1)
+    ys = k.y_scale * (y.to(torch.int32) - k.y_offset) + half
+    cb = cb8.to(torch.int32) - 8 * 128
+    cr = cr8.to(torch.int32) - 8 * 128
+    r = (ys + k.cr_r * cr) >> layout.NV12_FRAC_BITS
+    g = (ys - k.cb_g * cb - k.cr_g * cr) >> layout.NV12_FRAC_BITS
+    b = (ys + k.cb_b * cb) >> layout.NV12_FRAC_BITS
+    return torch.stack([r, g, b], dim=-1).clamp_(0, 255).to(torch.uint8)
+
+
+def nv12_to_rgb(y: torch.Tensor, uv: torch.Tensor, matrix: int | str, full_range: bool,
+                region: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+    """The R'G'B' image (``[h, w, 3]`` uint8) of an NV12 frame: luma ``y`` ``[H, W]`` and
+    chroma ``uv`` ``[ceil(H / 2), ceil(W / 2), 2]`` (Cb, Cr; or the plane's rows, ``[ceil(H /
+    2), 2 ceil(W / 2)]``), both uint8, with the matrix ``matrix`` (``layout.NV12_BT601``,
+    ``NV12_BT709`` or ``"bt601"``, ``"bt709"``) and range (full when ``full_range``, else
+    limited); only the rows ``[lo_y, hi_y)`` and columns ``[lo_x, hi_x)`` of ``region``
+    (default: all)."""
+    if y.dtype != torch.uint8 or uv.dtype != torch.uint8:
+        raise TypeError(f"y and uv must be uint8, got {y.dtype} and {uv.dtype}")
+    if y.dim() != 2:
+        raise ValueError(f"y must be [H, W], got shape {tuple(y.shape)}")
+    H, W = y.shape
+    ch, cw = layout.nv12_chroma_shape(H, W)
+    if uv.dim() == 2 and tuple(uv.shape) == (ch, 2 * cw):
+        uv = uv.reshape(ch, cw, 2)
+    if tuple(uv.shape) != (ch, cw, 2):
+        raise ValueError(f"uv of a {H} x {W} frame must be [{ch}, {cw}, 2] (or [{ch}, {2 * cw}]), "
+                         f"got {tuple(uv.shape)}")
+    code = layout.nv12_code(matrix, full_range)
+    lo_y, hi_y, lo_x, hi_x = region if region is not None else (0, H, 0, W)
+    ky = torch.arange(lo_y, hi_y, device=y.device)
+    kx = torch.arange(lo_x, hi_x, device=y.device)
+    c8 = upsample_nv12_chroma(uv, ky, kx)
+    return nv12_ycc_to_rgb(y[lo_y:hi_y, lo_x:hi_x], c8[..., 0], c8[..., 1], code)
+
+
+def source_nv12(data: torch.Tensor, offset: int, shape: tuple[int, int, int],
+                region: tuple[int, int, int, int]) -> torch.Tensor:
+    """:func:`source` of the NV12 source: the clamp region ``(lo_y, hi_y, lo_x, hi_x)`` of the
+    frame at ``offset`` (``shape = (H, W, code)``) as ``[h, w, 3]`` uint8 RGB."""
+    H, W, code = shape
+    y, uv = nv12_planes(data, offset, H, W)
+    return nv12_to_rgb(y, uv, *layout.nv12_format(code), region)
+
+
+#: ``layout.SOURCE_*`` of a sample -> its reader (:func:`source` and its twins)
+READERS = {layout.SOURCE_INTERLEAVED: source, layout.SOURCE_YCBCR: source_ycbcr, layout.SOURCE_NV12: source_nv12}
+
+
 # Padding before the resampling (``layout.PAD_*``): the clamp region may reach past
 # the image, and every tap index k is folded into the fold box [f0, f1) (n = f1 - f0,
 # x = k - f0) before the read: edge: f0 + clamp(x, 0, n - 1); reflect: m = |x| mod
@@ -173,11 +273,12 @@ def fold_index(k: torch.Tensor, f0: int, f1: int, mode: int) -> tuple[torch.Tens
 
 def source_folded(data: torch.Tensor, offset: int, shape: tuple[int, int, int], region: tuple[int, int, int, int],
                   fold: tuple[int, int, int, int], mode: int, fill: torch.Tensor | None,
-                  planar: bool = False) -> torch.Tensor:
-    """:func:`source` (or :func:`source_ycbcr` when ``planar``) of a clamp region that may reach
-    past the image: its pixels read through :func:`fold_index` of the fold box ``fold``
-    ``(f0_y, f1_y, f0_x, f1_x)``; ``[h, w, 3]``, uint8 or, for the constant mode with a fill
-    (3 values) that is not a uint8 value, float32, with the fill outside the box."""
+                  kind: int = layout.SOURCE_INTERLEAVED) -> torch.Tensor:
+    """:func:`source` (or its twin for the sample's source ``kind``, ``layout.SOURCE_YCBCR``:
+    :func:`source_ycbcr`, ``layout.SOURCE_NV12``: :func:`source_nv12`) of a clamp region that
+    may reach past the image: its pixels read through :func:`fold_index` of the fold box
+    ``fold`` ``(f0_y, f1_y, f0_x, f1_x)``; ``[h, w, 3]``, uint8 or, for the constant mode with
+    a fill (3 values) that is not a uint8 value, float32, with the fill outside the box."""
     H, W, C = shape
     lo_y, hi_y, lo_x, hi_x = region
     dev = data.device
@@ -185,7 +286,7 @@ def source_folded(data: torch.Tensor, offset: int, shape: tuple[int, int, int], 
     kx, in_x = fold_index(torch.arange(lo_x, hi_x, device=dev), fold[2], fold[3], mode)
     # the part of the image the folded indices read, converted once
     box = (int(ky.min()), int(ky.max()) + 1, int(kx.min()), int(kx.max()) + 1)
-    part = source_ycbcr(data, offset, shape, box) if planar else source(data, offset, shape, box)
+    part = READERS[kind](data, offset, shape, box)
     pixels = part[ky - box[0]][:, kx - box[2]]
     if mode != layout.PAD_CONSTANT:
         return pixels

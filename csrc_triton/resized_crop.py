@@ -9,7 +9,9 @@ bicubic, nearest, nearest-exact: torchvision's ``resize`` modes) is compiled in,
 or chosen per sample from the ``filter`` column of ``params``. With
 ``source="ycbcr"`` the batch holds JPEG planes instead of RGB images (Y, Cb, Cr at
 native chroma resolution, see ``layout.py``): each source pixel the resize reads
-is upsampled and converted to RGB as libjpeg does, in the same pass. With a
+is upsampled and converted to RGB as libjpeg does, in the same pass; with
+``source="nv12"`` it holds NV12 video frames (a Y plane, then interleaved Cb, Cr at
+half size), upsampled and converted with each frame's matrix and range. With a
 ``pad_mode`` the clamp region may reach past the image and every tap is folded
 into the sample's fold box (edge, reflect, symmetric) or reads the ``fill``
 (constant): padding before a resize, resampled as torchvision resamples the
@@ -108,6 +110,13 @@ def _check_values(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tenso
             raise ValueError(f"sample {i}: a planar YCbCr sample's shapes[:, 2] must be a subsampling code of "
                              f"{layout.SUBSAMPLINGS}, got {int(C[i])} (shape {shp[i].tolist()})")
         planar[:] = True
+    elif source == layout.SOURCE_NV12:
+        bad = ~torch.isin(C, torch.tensor(layout.NV12_CODES))
+        if bad.any():
+            i = first(bad)
+            raise ValueError(f"sample {i}: an NV12 frame's shapes[:, 2] must be a colour format code of "
+                             f"{list(layout.NV12_CODES)} (layout.nv12_code(matrix, full_range)), got {int(C[i])} "
+                             f"(shape {shp[i].tolist()})")
     elif source == layout.SOURCE_MIXED:
         planar = C >= layout.PLANAR
         codes = torch.tensor([1, 3] + [layout.PLANAR + s for s in layout.SUBSAMPLINGS.values()])
@@ -116,7 +125,8 @@ def _check_values(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tenso
             i = first(bad)
             raise ValueError(f"sample {i}: in a mixed batch shapes[:, 2] must be 1 or 3 (interleaved) or "
                              f"{layout.PLANAR} + a subsampling code of {layout.SUBSAMPLINGS} (planar), got "
-                             f"{int(C[i])} (shape {shp[i].tolist()})")
+                             f"{int(C[i])} (shape {shp[i].tolist()}); NV12 frames do not mix with these, "
+                             f"they go in a batch of their own (source='nv12')")
     else:
         bad = (C != 1) & (C != 3)
         if bad.any():
@@ -128,13 +138,17 @@ def _check_values(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tenso
         raise ValueError(f"sample {i}: image height and width must be >= 1, got shape {shp[i].tolist()}")
     # float64: an int64 product of absurd shapes could wrap around and pass.
     # Python ints are exact; the codes were checked above
-    sizes = [float(layout.planar_size(h, w, c % layout.PLANAR)) if is_planar else float(h) * w * c
-             for (h, w, c), is_planar in zip(shp.tolist(), planar.tolist())]
+    if source == layout.SOURCE_NV12:
+        sizes = [float(layout.nv12_size(h, w)) for h, w, _ in shp.tolist()]
+    else:
+        sizes = [float(layout.planar_size(h, w, c % layout.PLANAR)) if is_planar else float(h) * w * c
+                 for (h, w, c), is_planar in zip(shp.tolist(), planar.tolist())]
     end = offs.double() + torch.tensor(sizes, dtype=torch.float64).reshape(-1)
     bad = (offs < 0) | (end > data.numel())
     if bad.any():
         i = first(bad)
-        what = "planar YCbCr sample (Y, Cb, Cr planes)" if planar[i] else "image"
+        what = ("NV12 frame (Y plane, CbCr plane)" if source == layout.SOURCE_NV12
+                else "planar YCbCr sample (Y, Cb, Cr planes)" if planar[i] else "image")
         raise ValueError(
             f"sample {i}: {what} at offset {int(offs[i])} with shape {shp[i].tolist()} does not fit in "
             f"data ({data.numel()} elements)"
@@ -207,7 +221,8 @@ def _prepare(
     if shapes.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"shapes must be int32 or int64, got {shapes.dtype}")
     if shapes.shape != (B, 3):
-        per = {layout.SOURCE_YCBCR: "H, W, S", layout.SOURCE_MIXED: "H, W, C or PLANAR + S"}.get(source, "H, W, C")
+        per = {layout.SOURCE_YCBCR: "H, W, S", layout.SOURCE_MIXED: "H, W, C or PLANAR + S",
+               layout.SOURCE_NV12: "H, W, NV12 code"}.get(source, "H, W, C")
         raise ValueError(f"shapes must have shape [B, 3]=[{B}, 3] ({per} per image), got {tuple(shapes.shape)}")
     device = data.device
     for name, t in (("offsets", offsets), ("shapes", shapes), ("params", params)):
@@ -340,12 +355,15 @@ def fused_resized_crop(
 
     Args:
         data: 1-D ``uint8`` tensor holding the decoded images back to back, each
-            HWC contiguous (or, with ``source="ycbcr"``, each its Y, Cb, Cr planes).
+            HWC contiguous (or, with ``source="ycbcr"``, each its Y, Cb, Cr planes;
+            with ``source="nv12"``, each an NV12 frame).
         offsets: ``int64 [B]``, element offset of image ``b`` in ``data``.
         shapes: ``int32``/``int64 [B, 3]``, ``(H, W, C)`` of image ``b``; ``C`` is
             1 (replicated to 3 channels) or 3. With ``source="ycbcr"``,
             ``(H, W, S)``: ``S`` is the chroma subsampling code (``layout.S_444``,
-            ``S_422``, ``S_420``, ``S_440`` or ``S_GRAY``).
+            ``S_422``, ``S_420``, ``S_440`` or ``S_GRAY``). With ``source="nv12"``,
+            ``(H, W, F)``: ``F`` is the frame's colour format,
+            ``layout.nv12_code(matrix, full_range)``.
         params: ``float32 [B, layout.NUM_PARAMS]`` per-sample parameters, the
             columns named in ``csrc_triton/layout.py`` (geometry: origin, step,
             clamp region ``[lo, hi)`` and valid window per axis; see
@@ -387,7 +405,14 @@ def fused_resized_crop(
             resizes them: the result equals that of the interleaved source on
             :func:`csrc_triton.reference.ycbcr_planes_to_rgb`'s images.
             ``"mixed"``: either, per sample (``shapes[:, 2]`` 1 or 3: interleaved;
-            ``layout.PLANAR`` + a subsampling code: planar).
+            ``layout.PLANAR`` + a subsampling code: planar). ``"nv12"``: NV12 video
+            frames, the Y plane (``H x W``) then the chroma plane (``ceil(H / 2)``
+            rows of ``ceil(W / 2)`` pairs Cb, Cr), contiguous, no pitch
+            (``layout.nv12_size`` bytes); the chroma is upsampled bilinearly with
+            MPEG-2 siting and converted with the frame's matrix (BT.601 or BT.709)
+            and range (limited or full), in integers: the result equals that of the
+            interleaved source on :func:`csrc_triton.reference.nv12_to_rgb`'s images.
+            NV12 frames do not mix with other samples in one batch.
         placement: a variable-size output: ``int64 [B, layout.PLACEMENT_WIDTH]``,
             per sample ``(offset, height, width, stride_c, stride_h, stride_w)``
             (``layout.PLACEMENT_COLUMNS``): sample ``b`` is written as the ``[3,
@@ -549,14 +574,14 @@ def resized_crop_reference(
     for b in range(B):
         if sizes[b][0] == 0 or sizes[b][1] == 0:
             continue
-        planar = a.source == layout.SOURCE_YCBCR or a.source == layout.SOURCE_MIXED and shapes_l[b][2] >= layout.PLANAR
+        kind = a.source
+        if kind == layout.SOURCE_MIXED:
+            kind = layout.SOURCE_YCBCR if shapes_l[b][2] >= layout.PLANAR else layout.SOURCE_INTERLEAVED
         if a.pad_mode != layout.PAD_NONE:
             pixels = reference.source_folded(a.data, offsets_l[b], shapes_l[b], regions[b], folds[b], a.pad_mode,
-                                             a.fill, planar)
-        elif planar:
-            pixels = reference.source_ycbcr(a.data, offsets_l[b], shapes_l[b], regions[b])
+                                             a.fill, kind)
         else:
-            pixels = reference.source(a.data, offsets_l[b], shapes_l[b], regions[b])
+            pixels = reference.READERS[kind](a.data, offsets_l[b], shapes_l[b], regions[b])
         v = reference.sample(pixels, *taps_y[b], *taps_x[b], quantize and codes[b] == layout.FILTER_BICUBIC)
         if a.pad_mode == layout.PAD_CONSTANT:
             v = reference.fill_outside(v, params[b], a.fill)
