@@ -12,9 +12,9 @@ from .stages import colour, epilogue, sample, source
 
 @triton.jit
 def resized_crop_kernel(
-    data_ptr,  # uint8, all images packed back to back (HWC each, or Y, Cb, Cr planes: SOURCE)
+    data_ptr,  # uint8, all images packed back to back (HWC each, Y, Cb, Cr planes or NV12 frames: SOURCE)
     offsets_ptr,  # int64 [B]
-    shapes_ptr,  # int32/int64 [B, 3] contiguous: H, W, C (or H, W, subsampling code)
+    shapes_ptr,  # int32/int64 [B, 3] contiguous: H, W, C (or H, W, subsampling code or NV12 code)
     params_ptr,  # float32 [B, layout.NUM_PARAMS] contiguous
     affine_ptr,  # float32 [6]: scale[0..2], bias[0..2]
     erase_ptr,  # float32 [3]: the erase value (read when ERASE == 1)
@@ -35,7 +35,7 @@ def resized_crop_kernel(
     QUANTIZE: tl.constexpr,
     OUT_UINT8: tl.constexpr,
     ERASE: tl.constexpr,  # 0: no erasing, 1: erase with erase_ptr's value, 2: with noise
-    SOURCE: tl.constexpr,  # layout.SOURCE_INTERLEAVED, SOURCE_YCBCR or SOURCE_MIXED
+    SOURCE: tl.constexpr,  # layout.SOURCE_INTERLEAVED, SOURCE_YCBCR, SOURCE_MIXED or SOURCE_NV12
     RAGGED: tl.constexpr,  # per-sample output sizes, offsets and strides from placement_ptr
     PAD_MODE: tl.constexpr,  # layout.PAD_*: taps folded into the fold box, or the fill (PAD_NONE: neither)
     CACHE_KEY: tl.constexpr,  # _triton.cache_key(): the layout constants read here are part of the key
@@ -86,6 +86,11 @@ def resized_crop_kernel(
                                                   layout.SOURCE_INTERLEAVED, PAD_MODE)
     elif SOURCE == layout.SOURCE_YCBCR:
         off, H, W, C, img_ok = source.planar_image(offsets_ptr, shapes_ptr, b64, n_data)
+        v0, v1, v2 = sample.resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
+                                              fill0, fill1, fill2, FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W,
+                                              SOURCE, PAD_MODE)
+    elif SOURCE == layout.SOURCE_NV12:
+        off, H, W, C, img_ok = source.nv12_image(offsets_ptr, shapes_ptr, b64, n_data)
         v0, v1, v2 = sample.resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
                                               fill0, fill1, fill2, FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W,
                                               SOURCE, PAD_MODE)

@@ -37,7 +37,8 @@ on the sample's ``filter`` column.
 
 Each tap reads its source pixel through the source stage's loader for the
 compile-time ``SOURCE`` (``layout.SOURCE_*``): the RGB of an interleaved image,
-or that of a planar YCbCr sample computed at the tap (``source.source_ycbcr``).
+or that of a planar YCbCr sample (``source.source_ycbcr``) or an NV12 frame
+(``source.source_nv12``) computed at the tap.
 
 With a padding mode (``PAD_MODE``, ``layout.PAD_*``; see ``layout.py``), the clamp
 region may reach past the image (the padded extent a later resize sees): every tap
@@ -243,7 +244,7 @@ def sample(data_ptr, off, H, W, C,
     """The resampled tile, three float32 ``[BLOCK_H, BLOCK_W]`` channels, from the
     per-axis taps of :func:`axis_taps`; pixels with no taps are 0. ``lo_*``/``hi_*``
     are the clamp region as int32. ``off, H, W, C`` locate the sample in the source
-    ``SOURCE`` (``source.image`` or ``source.planar_image``). With a ``PAD_MODE``, tap
+    ``SOURCE`` (``source.image``, ``source.planar_image`` or ``source.nv12_image``). With a ``PAD_MODE``, tap
     indices are folded into the fold box ``[f0_*, f1_*)`` (int32) before the load, and
     with ``PAD_CONSTANT`` taps outside it read ``fill0..2``."""
     ch1, ch2 = src_stage.channels(C)
@@ -276,6 +277,8 @@ def sample(data_ptr, off, H, W, C,
             m = m_y & (u < n_x)[None, :]
             if SOURCE == layout.SOURCE_YCBCR:
                 v0, v1, v2 = src_stage.source_ycbcr(data_ptr, off, H, W, C, ky_src, kx_src, m)
+            elif SOURCE == layout.SOURCE_NV12:
+                v0, v1, v2 = src_stage.source_nv12(data_ptr, off, H, W, C, ky_src, kx_src, m)
             else:
                 v0, v1, v2 = src_stage.source(data_ptr, row, kx_src, C, ch1, ch2, m)
             if PAD_MODE == layout.PAD_CONSTANT:

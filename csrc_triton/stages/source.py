@@ -1,16 +1,22 @@
 """Source stage: where a sample's decoded pixels are, and how one pixel is read.
 
-Kernel 1 reads one of two sources (``layout.SOURCE_*``, the batch formats are in
+Kernel 1 reads one of three sources (``layout.SOURCE_*``, the batch formats are in
 ``layout.py``), each a locator and a loader with the same contract: the locator
-gives ``off, H, W, C, ok`` (``C`` the channel count, or the subsampling code of a
-planar sample), the loader three float32 channel values per source pixel.
+gives ``off, H, W, C, ok`` (``C`` the channel count, the subsampling code of a
+planar sample or the colour format code of an NV12 frame), the loader three
+float32 channel values per source pixel.
 
 * interleaved HWC uint8 with 1 or 3 channels: :func:`image`, then :func:`source`
   at rows from :func:`row_start`;
 * planar YCbCr at native chroma resolution: :func:`planar_image`, then
   :func:`source_ycbcr`, which upsamples the chroma and converts to RGB at each
   source pixel a tap reads, with libjpeg's integer arithmetic (the result is
-  the RGB image libjpeg would have decoded, exactly).
+  the RGB image libjpeg would have decoded, exactly);
+* NV12 video frames (4:2:0, interleaved chroma, BT.601 or BT.709, limited or full
+  range): :func:`nv12_image`, then :func:`source_nv12`, which upsamples the chroma
+  bilinearly (MPEG-2 siting) and converts to RGB at each source pixel a tap reads, in
+  integers (``layout.Nv12Coefficients``): the RGB image ``reference.nv12_to_rgb``
+  gives, exactly.
 
 A pipeline that pads with more than zeros before it resamples (a fill, or
 torchvision's edge, reflect and symmetric modes) compiles kernel 1 with a
@@ -260,6 +266,112 @@ def source_ycbcr(data_ptr, off, H, W, S, ky, kx, mask):
     cb = tl.where(m_c, cb, 128)
     cr = tl.where(m_c, cr, 128)
     return ycc_to_rgb(y, cb, cr)
+
+
+@triton.jit
+def nv12_image(offsets_ptr, shapes_ptr, b64, n_data):
+    """Offset, height, width, colour format code of NV12 frame ``b64``, and whether it
+    lies inside ``data``: :func:`image` for ``layout.SOURCE_NV12``.
+
+    A frame with an unknown code, or whose planes do not both fit in ``data``, is
+    flagged and reads nothing.
+    """
+    off = tl.load(offsets_ptr + b64).to(tl.int64)
+    H = tl.load(shapes_ptr + b64 * 3).to(tl.int64)
+    W = tl.load(shapes_ptr + b64 * 3 + 1).to(tl.int64)
+    F = tl.load(shapes_ptr + b64 * 3 + 2).to(tl.int64)
+    known = (F >= 0) & (F <= (layout.NV12_MATRIX_MASK | layout.NV12_FULL_RANGE))
+    Hs = tl.maximum(H, 1)
+    ok = (H > 0) & (W > 0) & (off >= 0) & known
+    # H * W <= n_data first: the chroma plane is at most (H + 1) (W + 1) / 2 bytes, so
+    # the frame's size cannot overflow either.
+    ok = ok & (H <= n_data) & (W <= n_data // Hs)
+    ch = (H + 1) >> 1
+    cw = (W + 1) >> 1
+    ok = ok & (off <= n_data - (H * W + 2 * ch * cw))
+    return off, H, W, F, ok
+
+
+@triton.jit
+def nv12_chroma_taps(ky, kx, ch, cw):
+    """The chroma rows ``j`` (weight 3) and ``nj`` (weight 1) of full-resolution rows ``ky``
+    (MPEG-2 siting: chroma row ``r`` lies between luma rows ``2 r`` and ``2 r + 1``), and
+    the chroma columns ``k``, ``nk`` (weight 1 each; the same column on even ``kx``, where
+    chroma is co-sited) of columns ``kx``, clamped to the ``ch x cw`` grid."""
+    j = tl.minimum(tl.maximum(ky >> 1, 0), ch - 1)
+    nj = tl.where((ky & 1) == 0, j - 1, j + 1)
+    nj = tl.minimum(tl.maximum(nj, 0), ch - 1)
+    k = tl.minimum(tl.maximum(kx >> 1, 0), cw - 1)
+    nk = tl.minimum(tl.maximum(k + (kx & 1), 0), cw - 1)
+    return j, nj, k, nk
+
+
+@triton.jit
+def nv12_coefficients(F):
+    """``y_offset, y_scale, cr_r, cb_g, cr_g, cb_b`` of ``layout.Nv12Coefficients`` for the
+    NV12 colour format code ``F`` (a scalar: one program reads one frame)."""
+    bt709 = (F & layout.NV12_MATRIX_MASK) == layout.NV12_BT709
+    full = (F & layout.NV12_FULL_RANGE) != 0
+    y_offset = tl.where(full, 0, layout.NV12_Y_OFFSET_LIMITED)
+    y_scale = tl.where(full, layout.NV12_Y_SCALE_FULL, layout.NV12_Y_SCALE_LIMITED)
+    cr_r = tl.where(full, tl.where(bt709, layout.NV12_CR_R_709_FULL, layout.NV12_CR_R_601_FULL),
+                    tl.where(bt709, layout.NV12_CR_R_709, layout.NV12_CR_R_601))
+    cb_g = tl.where(full, tl.where(bt709, layout.NV12_CB_G_709_FULL, layout.NV12_CB_G_601_FULL),
+                    tl.where(bt709, layout.NV12_CB_G_709, layout.NV12_CB_G_601))
+    cr_g = tl.where(full, tl.where(bt709, layout.NV12_CR_G_709_FULL, layout.NV12_CR_G_601_FULL),
+                    tl.where(bt709, layout.NV12_CR_G_709, layout.NV12_CR_G_601))
+    cb_b = tl.where(full, tl.where(bt709, layout.NV12_CB_B_709_FULL, layout.NV12_CB_B_601_FULL),
+                    tl.where(bt709, layout.NV12_CB_B_709, layout.NV12_CB_B_601))
+    return y_offset, y_scale, cr_r, cb_g, cr_g, cb_b
+
+
+@triton.jit
+def nv12_ycc_to_rgb(y, cb8, cr8, F):
+    """R, G, B (float32, integers in ``0..255``) of int32 luma ``y`` and chroma ``cb8``,
+    ``cr8`` (8 times the upsampled chroma) in the NV12 colour format ``F``: the fixed-point
+    conversion of ``layout.Nv12Coefficients``, rounded half up (``>>`` floors), clamped."""
+    y_offset, y_scale, cr_r, cb_g, cr_g, cb_b = nv12_coefficients(F)
+    ys = y_scale * (y - y_offset) + (1 << (layout.NV12_FRAC_BITS - 1))
+    cb = cb8 - 8 * 128
+    cr = cr8 - 8 * 128
+    r = (ys + cr_r * cr) >> layout.NV12_FRAC_BITS
+    g = (ys - cb_g * cb - cr_g * cr) >> layout.NV12_FRAC_BITS
+    b = (ys + cb_b * cb) >> layout.NV12_FRAC_BITS
+    r = tl.minimum(tl.maximum(r, 0), 255)
+    g = tl.minimum(tl.maximum(g, 0), 255)
+    b = tl.minimum(tl.maximum(b, 0), 255)
+    return r.to(tl.float32), g.to(tl.float32), b.to(tl.float32)
+
+
+@triton.jit
+def source_nv12(data_ptr, off, H, W, F, ky, kx, mask):
+    """R, G, B of the NV12 frame at ``off`` (from :func:`nv12_image`) at source rows ``ky``
+    ``[BLOCK_H]`` and columns ``kx`` ``[BLOCK_W]``, as float32; masked pixels read 0:
+    :func:`source` for ``layout.SOURCE_NV12``.
+
+    Per pixel: one luma load and eight chroma loads (Cb and Cr of the two chroma rows
+    and the two columns; on even columns the two columns are one, a cached load).
+    """
+    y = tl.load(data_ptr + (row_start(off, ky, W)[:, None] + kx.to(tl.int64)[None, :]),
+                mask=mask, other=0).to(tl.int32)
+    ch = (H + 1) >> 1
+    cw = (W + 1) >> 1
+    j, nj, k, nk = nv12_chroma_taps(ky, kx, ch, cw)
+    uv = data_ptr + off + H * W
+    row0 = j.to(tl.int64)[:, None] * (2 * cw)
+    row1 = nj.to(tl.int64)[:, None] * (2 * cw)
+    col0 = 2 * k.to(tl.int64)[None, :]
+    col1 = 2 * nk.to(tl.int64)[None, :]
+    o00, o01, o10, o11 = row0 + col0, row0 + col1, row1 + col0, row1 + col1
+    cb8 = (3 * (tl.load(uv + o00, mask=mask, other=0).to(tl.int32) + tl.load(uv + o01, mask=mask, other=0).to(tl.int32))
+           + tl.load(uv + o10, mask=mask, other=0).to(tl.int32) + tl.load(uv + o11, mask=mask, other=0).to(tl.int32))
+    cr8 = (3 * (tl.load(uv + o00 + 1, mask=mask, other=0).to(tl.int32)
+                + tl.load(uv + o01 + 1, mask=mask, other=0).to(tl.int32))
+           + tl.load(uv + o10 + 1, mask=mask, other=0).to(tl.int32)
+           + tl.load(uv + o11 + 1, mask=mask, other=0).to(tl.int32))
+    r, g, b = nv12_ycc_to_rgb(y, cb8, cr8, F.to(tl.int32))
+    # a masked tap must read 0 (its weight need not be): Y = 0 with zero chroma is not black
+    return tl.where(mask, r, 0.0), tl.where(mask, g, 0.0), tl.where(mask, b, 0.0)
 
 
 @triton.jit
