@@ -298,7 +298,9 @@ def _check_nv12(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor,
     for t, b in zip((data, offsets, shapes, params), before):
         assert torch.equal(t, b), "reference modified its input"
     assert torch.equal(ref, resized_crop_reference(*rgb, params, out, scale, bias, **kwargs))
-    _assert_close(got, ref, scale, kwargs.get("quantize", True))
+    # small batches: the GPU's fused multiply-adds move a few more values across a rounding edge
+    # than the kernel tests' default fraction allows (as the YCbCr source's tests allow too)
+    _assert_close(got, ref, scale, kwargs.get("quantize", True), max_fraction=0.02)
     return got
 
 
