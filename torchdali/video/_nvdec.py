@@ -1,0 +1,225 @@
+"""A batch of clips decoded on the GPU with NVDEC, into one packed NV12 buffer.
+
+NVDEC is reached through FFmpeg's ``cuda`` hardware acceleration in PyAV's wheel
+(``av.codec.hwaccel.HWAccel``, frames kept on the device, FFmpeg on torch's primary
+CUDA context), so no system FFmpeg and no binding of our own is needed. A decoded
+frame's planes are exported with DLPack (pitched device memory that belongs to
+FFmpeg's frame pool) and copied into the batch's buffer in the layout the fused
+kernel's NV12 source reads (``csrc_triton/layout.py``: Y plane, then the CbCr plane,
+no pitch).
+
+Streams NVDEC does not take (AV1 on engines without it, odd frame sizes, pixel
+formats other than 8-bit 4:2:0, a decoder that fails) are decoded on the CPU per clip
+(``decode_clip_nv12``) and uploaded; ``DecodedClips`` counts both routes.
+
+Synchronisation: FFmpeg copies each decoded surface into its frame on the legacy
+default stream; the copies into the batch's buffer run on a private stream after an
+event recorded there, and a frame goes back to FFmpeg's pool only once they are done
+(the pool is small: a frame held longer would starve the decoder).
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+import torch
+from csrc_triton import layout
+
+from ._container import ClipDecodeError, EncodedClip, VideoInfo, _av, decode_clip_nv12
+
+__all__ = ["ClipDecoder", "DecodedClips"]
+
+#: FFmpeg codec names NVDEC decodes (where the engine supports the profile)
+NVDEC_CODECS = frozenset({"h264", "hevc", "vp9", "vp8", "av1", "mpeg2video", "mpeg4", "vc1"})
+#: FFmpeg software pixel formats whose frames come out of NVDEC as 8-bit NV12
+_NV12_SOURCES = frozenset({"yuv420p", "yuvj420p", "nv12"})
+#: device frames a decoder's pool holds beyond its reference frames: decoded frames are held until
+#: this many wait, then copied out together (NVDEC takes at most 32 surfaces, references included)
+_HELD_FRAMES = 8
+
+
+class DecodedClips(NamedTuple):
+    """Every frame of a batch of clips, packed for the fused kernel's NV12 source: frame ``k``
+    at ``data[offsets[k]:]``, ``shapes[k] = (H, W, layout.nv12_code(...))``; clip 0's frames
+    first. ``nvdec`` and ``cpu``: clips decoded by each route."""
+
+    data: torch.Tensor
+    offsets: np.ndarray
+    shapes: np.ndarray
+    nvdec: int
+    cpu: int
+
+
+def _code(clip: EncodedClip) -> int:
+    return layout.nv12_code(clip.color.conversion_matrix, clip.color.full_range)
+
+
+class ClipDecoder:
+    """Decodes batches of ``EncodedClip`` on ``device`` (one per executor; not thread-safe).
+
+    One FFmpeg decoder with NVDEC is kept per stream configuration (codec, extradata, size)
+    and flushed between clips: creating an NVDEC decoder costs milliseconds.
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.copy_stream = torch.cuda.Stream(self.device)
+        self._decoders: dict[tuple, Any] = {}
+        self._no_nvdec: set[tuple] = set()  # configurations NVDEC refused: straight to the CPU
+        self.reasons: dict[str, int] = {}  # why clips went to the CPU, counted
+
+    def close(self) -> None:
+        self._decoders.clear()
+
+    def decode(self, clips: Sequence[EncodedClip], stream: torch.cuda.Stream) -> DecodedClips:
+        """Decode ``clips`` into one buffer; ``stream`` waits for the copies (and may then read it)."""
+        sizes = [layout.nv12_size(c.height, c.width) for c in clips for _ in range(c.num_frames)]
+        offsets = np.zeros(len(sizes), dtype=np.int64)
+        if sizes:
+            np.cumsum(sizes[:-1], out=offsets[1:])
+        shapes = np.array([(c.height, c.width, _code(c)) for c in clips for _ in range(c.num_frames)],
+                          dtype=np.int64).reshape(-1, 3)
+        data = torch.empty(max(int(sum(sizes)), 1), dtype=torch.uint8, device=self.device)
+        # the buffer was allocated on the current stream: the copy stream must not write it before
+        self.copy_stream.wait_stream(torch.cuda.current_stream(self.device))
+        nvdec = cpu = 0
+        k = 0
+        for clip in clips:
+            frames = offsets[k: k + clip.num_frames]
+            if self._nvdec(clip, data, frames):
+                nvdec += 1
+            else:
+                self._on_cpu(clip, data, frames)
+                cpu += 1
+            k += clip.num_frames
+        data.record_stream(self.copy_stream)
+        stream.wait_stream(self.copy_stream)
+        return DecodedClips(data, offsets, shapes, nvdec, cpu)
+
+    # -- routes ------------------------------------------------------------------------------------
+    def _key(self, clip: EncodedClip) -> tuple:
+        return (clip.codec, bytes(clip.extradata), clip.width, clip.height)
+
+    def _refuse(self, clip: EncodedClip) -> str | None:
+        """Why ``clip`` does not go to NVDEC (None: it does)."""
+        if clip.codec not in NVDEC_CODECS:
+            return f"codec {clip.codec}"
+        if clip.pix_fmt not in _NV12_SOURCES:
+            return f"pixel format {clip.pix_fmt}"
+        if clip.width % 2 or clip.height % 2:
+            return "odd frame size"
+        if self._key(clip) in self._no_nvdec:
+            return "NVDEC refused this stream before"
+        return None
+
+    def _count(self, why: str) -> None:
+        self.reasons[why] = self.reasons.get(why, 0) + 1
+
+    def _decoder(self, clip: EncodedClip) -> Any:
+        key = self._key(clip)
+        ctx = self._decoders.get(key)
+        if ctx is None:
+            av = _av()
+            from av.codec.hwaccel import HWAccel
+
+            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            # FFmpeg on torch's context, current on this thread: its primary-context option would
+            # refuse a context torch made active with other scheduling flags
+            with torch.cuda.device(index):
+                torch.cuda.synchronize()
+                hw = HWAccel("cuda", device=str(index), allow_software_fallback=False, is_hw_owned=True,
+                             options={"primary_ctx": "0", "current_ctx": "1"})
+                ctx = av.CodecContext.create(clip.codec, "r", hwaccel=hw)
+            # frames are held until _HELD_FRAMES wait: the pool must have room for them
+            ctx.options = {"extra_hw_frames": str(_HELD_FRAMES)}
+            if clip.extradata:
+                ctx.extradata = clip.extradata
+            ctx.width, ctx.height = clip.width, clip.height
+            self._decoders[key] = ctx
+        else:
+            ctx.flush_buffers()
+        return ctx
+
+    def _nvdec(self, clip: EncodedClip, data: torch.Tensor, offsets: np.ndarray) -> bool:
+        """Decode ``clip`` with NVDEC into ``data`` at ``offsets``; False (nothing written) where it
+        cannot, so that the clip goes to the CPU."""
+        why = self._refuse(clip)
+        if why is not None:
+            self._count(why)
+            return False
+        av = _av()
+        wanted: dict[int, list[int]] = {}
+        for f, (pts, index) in enumerate(zip(clip.frame_pts.tolist(), clip.frame_indices.tolist())):
+            if index >= 0:
+                wanted.setdefault(pts, []).append(f)
+        done: set[int] = set()
+        held: list[tuple[Any, np.ndarray]] = []  # the clip's device frames, copied once all are decoded
+        try:
+            ctx = self._decoder(clip)
+            for j in range(clip.num_packets + 1):
+                if j < clip.num_packets:
+                    packet = av.Packet(bytes(clip.packet(j)))
+                    packet.pts = int(clip.pts[j])
+                    packet.dts = None if clip.dts[j] == VideoInfo.NO_TIMESTAMP else int(clip.dts[j])
+                    packet.is_keyframe = bool(clip.key[j])
+                    frames = ctx.decode(packet)
+                else:
+                    frames = ctx.decode(None)
+                for frame in frames:
+                    if frame.pts in wanted and frame.pts not in done:
+                        if frame.format.name != "cuda":
+                            raise ClipDecodeError(f"the decoder gave a {frame.format.name} frame, not a device one")
+                        held.append((frame, offsets[wanted[frame.pts]]))
+                        done.add(frame.pts)
+                        if len(held) == _HELD_FRAMES:
+                            self._copy(held, clip, data)
+        except (ClipDecodeError, av.FFmpegError, NotImplementedError, ValueError, TypeError, RuntimeError) as e:
+            self._no_nvdec.add(self._key(clip))
+            self._decoders.pop(self._key(clip), None)
+            self._count(f"NVDEC failed: {type(e).__name__}: {str(e)[:160]}")
+            return False
+        if len(done) != len(wanted):
+            self._count("NVDEC gave too few frames")
+            return False
+        self._copy(held, clip, data)
+        self._pad(clip, data, offsets)
+        return True
+
+    def _copy(self, held: list[tuple[Any, np.ndarray]], clip: EncodedClip, data: torch.Tensor) -> None:
+        """The planes of a clip's device frames into ``data``, each at its offsets (a frame repeated
+        by ``pad_mode="edge"`` goes to each), then the frames released to FFmpeg's pool."""
+        H, W = clip.height, clip.width
+        ready = torch.cuda.Event()
+        ready.record(torch.cuda.default_stream(self.device))  # FFmpeg's copies out of the surfaces
+        with torch.cuda.stream(self.copy_stream):
+            self.copy_stream.wait_event(ready)
+            for frame, at in held:
+                # PyAV exports device planes without a stream (torch would pass one): the event above orders them
+                y = torch.from_dlpack(frame.planes[0].__dlpack__(stream=None))[:H, :W]
+                uv = torch.from_dlpack(frame.planes[1].__dlpack__(stream=None))[: H // 2, : W // 2].reshape(H // 2, W)
+                for off in at.tolist():
+                    data[off: off + H * W].view(H, W).copy_(y)
+                    data[off + H * W: off + H * W + (H // 2) * W].view(H // 2, W).copy_(uv)
+        self.copy_stream.synchronize()  # the frames go back to FFmpeg's pool when dropped
+        held.clear()
+
+    def _pad(self, clip: EncodedClip, data: torch.Tensor, offsets: np.ndarray) -> None:
+        """Padding frames (``pad_mode="constant"``) black: Y at the range's black level, CbCr 128."""
+        H, W = clip.height, clip.width
+        black = 0 if clip.color.full_range else 16
+        with torch.cuda.stream(self.copy_stream):
+            for f in np.flatnonzero(clip.missing).tolist():
+                off = int(offsets[f])
+                data[off: off + H * W].fill_(black)
+                data[off + H * W: off + layout.nv12_size(H, W)].fill_(128)
+
+    def _on_cpu(self, clip: EncodedClip, data: torch.Tensor, offsets: np.ndarray) -> None:
+        """``clip`` decoded by FFmpeg's software decoder, its planes uploaded into ``data``."""
+        planes = decode_clip_nv12(clip)
+        packed = np.concatenate([np.concatenate([planes.y[f].reshape(-1), planes.uv[f].reshape(-1)])
+                                 for f in range(clip.num_frames)]) if clip.num_frames else np.zeros(0, np.uint8)
+        host = torch.from_numpy(packed).pin_memory()
+        start = int(offsets[0]) if len(offsets) else 0
+        with torch.cuda.stream(self.copy_stream):
+            data[start: start + host.numel()].copy_(host, non_blocking=True)
+        self.copy_stream.synchronize()  # the pinned buffer is freed on return
