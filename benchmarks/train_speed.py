@@ -36,7 +36,7 @@ over ``--rounds`` rounds and its % of ``limit``. ``--profile-batches N`` (first 
 loader alone, no model, under ``torch.profiler`` (CUDA activity) for N batches; device time and
 count per batch by kind (kernels, top 6 by name; memcpy HtoD/DtoD/DtoH; memset). ``--timeline N``
 (first model): N training steps of each system under ``torch.profiler`` with every stream, to see
-where the model's steps stretch: per step, the wall time, the training stream's kernel and busy
+where the model's steps stretch: per step, the training stream's span, its kernel and busy
 time, its idle time inside the step, the loader's busy time and how much of the training stream's
 busy time the loader overlapped. ``--train-stream high`` trains on a high-priority stream, so
 that the GPU schedules the model's kernels before the loader's (whose streams have priority 0).
@@ -224,7 +224,7 @@ def timeline(step: Callable, stream: Iterator, n: int) -> dict:
 
     The training stream is the one the step's kernels run on (the current stream's, the one with
     the most kernel time); every other stream with activity is the loader's. Per step, in ms: the
-    wall time; the training stream's kernel time (summed durations) and busy time (their union);
+    span from the training stream's first activity to its last; its kernel time (summed durations) and busy time (their union);
     the loader's busy time; the training kernels' time during which the loader was active; and the
     training stream's idle time (the wall time it ran nothing: a step waiting for its batch or for
     the host to launch)."""
@@ -233,12 +233,10 @@ def timeline(step: Callable, stream: Iterator, n: int) -> dict:
     for _ in range(5):
         step(*next(stream))
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(n):
             step(*next(stream))
         torch.cuda.synchronize()
-    wall = (time.perf_counter() - t0) * 1e3 / n
     by_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
     kernel_ns: dict[int, int] = defaultdict(int)
     for e in prof.profiler.kineto_results.events():
@@ -258,7 +256,7 @@ def timeline(step: Callable, stream: Iterator, n: int) -> dict:
     mine = spans.pop(train)
     loader = _merged([x for v in spans.values() for x in v])
     first, last = mine[0][0], mine[-1][1]
-    return {"steps": n, "wall_ms": wall, "train_kernel_ms": kernel_ns[train] / 1e6 / n,
+    return {"steps": n, "span_ms": (last - first) / 1e6 / n, "train_kernel_ms": kernel_ns[train] / 1e6 / n,
             "train_busy_ms": _length(mine) / 1e6 / n,
             "train_idle_ms": ((last - first) - _length(mine)) / 1e6 / n,
             "loader_busy_ms": _length(loader) / 1e6 / n,
@@ -349,7 +347,7 @@ def report(results: dict, profiles: dict, timelines: dict | None = None) -> None
             print(f"{model:<12} {name:<17} {r['images_per_s']:>8.0f} {pct:>8}  "
                   + " ".join(f"{x:.0f}" for x in r["images_per_s_all"]))
     if timelines:
-        cols = ("wall_ms", "train_kernel_ms", "train_busy_ms", "train_idle_ms", "loader_busy_ms",
+        cols = ("span_ms", "train_kernel_ms", "train_busy_ms", "train_idle_ms", "loader_busy_ms",
                 "train_busy_with_loader_ms")
         print(f"\nTraining timeline (first model), ms per step: {', '.join(cols)}")
         for name, t in timelines.items():
