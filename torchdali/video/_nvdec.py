@@ -12,13 +12,19 @@ Streams NVDEC does not take (AV1 on engines without it, odd frame sizes, pixel
 formats other than 8-bit 4:2:0, a decoder that fails) are decoded on the CPU per clip
 (``decode_clip_nv12``) and uploaded; ``DecodedClips`` counts both routes.
 
+Several clips decode at once, one per decode thread, each thread with its own FFmpeg
+decoders and its own copy stream (one NVDEC session decodes one picture at a time).
+
 Synchronisation: FFmpeg copies each decoded surface into its frame on the legacy
-default stream; the copies into the batch's buffer run on a private stream after an
-event recorded there, and a frame goes back to FFmpeg's pool only once they are done
-(the pool is small: a frame held longer would starve the decoder).
+default stream; the copies into the batch's buffer run on the thread's copy stream
+after an event recorded there, and a frame goes back to FFmpeg's pool only once they
+are done (the pool is small: frames held longer would starve the decoder). Every copy
+is done when ``decode`` returns.
 """
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
@@ -29,6 +35,9 @@ from ._container import ClipDecodeError, EncodedClip, VideoInfo, _av, decode_cli
 
 __all__ = ["ClipDecoder", "DecodedClips"]
 
+#: clips decoded at once by a ``ClipDecoder``: each thread feeds its own FFmpeg decoders (PyAV lets
+#: go of the interpreter while FFmpeg decodes), so NVDEC has several sessions in flight
+DECODE_THREADS = 4
 #: FFmpeg codec names NVDEC decodes (where the engine supports the profile)
 NVDEC_CODECS = frozenset({"h264", "hevc", "vp9", "vp8", "av1", "mpeg2video", "mpeg4", "vc1"})
 #: FFmpeg software pixel formats whose frames come out of NVDEC as 8-bit NV12
@@ -55,46 +64,73 @@ def _code(clip: EncodedClip) -> int:
 
 
 class ClipDecoder:
-    """Decodes batches of ``EncodedClip`` on ``device`` (one per executor; not thread-safe).
+    """Decodes batches of ``EncodedClip`` on ``device`` (one per executor; ``decode`` is called
+    from one thread at a time), ``threads`` clips at once.
 
-    One FFmpeg decoder with NVDEC is kept per stream configuration (codec, extradata, size)
-    and flushed between clips: creating an NVDEC decoder costs milliseconds.
+    Each decode thread keeps one FFmpeg decoder with NVDEC per stream configuration (codec,
+    extradata, size), flushed between clips: creating an NVDEC decoder costs milliseconds.
     """
 
-    def __init__(self, device: torch.device | str) -> None:
+    def __init__(self, device: torch.device | str, threads: int = DECODE_THREADS) -> None:
         self.device = torch.device(device)
-        self.copy_stream = torch.cuda.Stream(self.device)
-        self._decoders: dict[tuple, Any] = {}
+        if self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.threads = max(1, int(threads))
+        self._pool: ThreadPoolExecutor | None = None
+        self._local = threading.local()  # per decode thread: its copy stream and its decoders
+        self._lock = threading.Lock()
         self._no_nvdec: set[tuple] = set()  # configurations NVDEC refused: straight to the CPU
         self.reasons: dict[str, int] = {}  # why clips went to the CPU, counted
 
     def close(self) -> None:
-        self._decoders.clear()
+        """Stop the decode threads (their FFmpeg decoders go with them); idempotent."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def decode(self, clips: Sequence[EncodedClip], stream: torch.cuda.Stream) -> DecodedClips:
-        """Decode ``clips`` into one buffer; ``stream`` waits for the copies (and may then read it)."""
+        """Decode ``clips`` into one buffer, several clips at once (``threads``); when this returns,
+        the buffer is written, and ``stream``, on which it was allocated, may read it."""
         sizes = [layout.nv12_size(c.height, c.width) for c in clips for _ in range(c.num_frames)]
         offsets = np.zeros(len(sizes), dtype=np.int64)
         if sizes:
             np.cumsum(sizes[:-1], out=offsets[1:])
         shapes = np.array([(c.height, c.width, _code(c)) for c in clips for _ in range(c.num_frames)],
                           dtype=np.int64).reshape(-1, 3)
-        data = torch.empty(max(int(sum(sizes)), 1), dtype=torch.uint8, device=self.device)
-        # the buffer was allocated on the current stream: the copy stream must not write it before
-        self.copy_stream.wait_stream(torch.cuda.current_stream(self.device))
-        nvdec = cpu = 0
-        k = 0
-        for clip in clips:
-            frames = offsets[k: k + clip.num_frames]
-            if self._nvdec(clip, data, frames):
-                nvdec += 1
-            else:
-                self._on_cpu(clip, data, frames)
-                cpu += 1
-            k += clip.num_frames
-        data.record_stream(self.copy_stream)
-        stream.wait_stream(self.copy_stream)
-        return DecodedClips(data, offsets, shapes, nvdec, cpu)
+        with torch.cuda.stream(stream):
+            data = torch.empty(max(int(sum(sizes)), 1), dtype=torch.uint8, device=self.device)
+        allocated = torch.cuda.Event()
+        allocated.record(stream)  # the copy streams must not write the buffer before its allocation
+        starts = np.cumsum([0] + [c.num_frames for c in clips])
+        jobs = [(clip, offsets[starts[i]: starts[i + 1]]) for i, clip in enumerate(clips)]
+        if self.threads == 1 or len(jobs) < 2:
+            routes = [self._one(clip, data, at, allocated) for clip, at in jobs]
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="torchdali-nvdec")
+            routes = list(self._pool.map(lambda job: self._one(job[0], data, job[1], allocated), jobs))
+        nvdec = sum(routes)
+        return DecodedClips(data, offsets, shapes, nvdec, len(clips) - nvdec)
+
+    def _lane(self) -> Any:
+        """This thread's copy stream and decoders."""
+        lane = self._local
+        if not hasattr(lane, "copy_stream"):
+            torch.cuda.set_device(self.device)
+            lane.copy_stream = torch.cuda.Stream(self.device)
+            lane.decoders = {}
+        return lane
+
+    def _one(self, clip: EncodedClip, data: torch.Tensor, at: np.ndarray, allocated: torch.cuda.Event) -> bool:
+        """One clip into ``data`` at ``at``, on this thread's lane; whether NVDEC decoded it. Every
+        copy is done when this returns (the lane's copy stream is waited for)."""
+        lane = self._lane()
+        lane.copy_stream.wait_event(allocated)
+        done = self._nvdec(clip, data, at)
+        if not done:
+            self._on_cpu(clip, data, at)
+        lane.copy_stream.synchronize()
+        return done
 
     # -- routes ------------------------------------------------------------------------------------
     def _key(self, clip: EncodedClip) -> tuple:
@@ -113,11 +149,13 @@ class ClipDecoder:
         return None
 
     def _count(self, why: str) -> None:
-        self.reasons[why] = self.reasons.get(why, 0) + 1
+        with self._lock:
+            self.reasons[why] = self.reasons.get(why, 0) + 1
 
     def _decoder(self, clip: EncodedClip) -> Any:
         key = self._key(clip)
-        ctx = self._decoders.get(key)
+        decoders = self._lane().decoders
+        ctx = decoders.get(key)
         if ctx is None:
             av = _av()
             from av.codec.hwaccel import HWAccel
@@ -135,7 +173,7 @@ class ClipDecoder:
             if clip.extradata:
                 ctx.extradata = clip.extradata
             ctx.width, ctx.height = clip.width, clip.height
-            self._decoders[key] = ctx
+            decoders[key] = ctx
         else:
             ctx.flush_buffers()
         return ctx
@@ -174,8 +212,9 @@ class ClipDecoder:
                         if len(held) == _HELD_FRAMES:
                             self._copy(held, clip, data)
         except (ClipDecodeError, av.FFmpegError, NotImplementedError, ValueError, TypeError, RuntimeError) as e:
-            self._no_nvdec.add(self._key(clip))
-            self._decoders.pop(self._key(clip), None)
+            with self._lock:
+                self._no_nvdec.add(self._key(clip))
+            self._lane().decoders.pop(self._key(clip), None)
             self._count(f"NVDEC failed: {type(e).__name__}: {str(e)[:160]}")
             return False
         if len(done) != len(wanted):
@@ -191,8 +230,8 @@ class ClipDecoder:
         H, W = clip.height, clip.width
         ready = torch.cuda.Event()
         ready.record(torch.cuda.default_stream(self.device))  # FFmpeg's copies out of the surfaces
-        with torch.cuda.stream(self.copy_stream):
-            self.copy_stream.wait_event(ready)
+        with torch.cuda.stream(self._lane().copy_stream):
+            self._lane().copy_stream.wait_event(ready)
             for frame, at in held:
                 # PyAV exports device planes without a stream (torch would pass one): the event above orders them
                 y = torch.from_dlpack(frame.planes[0].__dlpack__(stream=None))[:H, :W]
@@ -200,14 +239,14 @@ class ClipDecoder:
                 for off in at.tolist():
                     data[off: off + H * W].view(H, W).copy_(y)
                     data[off + H * W: off + H * W + (H // 2) * W].view(H // 2, W).copy_(uv)
-        self.copy_stream.synchronize()  # the frames go back to FFmpeg's pool when dropped
+        self._lane().copy_stream.synchronize()  # the frames go back to FFmpeg's pool when dropped
         held.clear()
 
     def _pad(self, clip: EncodedClip, data: torch.Tensor, offsets: np.ndarray) -> None:
         """Padding frames (``pad_mode="constant"``) black: Y at the range's black level, CbCr 128."""
         H, W = clip.height, clip.width
         black = 0 if clip.color.full_range else 16
-        with torch.cuda.stream(self.copy_stream):
+        with torch.cuda.stream(self._lane().copy_stream):
             for f in np.flatnonzero(clip.missing).tolist():
                 off = int(offsets[f])
                 data[off: off + H * W].fill_(black)
@@ -220,6 +259,6 @@ class ClipDecoder:
                                  for f in range(clip.num_frames)]) if clip.num_frames else np.zeros(0, np.uint8)
         host = torch.from_numpy(packed).pin_memory()
         start = int(offsets[0]) if len(offsets) else 0
-        with torch.cuda.stream(self.copy_stream):
+        with torch.cuda.stream(self._lane().copy_stream):
             data[start: start + host.numel()].copy_(host, non_blocking=True)
-        self.copy_stream.synchronize()  # the pinned buffer is freed on return
+        self._lane().copy_stream.synchronize()  # the pinned buffer is freed on return
