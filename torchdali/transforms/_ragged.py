@@ -159,17 +159,37 @@ def output_layout(sizes: np.ndarray, channels_last: bool = False,
     if B == 0 or stack and (sizes == sizes[0]).all():
         size = (int(sizes[0, 0]), int(sizes[0, 1])) if B else (0, 0)
         return OutputLayout("stacked", sizes, size, None, B * 3 * size[0] * size[1], ())
+    # every sample's group (distinct sizes in order of their first sample) and place in it, at once:
+    # a detection batch has as many groups as samples
+    _, first, inverse, counts = np.unique(sizes, axis=0, return_index=True, return_inverse=True,
+                                          return_counts=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    group = rank[inverse.reshape(-1)]  # each sample's group, numbered by first appearance
+    members = np.argsort(group, kind="stable")  # the samples group by group, each group in sample order
+    n_of = counts[order]
+    hw = sizes[first[order]]  # [G, 2]
+    numel = 3 * hw[:, 0] * hw[:, 1]
+    starts = np.concatenate([[0], np.cumsum(n_of * numel)])
+    first_member = np.concatenate([[0], np.cumsum(n_of)[:-1]])
+    slot = np.empty(B, dtype=np.int64)
+    slot[members] = np.arange(B) - np.repeat(first_member, n_of)  # place within its group
     placement = np.zeros((B, layout.PLACEMENT_WIDTH), dtype=np.int64)
-    groups, at = [], 0
-    for h, w, index in _groups(sizes):
-        n = 3 * h * w
-        placement[index, layout.PLACE_OFFSET] = at + n * np.arange(len(index), dtype=np.int64)
-        placement[index, layout.PLACE_H], placement[index, layout.PLACE_W] = h, w
-        placement[index, layout.PLACE_STRIDE_C:layout.PLACE_STRIDE_W + 1] = _strides(h, w, channels_last)
-        groups.append(SizeGroup(h, w, index, at))
-        at += n * len(index)
+    placement[:, layout.PLACE_OFFSET] = starts[group] + slot * numel[group]
+    placement[:, layout.PLACE_H], placement[:, layout.PLACE_W] = sizes[:, 0], sizes[:, 1]
+    if channels_last:
+        placement[:, layout.PLACE_STRIDE_C] = 1
+        placement[:, layout.PLACE_STRIDE_H] = 3 * sizes[:, 1]
+        placement[:, layout.PLACE_STRIDE_W] = 3
+    else:
+        placement[:, layout.PLACE_STRIDE_C] = sizes[:, 0] * sizes[:, 1]
+        placement[:, layout.PLACE_STRIDE_H] = sizes[:, 1]
+        placement[:, layout.PLACE_STRIDE_W] = 1
+    index = np.split(members, first_member[1:])
+    groups = tuple(SizeGroup(int(h), int(w), ix, int(at)) for (h, w), ix, at in zip(hw.tolist(), index, starts[:-1]))
     top = sizes.max(axis=0)
-    return OutputLayout("list", sizes, (int(top[0]), int(top[1])), placement, at, tuple(groups))
+    return OutputLayout("list", sizes, (int(top[0]), int(top[1])), placement, int(starts[-1]), groups)
 
 
 def group_view(buffer: torch.Tensor, group: SizeGroup, channels_last: bool = False) -> torch.Tensor:
