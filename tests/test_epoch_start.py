@@ -224,7 +224,8 @@ def test_every_field_of_a_packed_batch_is_compared_or_known_to_differ():
               "ring_seq", "parts",  # compared in the ring tests
               "seconds",  # timings
               "scan_check", "output", "has_output",  # set later, in the main process or on the CPU path
-              "trace"}  # parts are traced again where their targets are mapped (test_iou_crop checks the trace)
+              "trace",  # parts are traced again where their targets are mapped (test_iou_crop checks the trace)
+              "clips"}  # video batches are never sent in parts (test_video_loader checks the plan)
     assert {f.name for f in dataclasses.fields(PackedBatch)} == set(FIELDS) | differ
 
 

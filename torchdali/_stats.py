@@ -35,6 +35,10 @@ class EpochStats:
     decoded_hybrid: int = 0
     decoded_one_by_one: int = 0
     decoded_cpu: int = 0
+    # GPU path, video: clips decoded by NVDEC, and by FFmpeg's software decoders in the executor
+    # (streams NVDEC does not take); the CPU path decodes every clip in its workers
+    decoded_nvdec: int = 0
+    decoded_video_cpu: int = 0
 
     @property
     def wait_fraction(self) -> float:
@@ -89,7 +93,9 @@ class LoaderStats:
         if e.executor_s:
             line += (f"; fetch {e.fetch_s:.2f}s, staging {e.stage_s:.2f}s; executor {e.executor_s:.2f}s ({e.executor_cpu_s:.2f} CPU; decode "
                      f"{e.decode_s:.2f}, in nvJPEG {e.nvjpeg_s:.2f} ({e.nvjpeg_cpu_s:.2f} CPU), launch {e.launch_s:.2f}), kernel {e.kernel_s:.3f}s GPU")
-        if e.executor_s:
+        if e.executor_s and (e.decoded_nvdec or e.decoded_video_cpu):
+            line += f"; clips decoded: {e.decoded_nvdec} NVDEC, {e.decoded_video_cpu} CPU"
+        elif e.executor_s:
             line += (f"; decoded: {e.decoded_hardware} hardware, {e.decoded_hybrid} hybrid, "
                      f"{e.decoded_one_by_one} one by one, {e.decoded_cpu} CPU")
         if e.skipped:

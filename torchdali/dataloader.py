@@ -9,6 +9,9 @@ into one ``[B, 3, H, W]`` tensor on ``device`` (the images at their own sizes, i
 one buffer, when the pipeline does not fix the size); ``collate_fn`` then sees the
 samples with their images decoded and transformed.
 
+A video dataset (``torchdali.video``) gives one clip per sample: each batch is
+``[B, F, 3, H, W]`` (``_executor/_video.py``).
+
 A torchvision folder dataset passed without ``transforms=`` has its own
 ``transform`` lifted onto the GPU when it converts (``_lift``), and otherwise runs
 exactly as under torch.
@@ -33,7 +36,8 @@ from ._executor._iterators import CpuIterator, GpuIterator
 from ._executor._records import EndRecord, WorkerRecords
 from ._executor._replace import check_on_error
 from ._executor._tags import (EpochStart, EpochState, TaggedBatchSampler, TaggedDataset, TaggedIterable,
-                             plan_epoch_start)
+                             is_video_dataset, plan_epoch_start)
+from ._executor._video import PrepareClips, check_video_pipeline
 from ._executor._worker import PrepareBatch
 from . import _options
 from ._fork import keep_in_children
@@ -87,6 +91,16 @@ def _lift(dataset: Any, transforms: Any) -> tuple[Any, Any, str | None]:
     return FileBytes(dataset), transform, None
 
 
+def _video_transforms(dataset: Any, transforms: Any) -> Any:
+    """The pipeline of a loader of video clips: ``transforms``, or the dataset's own ``transform``
+    (torchvision's transforms give every frame of a clip the same parameters, as the loader does)."""
+    own = getattr(dataset, "transform", None)
+    if own is not None and transforms is not None:
+        raise ValueError("the video dataset has a transform and the DataLoader has transforms=: pass only one "
+                         "(the loader runs it on the frames of each clip; the dataset's is not run)")
+    return transforms if transforms is not None else own
+
+
 # GPU executors and rings of loaders whose executor got stuck (DecoderStalled): kept for the
 # life of the process, since a thread inside a hung nvJPEG call may still use them
 _STUCK: list = []
@@ -107,6 +121,15 @@ class DataLoader(tud.DataLoader):
     step as ``torchvision.transforms.v2`` moves them and come as the list of the
     samples' targets, on ``device``, never collated
     (``torchdali/transforms/_target_plan.py``: what is checked, and what is refused).
+
+    Video: a ``torchdali.video`` dataset (``VideoFolder``, ``VideoFileList``, or any with
+    ``read(index, u) -> (EncodedClip, target)`` and ``clip_indices(index, u)``) gives one clip per
+    sample, placed in its video by a ``u`` from the per-sample generator (seeded, the same for
+    any ``num_workers``, resumable, sharded like images). The transform parameters are drawn
+    once per clip and every frame of the clip gets them; the pipeline must fix the output
+    size. A batch is ``(clips, targets)``, ``clips`` ``[B, F, 3, H, W]`` (or ``[B, 3, F, H, W]``:
+    ``video_layout``). Targets with boxes or masks are refused. On the GPU path NVDEC decodes
+    the clips (``_executor/_video.py``).
 
     ``collate_fn`` keeps torch's meaning: it receives the batch's samples
     ``[(image, target), ...]`` (``image``: that sample's transformed image, a view of
@@ -186,6 +209,10 @@ class DataLoader(tud.DataLoader):
             the batch's samples: a file that hangs the decoder stops training with an
             error instead of forever. 0 waits forever. Independent of ``timeout``,
             which bounds the wait for the workers.
+        video_layout: a video dataset's batches: ``"BFCHW"`` (default, ``[B, F, C, H, W]``)
+            or ``"BCFHW"`` (``[B, C, F, H, W]``, what torchvision's video models take; a
+            permuted view of the same memory: ``channels_last_3d`` with
+            ``memory_format=torch.channels_last``).
     """
 
     def __init__(
@@ -218,6 +245,7 @@ class DataLoader(tud.DataLoader):
         on_error: str | Callable = "raise",
         max_image_pixels: int | None | object = _PIL_LIMIT,
         gpu_timeout: float = 300.0,
+        video_layout: str = "BFCHW",
     ) -> None:
         keep_in_children(self)
         if distributed and sampler is None and batch_sampler is None:
@@ -236,6 +264,9 @@ class DataLoader(tud.DataLoader):
         )
         if _HAS_IN_ORDER:
             kwargs["in_order"] = in_order
+        video = is_video_dataset(dataset)
+        if video:
+            transforms = _video_transforms(dataset, transforms)
         dataset, transforms, not_lifted = _lift(dataset, transforms)
         if not_lifted is not None:
             warnings.warn(f"torchdali.DataLoader: the dataset's transform is not run by torchdali, so the dataset "
@@ -265,6 +296,8 @@ class DataLoader(tud.DataLoader):
         self.transforms = transforms
         # None: the dataset runs as under torch (its transform was not lifted)
         self.plan = None if not_lifted is not None else compile_transforms(transforms)
+        if self.plan is not None and video:
+            check_video_pipeline(self.plan, video_layout)  # one [B, F, C, H, W] tensor per batch
         if self.plan is not None:
             self.plan.check_bound(max_image_pixels)  # an output size that varies must be boundable
         self.batch_transforms = batch_transforms
@@ -280,6 +313,8 @@ class DataLoader(tud.DataLoader):
         self.on_error = on_error
         self.max_image_pixels = None if max_image_pixels is None else int(max_image_pixels)
         self.gpu_timeout = float(gpu_timeout)
+        self.video_layout = video_layout
+        self._video = video  # a dataset of video clips (_executor/_video.py)
         self._stalled = None  # the DecoderStalled that left the GPU executor stuck
         self._epoch_state = EpochState(spares=on_error != "raise")
         self._resume = None
@@ -450,7 +485,8 @@ class DataLoader(tud.DataLoader):
         ring = None
         # torchdali's own file datasets: the workers read each file straight into the ring
         direct = options.direct_read and callable(getattr(self.dataset, "file_item", None))
-        if mode == "gpu" and not isinstance(self.dataset, tud.IterableDataset) and options.staging_ring:
+        if mode == "gpu" and not isinstance(self.dataset, tud.IterableDataset) and options.staging_ring \
+                and not self._video:  # (clips travel pickled with their batch)
             from ._executor._ring import HostRing, plan_ring
 
             batch_size = self.batch_size or getattr(self.batch_sampler, "batch_size", None) or 256
@@ -464,7 +500,10 @@ class DataLoader(tud.DataLoader):
         prepare = PrepareBatch(self.plan, mode, delivery=self._delivery,
                                channels_last=self.memory_format == torch.channels_last,
                                on_error=self.on_error, dataset=self.dataset, ring=ring,
-                               max_image_pixels=self.max_image_pixels)
+                               max_image_pixels=self.max_image_pixels) if not self._video else \
+            PrepareClips(self.plan, mode, self.video_layout, delivery=self._delivery,
+                         channels_last=self.memory_format == torch.channels_last, on_error=self.on_error,
+                         dataset=self.dataset)
         records = None
         if self.num_workers > 0:
             # what each worker is building, to name it if the worker dies (_executor/_records.py)
@@ -485,7 +524,7 @@ class DataLoader(tud.DataLoader):
                                    drop_last=self.drop_last, **kwargs)
         else:
             start = EpochStart()
-            if mode == "gpu" and self._in_order():  # parts are put together in order
+            if mode == "gpu" and self._in_order() and not self._video:  # parts are put together in order
                 start = plan_epoch_start(self.batch_size or getattr(self.batch_sampler, "batch_size", None),
                                          self.num_workers)
             inner = tud.DataLoader(TaggedDataset(self.dataset, records, defer_files=direct and ring is not None),

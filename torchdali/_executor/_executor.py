@@ -2,7 +2,8 @@
 
 ``BatchExecutor.process`` runs on the executor thread (``_iterators.py``): it
 decodes the batch with nvJPEG into a buffer from torch's caching allocator
-(``_decode.py``), runs the fused kernel (``_launch.py``), maps the targets' boxes
+(``_decode.py``; a batch of video clips with NVDEC instead, ``_video.ClipRunner``),
+runs the fused kernel (``_launch.py``), maps the targets' boxes
 and masks (``transforms/_target_plan.py``) and runs our batch transforms
 (``_deliver.py``) on the executor's stream, records a ready event,
 and hands the batch's staging memory back once that event has passed
@@ -24,6 +25,7 @@ from ._decode import ROUTE_COUNTERS, GpuDecoder, decode_groups, decoded_sizes, m
 from ._deliver import Delivery
 from ._launch import KernelEvents, KernelLauncher
 from ._staging import Slot, Staging
+from ._video import ClipRunner, PrepareClips
 from ._wire import PackedBatch, PackedTargets
 
 
@@ -48,7 +50,8 @@ class BatchExecutor:
 
     def __init__(self, plan: Any, device: torch.device, channels_last: bool, depth: int,
                  dataset: Any = None, on_error: Any = "raise", ring: Any = None,
-                 delivery: Delivery | None = None, max_image_pixels: int | None = None) -> None:
+                 delivery: Delivery | None = None, max_image_pixels: int | None = None,
+                 video_layout: str | None = None) -> None:
         self.device = device
         self.delivery = delivery or Delivery()
         with torch.cuda.device(device):
@@ -58,15 +61,23 @@ class BatchExecutor:
         self.staging = Staging(depth, ring)
         self.launcher = KernelLauncher(plan, device, channels_last)
         self.targets = TargetPlan.of(plan)
+        # a video dataset's batches (``video_layout`` given): clips, decoded by NVDEC (``_video.py``)
+        self.clips = None if video_layout is None else ClipRunner(
+            plan, device, self.launcher, PrepareClips(plan, "gpu", video_layout, on_error=on_error, dataset=dataset),
+            video_layout)
 
     def close(self) -> None:
-        """Release the nvJPEG handles; idempotent."""
+        """Release the nvJPEG handles (and the video decoders); idempotent."""
         self.decoder.close()
+        if self.clips is not None:
+            self.clips.close()
 
     def prepare(self, batch: PackedBatch, slot: Slot) -> Any:
         """Staging thread, once ``batch`` is staged in ``slot``: its ``decoded_sizes``, and,
         when it decodes in one group, its scan check started (``batch.scan_check``), so the
         executor thread does less between nvJPEG's calls."""
+        if batch.clips is not None:  # video: nothing staged, nothing to check
+            return None
         numel = decoded_sizes(batch.shapes)
         if len(decode_groups(batch.shapes, sizes=numel)) == 1:
             batch.scan_check = self.decoder.scan_check(batch, slot.view)
@@ -96,10 +107,15 @@ class BatchExecutor:
         ready = None
         try:
             with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-                if numel is None:
+                video = batch.clips is not None
+                if numel is None and not video:
                     numel = decoded_sizes(batch.shapes)
-                groups = decode_groups(batch.shapes, sizes=numel)
-                if len(groups) == 1:
+                groups = [] if video else decode_groups(batch.shapes, sizes=numel)
+                if video:  # a batch of video clips: NVDEC and the kernel's NV12 source (``_video.py``)
+                    images, kernel_events, counts, decode_s = self.clips.process(batch, self.stream)
+                    t_decoded = t0 + decode_s
+                    targets = batch.targets
+                elif len(groups) == 1:
                     decoded = self.decoder.decode(batch, slot.view, self.stream, numel=numel)
                     counts = self.decoder.counts
                     t_decoded = time.perf_counter()
@@ -206,6 +222,7 @@ def executor_for(loader: Any, device: torch.device) -> BatchExecutor:
         ex = BatchExecutor(loader.plan, device, loader.memory_format == torch.channels_last,
                            loader.prefetch_depth, loader.dataset, loader.on_error,
                            ring=loader.__dict__.get("_ring"), delivery=loader._delivery,
-                           max_image_pixels=loader.__dict__.get("max_image_pixels"))
+                           max_image_pixels=loader.__dict__.get("max_image_pixels"),
+                           video_layout=loader.video_layout if loader.__dict__.get("_video") else None)
         cache[device.index] = ex
     return ex

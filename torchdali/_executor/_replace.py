@@ -39,9 +39,12 @@ def check_on_error(on_error: Any) -> None:
 
 def replace(err: SampleError, spares: list[SampleTag], used: set[SampleTag], on_error: Any, dataset: Any,
             load: Callable[[Any, int, str | None], LoadedSample],
-            check: Callable[[Any, Any, int, str | None], Any] | None = None) -> Replacement:
+            check: Callable[[Any, Any, int, str | None], Any] | None = None,
+            read: Callable[[SampleTag], Any] | None = None) -> Replacement:
     """A replacement for a failed sample, its data loaded by ``load(data, index, path)`` and its
     target checked by ``check(target, (H, W), index, path)`` (boxes and masks against the image).
+    A spare's item is ``read(tag)`` (default: ``dataset[tag.index]``; a video clip is read with
+    the spare's own ``u``).
 
     The callable policy is asked first; then the ``spares`` of ``dataset`` not ``used``
     yet are tried in order (each one tried is added to ``used``). Raises the original
@@ -61,7 +64,7 @@ def replace(err: SampleError, spares: list[SampleTag], used: set[SampleTag], on_
         used.add(tag)
         path = sample_path(dataset, tag.index)
         try:
-            data, target, has = split_item(dataset[tag.index])
+            data, target, has = split_item(dataset[tag.index] if read is None else read(tag))
             loaded = load(data, tag.index, path)
             if has and check is not None:
                 check(target, loaded.shape[:2], tag.index, path)

@@ -26,6 +26,24 @@ SPARES_PER_SAMPLE = 1 / 16  # ... or this many per sample of a larger batch: at 
 # 256 holds more than 4 bad ones one time in 8, more than 16 about once in 10^8
 
 
+#: the random stream of a video clip's position (the ``u`` of ``dataset.read(index, u)``), keyed by the
+#: sample like its transform parameters: apart from the transforms' streams (their place among the
+#: pipeline's leaves) and from the spare draw's (``1 << 20``, keyed by the batch)
+CLIP_STREAM = (1 << 20) + 1
+
+
+def is_video_dataset(dataset: Any) -> bool:
+    """Whether the dataset's items are clips of videos: ``torchdali.video``'s datasets, or any with
+    ``read(index, u) -> (EncodedClip, target)`` and ``clip_indices(index, u)``."""
+    return callable(getattr(dataset, "read", None)) and callable(getattr(dataset, "clip_indices", None))
+
+
+def clip_uniforms(seed: int, epoch: int, positions: Any) -> np.ndarray:
+    """float64 ``[len(positions)]``: the ``u`` in [0, 1) that places the clip of each sample at
+    ``positions`` of ``epoch`` (``CLIP_STREAM``)."""
+    return _rng.uniform(_rng.sample_keys(seed, epoch, np.asarray(positions, dtype=np.int64)), CLIP_STREAM, 1)[:, 0]
+
+
 def num_spares(batch_size: int) -> int:
     """Replacement candidates sent with a batch of ``batch_size`` samples."""
     return max(NUM_SPARES, math.ceil(batch_size * SPARES_PER_SAMPLE))
@@ -110,6 +128,9 @@ class TaggedSample(NamedTuple):
 
 
 SPARE = object()  # placeholder item: a spare candidate that has not been read
+# placeholder item: a video clip, read by the packing step with its ``u`` (``_video.PrepareClips``),
+# where on_error applies
+CLIP = object()
 
 
 class FileRef(NamedTuple):
@@ -345,7 +366,8 @@ class TaggedBatchSampler:
 
 
 class TaggedDataset(torch.utils.data.Dataset):
-    """Map-style wrapper: ``ds[tag] -> TaggedSample(tag, path, dataset[index])``; spares are not read.
+    """Map-style wrapper: ``ds[tag] -> TaggedSample(tag, path, dataset[index])``; spares are not read,
+    nor are a video dataset's clips (``CLIP``: the packing step reads them with their ``u``).
 
     With ``records`` (``_records.WorkerRecords``), a worker notes the batch it reads
     there first, so its death can be blamed on that batch.
@@ -356,6 +378,7 @@ class TaggedDataset(torch.utils.data.Dataset):
         self.records = records
         # items that are a file's bytes (``dataset.file_item``) travel as a ``FileRef``, read later
         self.defer_files = defer_files and callable(getattr(dataset, "file_item", None))
+        self.video = is_video_dataset(dataset)  # clips: read with their u by the packing step
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -363,6 +386,8 @@ class TaggedDataset(torch.utils.data.Dataset):
     def __getitem__(self, tag: SampleTag) -> TaggedSample:
         if tag.spare:
             return TaggedSample(tag, None, SPARE)
+        if self.video:
+            return TaggedSample(tag, sample_path(self.dataset, tag.index), CLIP)
         if self.defer_files:
             found = self.dataset.file_item(tag.index)
             if found is not None:
@@ -383,7 +408,7 @@ class TaggedDataset(torch.utils.data.Dataset):
 
     def _read(self, tags: list[SampleTag]) -> list[TaggedSample]:
         getitems = getattr(self.dataset, "__getitems__", None)
-        if getitems is None or self.defer_files:
+        if getitems is None or self.defer_files or self.video:
             return [self[t] for t in tags]
         real = [t for t in tags if not t.spare]
         items = getitems([t.index for t in real])

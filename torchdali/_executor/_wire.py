@@ -83,6 +83,9 @@ class PackedBatch:
     # boxes and masks: the batch's ``_targets.trace_plan``, from the worker's draw (None: traced again
     # where the targets are mapped)
     trace: Any = None
+    # GPU path, a video dataset: the samples' ``EncodedClip``s (small: pickled with the metadata, never
+    # in the staging ring), ``params`` one row per clip, ``shapes`` (H, W, NV12 code); see ``_video.py``
+    clips: list | None = None
 
     # Small tensors cross the worker queue as numpy arrays, pickled inline: a torch
     # tensor would travel as a shared-memory segment plus a file descriptor, whose

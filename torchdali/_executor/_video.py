@@ -1,0 +1,331 @@
+"""Video batches: one sample is one clip of ``F`` frames of a video, as a ``torchdali.video`` dataset
+reads it (``read(index, u) -> (EncodedClip, target)``).
+
+A clip's place in its video is chosen by its ``u`` (``_tags.clip_uniforms``: the counter-based
+generator keyed by the sample's position in the epoch, stream ``_tags.CLIP_STREAM``), so clip
+positions are seeded, the same for any ``num_workers``, resumed by ``state_dict`` and sharded like
+the crops of images. The transform parameters are drawn once per clip from its frame size
+(``_worker.draw_params``, keyed by the sample as an image's are) and repeated for each of its frames
+(``frame_params``): every frame of a clip gets the same crop, flip and colour parameters, as
+torchvision's transforms give every frame of a ``[T, C, H, W]`` video.
+
+* Worker (``PrepareClips``, the inner DataLoader's ``collate_fn`` for a video dataset): reads each
+  clip; a clip that cannot be read (or, on the CPU path, decoded) goes to on_error, whose spares
+  are read with their own ``u`` (``_replace.replace``). CPU path: the clips are decoded by FFmpeg
+  (``decode_clip_nv12``), each frame converted by ``reference.nv12_to_rgb`` (the conversion of the
+  kernel's NV12 source; swscale's ``decode_clip_rgb`` for a colour matrix other than BT.601 and
+  BT.709), and the reference kernel runs on the batch's ``B * F`` frames. GPU path: the clips
+  travel pickled in the ``PackedBatch`` (``clips``: a clip's packets are a few kilobytes to a few
+  hundred), never through the staging ring.
+* Executor (``ClipRunner``, the video branch of ``BatchExecutor.process``): ``ClipDecoder``
+  (``torchdali/video/_nvdec.py``: NVDEC, or FFmpeg per clip where NVDEC cannot) decodes every frame
+  of the batch into one buffer of NV12 frames, and the fused kernel reads them through its NV12
+  source (``csrc_triton/layout.py``). A clip that does not decode goes to on_error there.
+
+The loop gets ``[B, F, C, H, W]`` (the loader's ``video_layout="BFCHW"``, the default) or
+``[B, C, F, H, W]`` (``"BCFHW"``, what torchvision's video models take: a permuted view of the same
+frames), so the pipeline must fix the output size (``check_video_pipeline``), and the targets
+collated as for images (labels).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+import torch
+from csrc_triton import layout
+from csrc_triton.reference import nv12_to_rgb
+
+from ..errors import SampleError
+from ..transforms._plan import BatchParams, Compose, Plan, run_reference
+from ..transforms._target_plan import has_geometry
+from ..video._container import EncodedClip, decode_clip_nv12, decode_clip_rgb
+from ._classify import LoadedSample, split_item
+from ._launch import KernelEvents, KernelLauncher
+from ._replace import Replacement, replace
+from ._tags import SampleTag, TaggedSample, clip_uniforms
+from ._wire import RAW, PackedBatch, Skipped
+from ._worker import PrepareBatch, draw_params
+
+#: how the loop gets a batch of clips (the loader's ``video_layout``): ``[B, F, C, H, W]`` or
+#: ``[B, C, F, H, W]`` (torchvision's video models)
+VIDEO_LAYOUTS = ("BFCHW", "BCFHW")
+
+
+def check_video_pipeline(plan: Plan, video_layout: str) -> None:
+    """Raise ValueError for a loader of clips that cannot make one ``[B, F, C, H, W]`` tensor per
+    batch: an unknown ``video_layout``, a pipeline without a fixed output size, a step that draws
+    from boxes."""
+    if video_layout not in VIDEO_LAYOUTS:
+        raise ValueError(f"video_layout must be one of {VIDEO_LAYOUTS}, got {video_layout!r}")
+    if plan.out_size is None or plan.batch_images is not None:
+        why = "BatchImages pads each batch to its own size" if plan.batch_images is not None \
+            else "no step fixes it, so each frame would keep its video's size"
+        raise ValueError(
+            f"a batch of video clips is one [B, F, C, H, W] tensor, so the pipeline must fix the output size, and "
+            f"{why}: end it with a fixed-size step (CenterCrop(size), RandomCrop(size), RandomResizedCrop(size) "
+            f"or Resize((h, w))). Pipeline: {Compose(list(plan.transforms))!r}")
+    if plan.draws_from_boxes:
+        step = next(t for t in plan.transforms if t.draws_from_boxes)
+        raise ValueError(f"{step!r} draws from each sample's BoundingBoxes, which video clips do not have")
+
+
+def frame_params(drawn: BatchParams, frames: np.ndarray) -> BatchParams:
+    """``drawn`` (one row per clip) repeated for each clip's ``frames[b]`` frames, clip by clip."""
+    repeats = torch.from_numpy(np.asarray(frames, dtype=np.int64))
+    return BatchParams(drawn.params.repeat_interleave(repeats, dim=0),
+                       drawn.slots.repeat_interleave(repeats, dim=0), drawn.batch)
+
+
+def clip_batch(frames: torch.Tensor, clips: int, video_layout: str) -> torch.Tensor:
+    """The ``[B * F, C, H, W]`` output frames of ``clips`` clips as the loop gets them
+    (``VIDEO_LAYOUTS``); views, nothing copied (a channels-last batch is ``channels_last_3d`` in
+    ``"BCFHW"``)."""
+    out = frames.unflatten(0, (clips, frames.shape[0] // clips))
+    return out.permute(0, 2, 1, 3, 4) if video_layout == "BCFHW" else out
+
+
+def frame_counts(clips: Sequence[Any], indices: np.ndarray, paths: Sequence[str | None]) -> np.ndarray:
+    """int64 ``[B]``: each clip's frame count (``EncodedClip``, or decoded ``[F, H, W, 3]``
+    frames); ValueError naming two samples when they differ (the batch is one tensor)."""
+    counts = np.array([c.num_frames if isinstance(c, EncodedClip) else int(c.shape[0]) for c in clips],
+                      dtype=np.int64)
+    if len(counts) and (counts != counts[0]).any():
+        j = int(np.flatnonzero(counts != counts[0])[0])
+        raise ValueError(f"the clips of a batch must have one frame count, but sample {int(indices[0])} "
+                         f"({paths[0]}) has {int(counts[0])} frames and sample {int(indices[j])} ({paths[j]}) "
+                         f"{int(counts[j])}")
+    return counts
+
+
+def decode_frames(clip: EncodedClip) -> torch.Tensor:
+    """``clip`` decoded on the CPU as uint8 RGB frames ``[F, H, W, 3]``: its NV12 planes converted by
+    ``reference.nv12_to_rgb``, the GPU path's conversion (swscale's for a matrix it has not)."""
+    matrix = clip.color.conversion_matrix
+    if matrix not in layout.NV12_MATRICES:
+        return decode_clip_rgb(clip)
+    planes = decode_clip_nv12(clip)
+    y, uv = torch.from_numpy(planes.y), torch.from_numpy(planes.uv)
+    return torch.stack([nv12_to_rgb(y[f], uv[f], matrix, clip.color.full_range) for f in range(len(y))])
+
+
+class PrepareClips(PrepareBatch):
+    """``PrepareBatch`` for a video dataset: one sample is one clip (see the module docstring).
+
+    ``mode="cpu"``: the batch leaves the worker finished (``images``, laid out as
+    ``video_layout``). ``mode="gpu"``: it leaves with its ``EncodedClip``s (``clips``) and one
+    parameter row per clip, for ``ClipRunner``.
+    """
+
+    def __init__(self, plan: Plan, mode: str, video_layout: str = "BFCHW", **kwargs: Any) -> None:
+        super().__init__(plan, mode, **kwargs)
+        self.video_layout = video_layout
+
+    def read(self, index: int, u: float, path: str | None) -> Any:
+        """``dataset.read(index, u)``; SampleError naming the sample where it fails."""
+        try:
+            return self.dataset.read(index, u)
+        except (SampleError, ImportError):
+            raise
+        except Exception as e:  # a dataset of the user's
+            raise SampleError.for_sample(index, path, "cannot read clip", f"{type(e).__name__}: {e}") from None
+
+    def read_spare(self, tag: SampleTag) -> Any:
+        """A spare's item: its clip placed by its own ``u``."""
+        u = float(clip_uniforms(tag.seed, tag.epoch, [tag.position])[0])
+        return self.dataset.read(tag.index, u)
+
+    def load(self, data: Any, idx: int, path: str | None) -> LoadedSample:
+        """One clip as it is packed: on the GPU path the ``EncodedClip`` itself, shape ``(H, W, NV12
+        code)``; on the CPU path its frames decoded (``[F, H, W, 3]``), shape ``(H, W, 3)``.
+        SampleError naming the sample where it is no clip or does not decode."""
+        if not isinstance(data, EncodedClip):
+            raise SampleError.for_sample(idx, path, "unsupported sample", f"a video dataset's items must be "
+                                         f"(EncodedClip, target), got {type(data).__name__}")
+        matrix, full = data.color.conversion_matrix, data.color.full_range
+        if self.mode == "gpu":
+            if matrix not in layout.NV12_MATRICES:
+                raise SampleError.for_sample(idx, path, "unsupported video", f"colour matrix {matrix}: the GPU "
+                                             f"path converts {list(layout.NV12_MATRICES)} (device='cpu' converts "
+                                             f"it with swscale)")
+            return LoadedSample(RAW, data, (data.height, data.width, layout.nv12_code(matrix, full)), -1, -1)
+        try:
+            frames = decode_frames(data)
+        except ImportError:
+            raise
+        except Exception as e:  # ClipDecodeError, and whatever FFmpeg raises besides
+            raise SampleError.for_sample(idx, path, "cannot decode clip", f"{type(e).__name__}: {e}") from None
+        return LoadedSample(RAW, frames, (data.height, data.width, 3), -1, -1)
+
+    def check_target(self, target: Any, image_hw: Any, index: int, path: str | None) -> bool:
+        """Refuse a target holding boxes or masks (ValueError): a clip's targets are not mapped."""
+        if has_geometry(target):
+            raise ValueError(f"sample {index} ({path}): its target holds BoundingBoxes or a Mask; targets of video "
+                             f"clips are not moved with the frames, so they must be labels (or anything without "
+                             f"boxes and masks)")
+        return False
+
+    def replace(self, err: SampleError, spares: list[SampleTag], used: set[SampleTag]) -> Replacement:
+        return replace(err, spares, used, self.on_error, self.dataset, self.load, self.check_target,
+                       self.read_spare)
+
+    def __call__(self, samples: Sequence[TaggedSample]) -> PackedBatch:
+        t0 = time.perf_counter()
+        spares = [s.tag for s in samples if s.tag.spare]
+        samples = [s for s in samples if not s.tag.spare]
+        n = len(samples)
+        seed, epoch = samples[0].tag.seed, samples[0].tag.epoch
+        indices = np.array([s.tag.index for s in samples], dtype=np.int64)
+        positions = np.array([s.tag.position for s in samples], dtype=np.int64)
+        paths = [s.path for s in samples]
+        us = clip_uniforms(seed, epoch, positions)
+        payloads: list[Any] = []
+        targets: list[Any] = []
+        has_target = True
+        shapes = np.zeros((n, 3), dtype=np.int64)
+        skipped: list[Skipped] = []
+        used: set[SampleTag] = set()
+        for i in range(n):
+            idx = int(indices[i])
+            try:
+                data, target, has = split_item(self.read(idx, float(us[i]), paths[i]))
+                loaded = self.load(data, idx, paths[i])
+                if has:
+                    self.check_target(target, loaded.shape[:2], idx, paths[i])
+            except SampleError as err:
+                if self.on_error == "raise":
+                    raise
+                sub = self.replace(err, spares, used)
+                skipped.append(Skipped(err.index, err.path, str(err)))
+                if sub.tag is not None:
+                    indices[i], positions[i], paths[i] = sub.tag.index, sub.tag.position, sub.path
+                target, has = sub.target, sub.has_target
+                loaded = LoadedSample(sub.kind, sub.payload, sub.shape, -1, -1)
+            payloads.append(loaded.payload)
+            shapes[i] = loaded.shape
+            targets.append(target)
+            has_target = has_target and has
+        frames = frame_counts(payloads, indices, paths)
+        drawn, _ = draw_params(self.plan, shapes, seed, epoch, positions)
+        batch = PackedBatch(seed=seed, epoch=epoch, indices=indices, positions=positions, paths=paths,
+                            params=drawn.params, targets=self.delivery.collate_targets(targets) if has_target else None,
+                            has_target=has_target, first_position=samples[0].tag.position,
+                            spares=[t for t in spares if t not in used], skipped=skipped)
+        batch.set_params(drawn)
+        batch.shapes = shapes
+        if self.mode == "cpu":
+            images = run_reference(self.plan, [f for clip in payloads for f in clip.unbind(0)],
+                                   frame_params(drawn, frames), channels_last=self.channels_last)
+            batch.images = clip_batch(images, n, self.video_layout)
+            self._deliver(batch)
+        else:
+            batch.clips = payloads
+            batch.seq = samples[0].tag.seq
+            batch.blob = torch.empty(0, dtype=torch.uint8)  # nothing to stage: the clips travel in ``clips``
+        batch.seconds = time.perf_counter() - t0
+        return batch
+
+
+class DecodedFrames(NamedTuple):
+    """A batch's clips decoded for the kernel (``KernelLauncher.launch``): every frame NV12, back to
+    back in one buffer, ``shapes`` rows ``(H, W, NV12 code)``."""
+
+    buffer: torch.Tensor
+    shapes: np.ndarray
+    offsets: np.ndarray
+    source: int = layout.SOURCE_NV12
+
+
+class ClipRunner:
+    """The GPU executor's video branch (``BatchExecutor.process``): a batch's clips decoded by
+    ``ClipDecoder`` (built on first use, one per executor), the kernel over their frames with each
+    clip's parameters repeated, and on_error for a clip that does not decode (``fallback``:
+    the loader's ``PrepareClips`` in GPU mode, which reads the spares)."""
+
+    def __init__(self, plan: Plan, device: torch.device, launcher: KernelLauncher, fallback: PrepareClips,
+                 video_layout: str) -> None:
+        self.plan = plan
+        self.device = device
+        self.launcher = launcher
+        self.fallback = fallback
+        self.video_layout = video_layout
+        self._decoder: Any = None
+
+    @property
+    def decoder(self) -> Any:
+        if self._decoder is None:
+            from ..video._nvdec import ClipDecoder
+
+            self._decoder = ClipDecoder(self.device)
+        return self._decoder
+
+    def close(self) -> None:
+        """Release the decoders; idempotent."""
+        if self._decoder is not None:
+            self._decoder.close()
+            self._decoder = None
+
+    def process(self, batch: PackedBatch, stream: torch.cuda.Stream) -> tuple[torch.Tensor, KernelEvents, dict, float]:
+        """(the batch's images as ``video_layout`` lays them out, the kernel's timing events, the
+        decode counters for ``EpochStats``, host seconds decoding), queued on ``stream`` (current)."""
+        t0 = time.perf_counter()
+        decoded = self._decode(batch, stream)
+        decode_s = time.perf_counter() - t0
+        frames = frame_counts(batch.clips, batch.indices, batch.paths)
+        images, events, _ = self.launcher.launch(DecodedFrames(decoded.data, decoded.shapes, decoded.offsets),
+                                                 frame_params(batch.batch_params, frames), stream)
+        counts = {"decoded_nvdec": int(decoded.nvdec), "decoded_video_cpu": int(decoded.cpu)}
+        return clip_batch(images, len(batch.clips), self.video_layout), events, counts, decode_s
+
+    def _decode(self, batch: PackedBatch, stream: torch.cuda.Stream) -> Any:
+        """``ClipDecoder.decode`` of the batch's clips. Where it fails, each clip is decoded alone to
+        find those that fail; they go to on_error (replaced in ``batch``, or raised as SampleError
+        naming them), and the batch is decoded again."""
+        used: set[SampleTag] = set()
+        while True:
+            try:
+                return self.decoder.decode(batch.clips, stream)
+            except ImportError:
+                raise
+            except Exception as e:
+                error = e
+            failed = self._failing(batch, stream)
+            if not failed:  # no clip fails alone: the batch's failure is not a sample's
+                raise error
+            for i, err in failed:
+                if self.fallback.on_error == "raise":
+                    raise err
+                self._replace(batch, i, err, used)
+
+    def _failing(self, batch: PackedBatch, stream: torch.cuda.Stream) -> list[tuple[int, SampleError]]:
+        failed = []
+        for i, clip in enumerate(batch.clips):
+            try:
+                self.decoder.decode([clip], stream)
+            except ImportError:
+                raise
+            except Exception as e:
+                failed.append((i, SampleError.for_sample(int(batch.indices[i]), batch.paths[i], "cannot decode clip",
+                                                         f"{type(e).__name__}: {e}")))
+        return failed
+
+    def _replace(self, batch: PackedBatch, i: int, err: SampleError, used: set[SampleTag]) -> None:
+        """Clip ``i`` of ``batch`` replaced under on_error, its parameters drawn as in the worker."""
+        sub = self.fallback.replace(err, batch.spares, used)
+        batch.skipped.append(Skipped(err.index, err.path, str(err)))
+        if sub.tag is not None:
+            batch.indices[i], batch.positions[i], batch.paths[i] = sub.tag.index, sub.tag.position, sub.path
+        batch.clips[i] = sub.payload
+        batch.shapes[i] = sub.shape
+        drawn, _ = draw_params(self.plan, batch.shapes[i: i + 1], batch.seed, batch.epoch, batch.positions[i: i + 1])
+        params = batch.params.clone()
+        params[i] = drawn.params[0]
+        batch.params = params
+        if batch.slots is not None:
+            slots = batch.slots.clone()
+            slots[i] = drawn.slots[0]
+            batch.slots = slots
+        if batch.has_target:
+            batch.targets[i] = torch.as_tensor(sub.target) if isinstance(batch.targets, torch.Tensor) else sub.target
+        batch.spares = [t for t in batch.spares if t not in used]
