@@ -2,6 +2,7 @@
 
     python benchmarks/photo_folder.py OUT_DIR [--num-images 16384] [--classes 100] [--seed 0]
     python benchmarks/photo_folder.py OUT_DIR --coco [--num-images 4096] [--seed 0]
+    python benchmarks/photo_folder.py OUT_DIR --videos 1000 [--seconds 10] [--height 720 --width 1280]
 
 Generated patterns decode about 25% faster than photographs and hide gaps, so the
 throughput benchmarks run on this instead. Sources are the photographs that ship
@@ -20,6 +21,10 @@ and encoder instead: longer side 640, aspect 3:5 to 5:3 (0.32 MP), quality 90-98
 about 160 KiB, COCO's), and ``annotations/instances_train2017.json`` with 1-20 objects
 per image (mean 7), each a box, a polygon inside it, its area and one of COCO's 80
 category ids.
+
+``--videos N`` (``video_folder``) makes N H.264 videos instead (720p, 30 fps, 10 s by default):
+a window panning across a photograph, with sensor noise, a keyframe every second
+and 2 B-frames, in ``class*/`` folders (PyAV's libx264).
 """
 from __future__ import annotations
 
@@ -199,6 +204,74 @@ def coco_folder(root: str, num_images: int = 4096, seed: int = 0, progress: bool
     return dict(stats, **paths)
 
 
+def make_video_one(args: tuple[str, int, int, int, float, int, tuple[int, int], int]) -> int:
+    """One H.264 video panning across a photograph; returns its size in bytes."""
+    import av
+
+    root, i, classes, seed, seconds, fps, (height, width), gop = args
+    rng = np.random.default_rng([seed, i, 7])
+    src = _source(COLOUR[int(rng.integers(len(COLOUR)))])
+    # the photograph at 1.6 times the frame's cover size, so the window can travel
+    from PIL import Image
+
+    scale = 1.6 * max(height / src.shape[0], width / src.shape[1])
+    big = np.asarray(Image.fromarray(src).resize((int(src.shape[1] * scale) + 1, int(src.shape[0] * scale) + 1),
+                                                 Image.LANCZOS))
+    if rng.random() < 0.5:
+        big = big[:, ::-1]
+    noise = rng.normal(0, 3.0, size=(4, height, width, 3)).round().astype(np.int16)  # sensor noise, cycled
+    frames = int(round(seconds * fps))
+    (y0, x0), (y1, x1) = (rng.uniform(0, 1, 2) for _ in range(2))
+    path = os.path.join(root, f"class{i % classes:03d}", f"{i:06d}.mp4")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with av.open(path, "w") as out:
+        stream = out.add_stream("libx264", rate=fps, options={
+            "preset": "veryfast", "crf": "23", "g": str(gop), "bf": "2",
+            "x264-params": f"keyint={gop}:min-keyint={gop}:log-level=error"})
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for f in range(frames):
+            t = f / max(frames - 1, 1)  # the frame-sized window travels across the photograph
+            top = int((y0 + (y1 - y0) * t) * (big.shape[0] - height))
+            left = int((x0 + (x1 - x0) * t) * (big.shape[1] - width))
+            rgb = big[top:top + height, left:left + width].astype(np.int16) + noise[f % 4]
+            frame = av.VideoFrame.from_ndarray(np.clip(rgb, 0, 255).astype(np.uint8), format="rgb24")
+            frame.pts = f
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return os.path.getsize(path)
+
+
+def video_folder(root: str, num_videos: int = 1000, seconds: float = 10.0, fps: int = 30,
+                 size: tuple[int, int] = (720, 1280), classes: int = 10, seed: int = 0,
+                 progress: bool = True) -> dict:
+    """A folder of ``num_videos`` H.264 videos (``class*/NNNNNN.mp4``, yuv420p, 2 B-frames, a keyframe
+    every second) of a window panning across a photograph, with sensor noise; made once
+    (reused when ``stats.json`` matches), in parallel. Needs PyAV."""
+    stats_path = os.path.join(root, "stats.json")
+    want = {"num_videos": num_videos, "seconds": seconds, "fps": fps, "size": list(size), "seed": seed,
+            "classes": classes}
+    if os.path.exists(stats_path):
+        with open(stats_path) as f:
+            stats = json.load(f)
+        if all(stats.get(k) == v for k, v in want.items()):
+            return stats
+    os.makedirs(root, exist_ok=True)
+    jobs = [(root, i, classes, seed, seconds, fps, tuple(size), fps) for i in range(num_videos)]
+    with ProcessPoolExecutor(os.cpu_count()) as pool:
+        it = pool.map(make_video_one, jobs, chunksize=1)
+        if progress:
+            from tqdm import tqdm
+
+            it = tqdm(it, total=len(jobs), desc="videos", unit="video")
+        sizes = np.array(list(it), dtype=np.int64)
+    stats = dict(want, mean_MiB=float(sizes.mean() / 2 ** 20), codec="h264")
+    with open(stats_path, "w") as f:
+        json.dump(stats, f, indent=1)
+    return stats
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("out")
@@ -207,7 +280,16 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--coco", action="store_true", help="a COCO-shaped detection set instead (coco_folder)")
+    p.add_argument("--videos", type=int, default=0, help="N H.264 videos instead (video_folder)")
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--height", type=int, default=720)
+    p.add_argument("--width", type=int, default=1280)
     a = p.parse_args()
+    if a.videos:
+        stats = video_folder(a.out, a.videos, a.seconds, size=(a.height, a.width), classes=min(a.classes, a.videos),
+                             seed=a.seed, progress=not a.quiet)
+        print(f"{a.out}: {stats['num_videos']} videos, mean {stats['mean_MiB']:.2f} MiB")
+        return
     if a.coco:
         stats = coco_folder(a.out, a.num_images or 4096, a.seed, progress=not a.quiet)
         print(f"{a.out}: {stats['num_images']} JPEGs, mean {stats['mean_KiB']:.1f} KiB, {stats['mean_MP']:.2f} MP, "
