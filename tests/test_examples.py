@@ -48,6 +48,15 @@ def test_train_detection_example(tmp_path):
     assert "images/s" in out
 
 
+def test_train_video_example(tmp_path):
+    pytest.importorskip("av")
+    out = _run([os.path.join(ROOT, "examples", "train_video.py"), "--device", "cpu", "--steps", "2",
+                "--batch-size", "2", "--workers", "0", "--num-videos", "4", "--frames", "4"], cwd=tmp_path)
+    losses = [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses), out
+    assert "clips/s" in out
+
+
 def test_main_job_bench_on_embedded_dataset(tmp_path):
     out = _run(["-m", "torchdali.bench", "--num-images", "24", "--batch-size", "4", "--epochs", "1",
                 "--warmup", "0", "--workers", "1", "--quiet", "--out", str(tmp_path / "o")], cwd=tmp_path)
