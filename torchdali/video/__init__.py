@@ -5,6 +5,11 @@
   picklable ``EncodedClip``), ``decode_clip_nv12`` / ``decode_clip_rgb`` (FFmpeg's software decoders).
 * ``_datasets``: ``VideoFolder`` and ``VideoFileList``.
 
+``torchdali.DataLoader`` takes these datasets: one sample is one clip, placed by the loader's seeded
+per-sample generator, every frame of a clip transformed with the same drawn parameters; batches are
+``[B, F, C, H, W]`` (``video_layout="BCFHW"``: ``[B, C, F, H, W]``), decoded by NVDEC on the GPU path
+(``torchdali/_executor/_video.py``).
+
 PyAV (``pip install torchdali[video]``) is imported only when a file is opened.
 """
 from ._clips import (
