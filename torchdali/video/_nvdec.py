@@ -38,6 +38,8 @@ __all__ = ["ClipDecoder", "DecodedClips"]
 #: clips decoded at once by a ``ClipDecoder``: each thread feeds its own FFmpeg decoders (PyAV lets
 #: go of the interpreter while FFmpeg decodes), so NVDEC has several sessions in flight
 DECODE_THREADS = 4
+#: failures in a row after which a stream configuration (codec, extradata, size) is no longer tried on NVDEC
+NVDEC_FAILURES = 3
 #: FFmpeg codec names NVDEC decodes (where the engine supports the profile)
 NVDEC_CODECS = frozenset({"h264", "hevc", "vp9", "vp8", "av1", "mpeg2video", "mpeg4", "vc1"})
 #: FFmpeg software pixel formats whose frames come out of NVDEC as 8-bit NV12
@@ -79,7 +81,9 @@ class ClipDecoder:
         self._pool: ThreadPoolExecutor | None = None
         self._local = threading.local()  # per decode thread: its copy stream and its decoders
         self._lock = threading.Lock()
-        self._no_nvdec: set[tuple] = set()  # configurations NVDEC refused: straight to the CPU
+        # failures in a row per stream configuration: after NVDEC_FAILURES its clips go straight to
+        # the CPU (a stream NVDEC cannot take), while one corrupt clip does not send its like there
+        self._failures: dict[tuple, int] = {}
         self.reasons: dict[str, int] = {}  # why clips went to the CPU, counted
 
     def close(self) -> None:
@@ -144,8 +148,8 @@ class ClipDecoder:
             return f"pixel format {clip.pix_fmt}"
         if clip.width % 2 or clip.height % 2:
             return "odd frame size"
-        if self._key(clip) in self._no_nvdec:
-            return "NVDEC refused this stream before"
+        if self._failures.get(self._key(clip), 0) >= NVDEC_FAILURES:
+            return f"NVDEC failed {NVDEC_FAILURES} times in a row on this stream"
         return None
 
     def _count(self, why: str) -> None:
@@ -213,7 +217,7 @@ class ClipDecoder:
                             self._copy(held, clip, data)
         except (ClipDecodeError, av.FFmpegError, NotImplementedError, ValueError, TypeError, RuntimeError) as e:
             with self._lock:
-                self._no_nvdec.add(self._key(clip))
+                self._failures[self._key(clip)] = self._failures.get(self._key(clip), 0) + 1
             self._lane().decoders.pop(self._key(clip), None)
             self._count(f"NVDEC failed: {type(e).__name__}: {str(e)[:160]}")
             return False
@@ -222,6 +226,9 @@ class ClipDecoder:
             return False
         self._copy(held, clip, data)
         self._pad(clip, data, offsets)
+        if self._failures.get(self._key(clip)):
+            with self._lock:
+                self._failures.pop(self._key(clip), None)
         return True
 
     def _copy(self, held: list[tuple[Any, np.ndarray]], clip: EncodedClip, data: torch.Tensor) -> None:
