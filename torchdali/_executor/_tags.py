@@ -127,6 +127,29 @@ class TaggedSample(NamedTuple):
     item: Any  # dataset[index], or SPARE for a spare candidate not read yet
 
 
+class BatchHead(NamedTuple):
+    """What the packing step reads first from a batch's tagged samples (``batch_head``)."""
+
+    samples: list[TaggedSample]  # the batch's own samples, in order
+    spares: list[SampleTag]  # the spare candidates that came with them (on_error)
+    seed: int
+    epoch: int
+    indices: np.ndarray  # int64, dataset indices
+    positions: np.ndarray  # int64, positions in the epoch (they key the draws)
+    paths: list[str | None]
+
+
+def batch_head(samples: Sequence[TaggedSample]) -> BatchHead:
+    """The batch's own samples apart from its spares, with their indices, positions and paths."""
+    spares = [s.tag for s in samples if s.tag.spare]
+    own = [s for s in samples if not s.tag.spare]
+    n = len(own)
+    return BatchHead(own, spares, own[0].tag.seed, own[0].tag.epoch,
+                     np.fromiter((s.tag.index for s in own), dtype=np.int64, count=n),
+                     np.fromiter((s.tag.position for s in own), dtype=np.int64, count=n),
+                     [s.path for s in own])
+
+
 SPARE = object()  # placeholder item: a spare candidate that has not been read
 # placeholder item: a video clip, read by the packing step with its ``u`` (``_video.PrepareClips``),
 # where on_error applies

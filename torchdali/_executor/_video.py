@@ -44,7 +44,7 @@ from ..video._container import EncodedClip, decode_clip_nv12, decode_clip_rgb
 from ._classify import LoadedSample, split_item
 from ._launch import KernelEvents, KernelLauncher
 from ._replace import Replacement, replace
-from ._tags import SampleTag, TaggedSample, clip_uniforms
+from ._tags import SampleTag, TaggedSample, batch_head, clip_uniforms
 from ._wire import RAW, PackedBatch, Skipped
 from ._worker import PrepareBatch, draw_params
 
@@ -172,13 +172,8 @@ class PrepareClips(PrepareBatch):
 
     def __call__(self, samples: Sequence[TaggedSample]) -> PackedBatch:
         t0 = time.perf_counter()
-        spares = [s.tag for s in samples if s.tag.spare]
-        samples = [s for s in samples if not s.tag.spare]
+        samples, spares, seed, epoch, indices, positions, paths = batch_head(samples)
         n = len(samples)
-        seed, epoch = samples[0].tag.seed, samples[0].tag.epoch
-        indices = np.array([s.tag.index for s in samples], dtype=np.int64)
-        positions = np.array([s.tag.position for s in samples], dtype=np.int64)
-        paths = [s.path for s in samples]
         us = clip_uniforms(seed, epoch, positions)
         payloads: list[Any] = []
         targets: list[Any] = []

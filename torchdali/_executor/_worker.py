@@ -27,7 +27,7 @@ from ._classify import LoadedSample, load_sample, split_item
 from ._deliver import Delivery
 from ._reads import load_noted, read_into, sample_bytes
 from ._replace import Replacement, check_on_error, replace
-from ._tags import FileRef, SampleTag, TaggedSample
+from ._tags import FileRef, SampleTag, TaggedSample, batch_head
 from ._wire import PackedBatch, PackedTargets, Skipped
 
 RING_PART_ALIGN = 4096  # where a part of a batch starts in its batch's staging-ring slot
@@ -92,13 +92,8 @@ class PrepareBatch:
 
     def __call__(self, samples: Sequence[TaggedSample]) -> PackedBatch:
         t0 = time.perf_counter()
-        spares = [s.tag for s in samples if s.tag.spare]
-        samples = [s for s in samples if not s.tag.spare]
+        samples, spares, seed, epoch, indices, positions, paths = batch_head(samples)
         n = len(samples)
-        seed, epoch = samples[0].tag.seed, samples[0].tag.epoch
-        indices = np.fromiter((s.tag.index for s in samples), dtype=np.int64, count=n)
-        positions = np.fromiter((s.tag.position for s in samples), dtype=np.int64, count=n)
-        paths = [s.path for s in samples]
         targets, has_target, geometry = [], True, False
         kinds = np.empty(n, dtype=np.int8)
         payloads: list[torch.Tensor] = []
