@@ -234,27 +234,39 @@ def _unpacked(tree: Any, data: torch.Tensor, typed: dict | None = None) -> Any:
     ``data`` as each dtype met so far, shared across a batch's trees (every offset is a multiple
     of ``_TARGET_ALIGN``, so a leaf is one slice of its dtype's view)."""
     typed = {} if typed is None else typed
+    if type(tree) is dict and all(isinstance(v, _FLAT) for v in tree.values()):
+        # a detection target: one flat dict per sample, many per batch (no pytree round trip)
+        return {k: _tensor(v, data, typed) if isinstance(v, _TensorRef) else v for k, v in tree.items()}
     leaves, spec = tree_flatten(tree)
     for k, ref in enumerate(leaves):
-        if not isinstance(ref, _TensorRef):
-            continue
-        numel = math.prod(ref.shape)
-        if numel:
-            view = typed.get(ref.dtype)
-            if view is None:
-                whole = data[: len(data) - len(data) % _TARGET_ALIGN]
-                view = typed[ref.dtype] = whole.view(ref.dtype)
-            start = ref.offset // view.element_size()
-            t = view[start: start + numel].view(ref.shape)
-        else:
-            t = torch.empty(ref.shape, dtype=ref.dtype, device=data.device)
-        if ref.kind == _BOXES:
-            fmt, canvas, mode = ref.meta
-            t = _bounding_boxes(t, fmt, canvas, mode)
-        elif ref.kind == _MASK:
-            t = tv_tensors.Mask(t)
-        leaves[k] = t
+        if isinstance(ref, _TensorRef):
+            leaves[k] = _tensor(ref, data, typed)
     return tree_unflatten(leaves, spec)
+
+
+#: values a target dict may hold for the fast path: leaves of any pytree (a container, or a class
+#: registered as a pytree node, goes through tree_flatten)
+_FLAT = (_TensorRef, torch.Tensor, np.ndarray, int, float, str, bytes, type(None))
+
+
+def _tensor(ref: _TensorRef, data: torch.Tensor, typed: dict) -> torch.Tensor:
+    """The leaf ``ref`` points at: a view of ``data`` (a BoundingBoxes or a Mask where it was one)."""
+    numel = math.prod(ref.shape)
+    if numel:
+        view = typed.get(ref.dtype)
+        if view is None:
+            whole = data[: len(data) - len(data) % _TARGET_ALIGN]
+            view = typed[ref.dtype] = whole.view(ref.dtype)
+        start = ref.offset // view.element_size()
+        t = view[start: start + numel].view(ref.shape)
+    else:
+        t = torch.empty(ref.shape, dtype=ref.dtype, device=data.device)
+    if ref.kind == _BOXES:
+        fmt, canvas, mode = ref.meta
+        return _bounding_boxes(t, fmt, canvas, mode)
+    if ref.kind == _MASK:
+        return tv_tensors.Mask(t)
+    return t
 
 
 class _Inline:
