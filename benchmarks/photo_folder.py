@@ -102,13 +102,13 @@ def make_one(args: tuple[str, int, int, int]) -> int:
     return len(data)
 
 
-def _pool_map(fn, jobs: list, desc: str, progress: bool) -> list:
+def _pool_map(fn, jobs: list, desc: str, progress: bool, chunksize: int = 64, unit: str = "img") -> list:
     with ProcessPoolExecutor(os.cpu_count()) as pool:
-        it = pool.map(fn, jobs, chunksize=64)
+        it = pool.map(fn, jobs, chunksize=chunksize)
         if progress:
             from tqdm import tqdm
 
-            it = tqdm(it, total=len(jobs), desc=desc, unit="img")
+            it = tqdm(it, total=len(jobs), desc=desc, unit=unit)
         return list(it)
 
 
@@ -259,13 +259,7 @@ def video_folder(root: str, num_videos: int = 1000, seconds: float = 10.0, fps: 
             return stats
     os.makedirs(root, exist_ok=True)
     jobs = [(root, i, classes, seed, seconds, fps, tuple(size), fps) for i in range(num_videos)]
-    with ProcessPoolExecutor(os.cpu_count()) as pool:
-        it = pool.map(make_video_one, jobs, chunksize=1)
-        if progress:
-            from tqdm import tqdm
-
-            it = tqdm(it, total=len(jobs), desc="videos", unit="video")
-        sizes = np.array(list(it), dtype=np.int64)
+    sizes = np.array(_pool_map(make_video_one, jobs, "videos", progress, chunksize=1, unit="video"), dtype=np.int64)
     stats = dict(want, mean_MiB=float(sizes.mean() / 2 ** 20), codec="h264")
     with open(stats_path, "w") as f:
         json.dump(stats, f, indent=1)

@@ -50,7 +50,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from torchdali.bench import _epochs, environment  # noqa: E402
+from torchdali.bench import OnDevice, _epochs, environment  # noqa: E402
 
 MEAN = (0.43216, 0.394666, 0.37645)  # torchvision's video-classification reference
 STD = (0.22803, 0.22145, 0.216989)
@@ -75,18 +75,9 @@ def torchdali_loader(root: str, args: argparse.Namespace, device: torch.device):
     return (lambda: iter(loader)), loader.close, loader.stats
 
 
-class _OnGpu:
-    """torch DataLoader batches copied to the GPU as ``[B, 3, F, H, W]``, as a training loop does."""
-
-    def __init__(self, loader: Any, device: torch.device) -> None:
-        self.loader, self.device = loader, device
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __iter__(self):
-        for clips, labels in self.loader:
-            yield clips.to(self.device, non_blocking=True).transpose(1, 2), labels.to(self.device, non_blocking=True)
+def _cfhw(clip: torch.Tensor) -> torch.Tensor:
+    """``[F, 3, H, W]`` -> ``[3, F, H, W]``, the layout r2plus1d_18 takes."""
+    return clip.transpose(0, 1)
 
 
 def cpu_loader(root: str, args: argparse.Namespace, device: torch.device):
@@ -95,11 +86,12 @@ def cpu_loader(root: str, args: argparse.Namespace, device: torch.device):
     from torchdali.video import VideoFolder
 
     tf = v2.Compose([v2.Resize(resize_for(args.crop), antialias=False), v2.RandomHorizontalFlip(),
-                     v2.RandomCrop(args.crop), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+                     v2.RandomCrop(args.crop), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD),
+                     v2.Lambda(_cfhw)])
     ds = VideoFolder(root, num_frames=args.frames, clips="random", transform=tf)
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
                                          drop_last=True, pin_memory=True, persistent_workers=args.workers > 0)
-    return (lambda: _OnGpu(loader, device)), (lambda: None), None
+    return (lambda: OnDevice(loader, device)), (lambda: None), None
 
 
 def dali_loader(root: str, args: argparse.Namespace, device: torch.device):
