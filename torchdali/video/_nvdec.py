@@ -38,6 +38,9 @@ __all__ = ["ClipDecoder", "DecodedClips"]
 #: clips decoded at once by a ``ClipDecoder``: each thread feeds its own FFmpeg decoders (PyAV lets
 #: go of the interpreter while FFmpeg decodes), so NVDEC has several sessions in flight
 DECODE_THREADS = 4
+#: FFmpeg decoders a decode thread keeps, least recently used dropped: one per stream configuration,
+#: and a video's extradata makes its own, so a dataset's videos would otherwise pile up surfaces
+_DECODERS_PER_THREAD = 4
 #: failures in a row after which a stream configuration (codec, extradata, size) is no longer tried on NVDEC
 NVDEC_FAILURES = 3
 #: FFmpeg codec names NVDEC decodes (where the engine supports the profile)
@@ -69,8 +72,8 @@ class ClipDecoder:
     """Decodes batches of ``EncodedClip`` on ``device`` (one per executor; ``decode`` is called
     from one thread at a time), ``threads`` clips at once.
 
-    Each decode thread keeps one FFmpeg decoder with NVDEC per stream configuration (codec,
-    extradata, size), flushed between clips: creating an NVDEC decoder costs milliseconds.
+    Each decode thread keeps FFmpeg decoders with NVDEC for its last ``_DECODERS_PER_THREAD`` stream
+    configurations (codec, extradata, size), flushed between clips: creating one costs milliseconds.
     """
 
     def __init__(self, device: torch.device | str, threads: int = DECODE_THREADS) -> None:
@@ -122,7 +125,10 @@ class ClipDecoder:
         if not hasattr(lane, "copy_stream"):
             torch.cuda.set_device(self.device)
             lane.copy_stream = torch.cuda.Stream(self.device)
-            lane.decoders = {}
+            # a runtime call that needs the device's context makes it current on this thread, where
+            # FFmpeg takes it (``current_ctx``); the query waits for nothing
+            lane.copy_stream.query()
+            lane.decoders = {}  # least recently used first
         return lane
 
     def _one(self, clip: EncodedClip, data: torch.Tensor, at: np.ndarray, allocated: torch.cuda.Event) -> bool:
@@ -159,27 +165,26 @@ class ClipDecoder:
     def _decoder(self, clip: EncodedClip) -> Any:
         key = self._key(clip)
         decoders = self._lane().decoders
-        ctx = decoders.get(key)
+        ctx = decoders.pop(key, None)
         if ctx is None:
             av = _av()
             from av.codec.hwaccel import HWAccel
 
-            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-            # FFmpeg on torch's context, current on this thread: its primary-context option would
-            # refuse a context torch made active with other scheduling flags
-            with torch.cuda.device(index):
-                torch.cuda.synchronize()
-                hw = HWAccel("cuda", device=str(index), allow_software_fallback=False, is_hw_owned=True,
-                             options={"primary_ctx": "0", "current_ctx": "1"})
-                ctx = av.CodecContext.create(clip.codec, "r", hwaccel=hw)
+            if len(decoders) >= _DECODERS_PER_THREAD:  # each holds NVDEC surfaces: the oldest goes
+                decoders.pop(next(iter(decoders)))
+            # FFmpeg on torch's context, current on this thread (``_lane``): its primary-context
+            # option would refuse a context torch made active with other scheduling flags
+            hw = HWAccel("cuda", device=str(self.device.index), allow_software_fallback=False, is_hw_owned=True,
+                         options={"primary_ctx": "0", "current_ctx": "1"})
+            ctx = av.CodecContext.create(clip.codec, "r", hwaccel=hw)
             # frames are held until _HELD_FRAMES wait: the pool must have room for them
             ctx.options = {"extra_hw_frames": str(_HELD_FRAMES)}
             if clip.extradata:
                 ctx.extradata = clip.extradata
             ctx.width, ctx.height = clip.width, clip.height
-            decoders[key] = ctx
         else:
             ctx.flush_buffers()
+        decoders[key] = ctx  # the most recently used
         return ctx
 
     def _nvdec(self, clip: EncodedClip, data: torch.Tensor, offsets: np.ndarray) -> bool:
