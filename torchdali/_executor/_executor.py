@@ -132,7 +132,7 @@ class BatchExecutor:
                         targets = self.targets.map(targets.unpack(self.device), shapes[:, :2], keys, self.device,
                                                    trace=batch.trace, part="masks",
                                                    boxes_mapped=targets.boxes_mapped)
-                    else:  # a batch merged from parts: traced again here
+                    else:  # merged from parts of which one had no boxes or masks: traced again here
                         boxes = self.targets.draw_boxes(targets.unpack()) if batch.trace is None else None
                         targets = self.targets.map(targets.unpack(self.device), shapes[:, :2], keys, self.device,
                                                    boxes, batch.trace)
