@@ -284,6 +284,28 @@ def test_a_clip_that_cannot_be_read_raises_sample_error(paths: list[str], tmp_pa
         batches(loader(ds, num_workers=1))
 
 
+def test_a_forked_child_keeps_the_decode_threads_lanes() -> None:
+    """A worker forked from a process whose decode threads hold FFmpeg decoders must never free them:
+    their threads do not exist in the child, and freeing one waits for them for ever. The child keeps
+    every lane and starts with none; the parent's are untouched."""
+    from torchdali.video._nvdec import _KEPT_IN_CHILD, ClipDecoder, _Lane
+
+    decoder = ClipDecoder("cuda:0")  # nothing runs on the device
+    lane = _Lane(copy_stream=None)  # type: ignore[arg-type]
+    decoder._lanes[12345] = lane
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave at once
+        ok = decoder._lanes == {} and any(kept[0].get(12345) is lane for kept in _KEPT_IN_CHILD)
+        os.write(w, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    assert os.read(r, 1) == b"1"
+    os.close(r)
+    assert decoder._lanes == {12345: lane}
+
+
 def test_refusals(paths: list[str]) -> None:
     ds = clips(paths)
     with pytest.raises(ValueError, match=r"must fix the output size.*RandomResizedCrop\(size\)"):
@@ -389,6 +411,19 @@ def test_gpu_path_matches_the_cpu_path(paths: list[str], video_layout: str) -> N
         assert_close_pixels(gx, x, "gpu vs cpu")
     last = dl.stats().last
     assert last.decoded_nvdec + last.decoded_video_cpu == len(ds)
+
+
+@pytest.mark.cuda
+def test_fresh_workers_start_after_nvdec_has_decoded(paths: list[str]) -> None:
+    """Without persistent workers each epoch forks new ones while the decode threads hold NVDEC
+    decoders (the hang this guards against: a child freeing them); every epoch gives every clip."""
+    ds = clips(paths)
+    dl = loader(ds, "cuda", num_workers=2, timeout=60)
+    for epoch in range(3):
+        labels = sorted(torch.cat([y for _, y in batches(dl)]).tolist())
+        assert labels == list(range(len(ds))), epoch
+    assert dl.stats().last.decoded_nvdec > 0
+    dl.close()
 
 
 @pytest.mark.cuda

@@ -15,6 +15,13 @@ formats other than 8-bit 4:2:0, a decoder that fails) are decoded on the CPU per
 Several clips decode at once, one per decode thread, each thread with its own FFmpeg
 decoders and its own copy stream (one NVDEC session decodes one picture at a time).
 
+Fork safety: a loader's workers are forked from the process whose decode threads hold FFmpeg
+decoders. In the child those threads do not exist, and freeing a decoder there waits for its
+FFmpeg threads for ever (``avcodec_free_context`` joins them). So the decoders are never in a
+``threading.local`` (the child's after-fork clean-up drops the other threads' locals, freeing what
+they hold): each thread's lane lives in ``ClipDecoder._lanes``, and in a forked child every lane
+is kept alive to the end (``_keep_lanes_in_child``), never freed.
+
 Synchronisation: FFmpeg copies each decoded surface into its frame on the legacy
 default stream; the copies into the batch's buffer run on the thread's copy stream
 after an event recorded there, and a frame goes back to FFmpeg's pool only once they
@@ -23,8 +30,11 @@ is done when ``decode`` returns.
 """
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
@@ -68,6 +78,29 @@ def _code(clip: EncodedClip) -> int:
     return layout.nv12_code(clip.color.conversion_matrix, clip.color.full_range)
 
 
+@dataclass
+class _Lane:
+    """A decode thread's copy stream and FFmpeg decoders (least recently used first)."""
+
+    copy_stream: torch.cuda.Stream
+    decoders: dict[tuple, Any] = field(default_factory=dict)
+
+
+_LIVE: "weakref.WeakSet[ClipDecoder]" = weakref.WeakSet()
+_KEPT_IN_CHILD: list[Any] = []
+
+
+def _keep_lanes_in_child() -> None:
+    """In a forked child: hold every lane for good, so that no FFmpeg decoder of the parent's
+    decode threads is ever freed here (see the module docstring)."""
+    for decoder in list(_LIVE):
+        _KEPT_IN_CHILD.append((decoder._lanes, decoder._pool))  # the pool's threads are the parent's
+        decoder._lanes, decoder._pool = {}, None
+
+
+os.register_at_fork(after_in_child=_keep_lanes_in_child)
+
+
 class ClipDecoder:
     """Decodes batches of ``EncodedClip`` on ``device`` (one per executor; ``decode`` is called
     from one thread at a time), ``threads`` clips at once.
@@ -82,18 +115,21 @@ class ClipDecoder:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.threads = max(1, int(threads))
         self._pool: ThreadPoolExecutor | None = None
-        self._local = threading.local()  # per decode thread: its copy stream and its decoders
+        self._lanes: dict[int, _Lane] = {}  # per decode thread (its ident): not a threading.local, see above
         self._lock = threading.Lock()
         # failures in a row per stream configuration: after NVDEC_FAILURES its clips go straight to
         # the CPU (a stream NVDEC cannot take), while one corrupt clip does not send its like there
         self._failures: dict[tuple, int] = {}
         self.reasons: dict[str, int] = {}  # why clips went to the CPU, counted
+        _LIVE.add(self)
 
     def close(self) -> None:
-        """Stop the decode threads (their FFmpeg decoders go with them); idempotent."""
+        """Stop the decode threads and free their FFmpeg decoders; idempotent."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        with self._lock:
+            self._lanes = {}
 
     def decode(self, clips: Sequence[EncodedClip], stream: torch.cuda.Stream) -> DecodedClips:
         """Decode ``clips`` into one buffer, several clips at once (``threads``); when this returns,
@@ -110,25 +146,25 @@ class ClipDecoder:
         allocated.record(stream)  # the copy streams must not write the buffer before its allocation
         starts = np.cumsum([0] + [c.num_frames for c in clips])
         jobs = [(clip, offsets[starts[i]: starts[i + 1]]) for i, clip in enumerate(clips)]
-        if self.threads == 1 or len(jobs) < 2:
-            routes = [self._one(clip, data, at, allocated) for clip, at in jobs]
-        else:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="torchdali-nvdec")
-            routes = list(self._pool.map(lambda job: self._one(job[0], data, job[1], allocated), jobs))
+        # always on the pool's threads, even one clip: the lanes then belong to threads that live as
+        # long as the pool, and go with it (``close``)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="torchdali-nvdec")
+        routes = list(self._pool.map(lambda job: self._one(job[0], data, job[1], allocated), jobs))
         nvdec = sum(routes)
         return DecodedClips(data, offsets, shapes, nvdec, len(clips) - nvdec)
 
-    def _lane(self) -> Any:
+    def _lane(self) -> _Lane:
         """This thread's copy stream and decoders."""
-        lane = self._local
-        if not hasattr(lane, "copy_stream"):
+        lane = self._lanes.get(threading.get_ident())
+        if lane is None:
             torch.cuda.set_device(self.device)
-            lane.copy_stream = torch.cuda.Stream(self.device)
+            lane = _Lane(torch.cuda.Stream(self.device))
             # a runtime call that needs the device's context makes it current on this thread, where
             # FFmpeg takes it (``current_ctx``); the query waits for nothing
             lane.copy_stream.query()
-            lane.decoders = {}  # least recently used first
+            with self._lock:
+                self._lanes[threading.get_ident()] = lane
         return lane
 
     def _one(self, clip: EncodedClip, data: torch.Tensor, at: np.ndarray, allocated: torch.cuda.Event) -> bool:
