@@ -306,6 +306,32 @@ def test_a_forked_child_keeps_the_decode_threads_lanes() -> None:
     assert decoder._lanes == {12345: lane}
 
 
+def test_a_batch_decode_raises_a_clip_failure_only_once_every_clip_is_done() -> None:
+    """The executor decodes a failed batch again, clip by clip, into a new buffer: no clip of the
+    first attempt may still be writing the old one then."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from torchdali.video._nvdec import PendingClips
+
+    gate, done = threading.Event(), []
+
+    def slow() -> bool:
+        gate.wait(5)
+        done.append(True)
+        return True
+
+    def corrupt() -> bool:
+        raise ValueError("corrupt NAL")
+
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(corrupt), pool.submit(slow)]
+        threading.Timer(0.2, gate.set).start()
+        with pytest.raises(ValueError, match="corrupt NAL"):
+            PendingClips(torch.zeros(1), np.zeros(2, np.int64), np.zeros((2, 3), np.int64), futures).result()
+        assert done == [True]
+
+
 def test_refusals(paths: list[str]) -> None:
     ds = clips(paths)
     with pytest.raises(ValueError, match=r"must fix the output size.*RandomResizedCrop\(size\)"):

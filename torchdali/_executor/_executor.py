@@ -75,9 +75,11 @@ class BatchExecutor:
     def prepare(self, batch: PackedBatch, slot: Slot) -> Any:
         """Staging thread, once ``batch`` is staged in ``slot``: its ``decoded_sizes``, and,
         when it decodes in one group, its scan check started (``batch.scan_check``), so the
-        executor thread does less between nvJPEG's calls."""
-        if batch.clips is not None:  # video: nothing staged, nothing to check
-            return None
+        executor thread does less between nvJPEG's calls. A batch of clips: its decode started
+        (``ClipRunner.start``). ``process`` gets what this returns."""
+        if batch.clips is not None:  # video: nothing staged; NVDEC starts on the batch's clips
+            with torch.cuda.device(self.device):
+                return self.clips.start(batch, self.stream)
         numel = decoded_sizes(batch.shapes)
         if len(decode_groups(batch.shapes, sizes=numel)) == 1:
             batch.scan_check = self.decoder.scan_check(batch, slot.view)
@@ -93,9 +95,10 @@ class BatchExecutor:
             self.decoder.check_stream.synchronize()  # checks of staged batches never decoded
         self.staging.release_all(last_seq)
 
-    def process(self, batch: PackedBatch, slot: Slot, numel: Any = None) -> ReadyBatch:
-        """Decode and transform one staged batch (executor thread); ``numel``: its
-        ``decoded_sizes`` when the staging thread has them.
+    def process(self, batch: PackedBatch, slot: Slot, prepared: Any = None) -> ReadyBatch:
+        """Decode and transform one staged batch (executor thread); ``prepared``: what
+        ``prepare`` made of it on the staging thread (its ``decoded_sizes``, or its clips'
+        decode started), when it ran.
 
         The kernel's GPU time is read from the previous batch's events, which
         have completed by then, so timing never waits on the GPU.
@@ -108,11 +111,12 @@ class BatchExecutor:
         try:
             with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
                 video = batch.clips is not None
+                numel = None if video else prepared
                 if numel is None and not video:
                     numel = decoded_sizes(batch.shapes)
                 groups = [] if video else decode_groups(batch.shapes, sizes=numel)
                 if video:  # a batch of video clips: NVDEC and the kernel's NV12 source (``_video.py``)
-                    images, kernel_events, counts, decode_s = self.clips.process(batch, self.stream)
+                    images, kernel_events, counts, decode_s = self.clips.process(batch, self.stream, prepared)
                     t_decoded = t0 + decode_s
                     targets = batch.targets
                 elif len(groups) == 1:

@@ -139,7 +139,7 @@ class StagedBatch(NamedTuple):
     slot: Slot
     fetch_s: float  # staging thread waiting for the workers' batch
     stage_s: float  # copying its bytes into pinned memory
-    numel: Any  # its decoded sizes (``BatchExecutor.prepare``)
+    prepared: Any  # what ``BatchExecutor.prepare`` made of it: its decoded sizes, or its clips' decode started
 
 
 class GpuIterator:
@@ -270,12 +270,12 @@ class GpuIterator:
                     return
                 slot, seconds = staging.stage(batch, self._stop)
                 try:
-                    numel = self._executor.prepare(batch, slot)
+                    prepared = self._executor.prepare(batch, slot)
                 except BaseException:
                     staging.give_back(slot)
                     raise
                 t_fetch = time.perf_counter()
-                if not self._put(self._staged, StagedBatch(batch, slot, fetch_s, seconds, numel)):
+                if not self._put(self._staged, StagedBatch(batch, slot, fetch_s, seconds, prepared)):
                     staging.give_back(slot)
                     return
                 if ends and batch.seq == ends[0]:  # the epoch's last batch; the next epoch follows
@@ -334,7 +334,7 @@ class GpuIterator:
                 batch = item.batch
                 self._busy = (time.monotonic(), k, batch)  # the consumer's watchdog: _stall_error
                 try:
-                    done = ex.process(batch, item.slot, item.numel)
+                    done = ex.process(batch, item.slot, item.prepared)
                 except SampleError:
                     raise
                 except Exception as e:

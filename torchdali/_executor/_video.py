@@ -261,11 +261,22 @@ class ClipRunner:
             self._decoder.close()
             self._decoder = None
 
-    def process(self, batch: PackedBatch, stream: torch.cuda.Stream) -> tuple[torch.Tensor, KernelEvents, dict, float]:
+    def start(self, batch: PackedBatch, stream: torch.cuda.Stream) -> Any:
+        """Start decoding ``batch``'s clips (``ClipDecoder.start``; the loader's staging thread, so
+        that NVDEC works on the next batches while the executor finishes this one); None where it
+        cannot start (``process`` then decodes, and raises what fails)."""
+        try:
+            return self.decoder.start(batch.clips, stream)
+        except Exception:
+            return None
+
+    def process(self, batch: PackedBatch, stream: torch.cuda.Stream,
+                pending: Any = None) -> tuple[torch.Tensor, KernelEvents, dict, float]:
         """(the batch's images as ``video_layout`` lays them out, the kernel's timing events, the
-        decode counters for ``EpochStats``, host seconds decoding), queued on ``stream`` (current)."""
+        decode counters for ``EpochStats``, host seconds waiting for the decode), queued on ``stream``
+        (current); ``pending``: its decode as ``start`` began it."""
         t0 = time.perf_counter()
-        decoded = self._decode(batch, stream)
+        decoded = self._decode(batch, stream, pending)
         decode_s = time.perf_counter() - t0
         frames = frame_counts(batch.clips, batch.indices, batch.paths)
         images, events, _ = self.launcher.launch(DecodedFrames(decoded.data, decoded.shapes, decoded.offsets),
@@ -273,18 +284,19 @@ class ClipRunner:
         counts = {"decoded_nvdec": int(decoded.nvdec), "decoded_video_cpu": int(decoded.cpu)}
         return clip_batch(images, len(batch.clips), self.video_layout), events, counts, decode_s
 
-    def _decode(self, batch: PackedBatch, stream: torch.cuda.Stream) -> Any:
-        """``ClipDecoder.decode`` of the batch's clips. Where it fails, each clip is decoded alone to
-        find those that fail; they go to on_error (replaced in ``batch``, or raised as SampleError
-        naming them), and the batch is decoded again."""
+    def _decode(self, batch: PackedBatch, stream: torch.cuda.Stream, pending: Any = None) -> Any:
+        """The batch's clips decoded (``pending``'s result, else ``ClipDecoder.decode``). Where it
+        fails, each clip is decoded alone to find those that fail; they go to on_error (replaced in
+        ``batch``, or raised as SampleError naming them), and the batch is decoded again."""
         used: set[SampleTag] = set()
         while True:
             try:
-                return self.decoder.decode(batch.clips, stream)
+                return pending.result() if pending is not None else self.decoder.decode(batch.clips, stream)
             except ImportError:
                 raise
             except Exception as e:
                 error = e
+            pending = None
             failed = self._failing(batch, stream)
             if not failed:  # no clip fails alone: the batch's failure is not a sample's
                 raise error

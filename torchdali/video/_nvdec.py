@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Sequence
 
@@ -43,7 +43,7 @@ from csrc_triton import layout
 
 from ._container import ClipDecodeError, EncodedClip, VideoInfo, _av, decode_clip_nv12
 
-__all__ = ["ClipDecoder", "DecodedClips"]
+__all__ = ["ClipDecoder", "DecodedClips", "PendingClips"]
 
 #: clips decoded at once by a ``ClipDecoder``: each thread feeds its own FFmpeg decoders (PyAV lets
 #: go of the interpreter while FFmpeg decodes), so NVDEC has several sessions in flight
@@ -101,19 +101,34 @@ def _keep_lanes_in_child() -> None:
 os.register_at_fork(after_in_child=_keep_lanes_in_child)
 
 
+class PendingClips:
+    """A batch's clips being decoded (``ClipDecoder.start``)."""
+
+    def __init__(self, data: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray, futures: list[Future]) -> None:
+        self.data, self.offsets, self.shapes, self.futures = data, offsets, shapes, futures
+
+    def result(self) -> DecodedClips:
+        """Every clip decoded: the buffer is written. A clip's failure is raised once every clip
+        is done (none writes the buffer any more)."""
+        wait(self.futures)
+        routes = [f.result() for f in self.futures]  # the first failure, if any
+        nvdec = sum(routes)
+        return DecodedClips(self.data, self.offsets, self.shapes, nvdec, len(routes) - nvdec)
+
+
 class ClipDecoder:
-    """Decodes batches of ``EncodedClip`` on ``device`` (one per executor; ``decode`` is called
-    from one thread at a time), ``threads`` clips at once.
+    """Decodes batches of ``EncodedClip`` on ``device`` (one per executor), ``threads`` clips at
+    once, those of several batches among them (``start`` returns at once).
 
     Each decode thread keeps FFmpeg decoders with NVDEC for its last ``_DECODERS_PER_THREAD`` stream
     configurations (codec, extradata, size), flushed between clips: creating one costs milliseconds.
     """
 
-    def __init__(self, device: torch.device | str, threads: int = DECODE_THREADS) -> None:
+    def __init__(self, device: torch.device | str, threads: int | None = None) -> None:
         self.device = torch.device(device)
         if self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
-        self.threads = max(1, int(threads))
+        self.threads = max(1, int(DECODE_THREADS if threads is None else threads))
         self._pool: ThreadPoolExecutor | None = None
         self._lanes: dict[int, _Lane] = {}  # per decode thread (its ident): not a threading.local, see above
         self._lock = threading.Lock()
@@ -131,9 +146,10 @@ class ClipDecoder:
         with self._lock:
             self._lanes = {}
 
-    def decode(self, clips: Sequence[EncodedClip], stream: torch.cuda.Stream) -> DecodedClips:
-        """Decode ``clips`` into one buffer, several clips at once (``threads``); when this returns,
-        the buffer is written, and ``stream``, on which it was allocated, may read it."""
+    def start(self, clips: Sequence[EncodedClip], stream: torch.cuda.Stream) -> "PendingClips":
+        """Start decoding ``clips`` into one buffer, allocated on ``stream`` (where it will be read),
+        ``threads`` clips at once; returns at once. Any thread may call it: the loader's staging
+        thread starts a batch's decode while the executor still works on the batches before it."""
         sizes = [layout.nv12_size(c.height, c.width) for c in clips for _ in range(c.num_frames)]
         offsets = np.zeros(len(sizes), dtype=np.int64)
         if sizes:
@@ -145,14 +161,20 @@ class ClipDecoder:
         allocated = torch.cuda.Event()
         allocated.record(stream)  # the copy streams must not write the buffer before its allocation
         starts = np.cumsum([0] + [c.num_frames for c in clips])
-        jobs = [(clip, offsets[starts[i]: starts[i + 1]]) for i, clip in enumerate(clips)]
-        # always on the pool's threads, even one clip: the lanes then belong to threads that live as
-        # long as the pool, and go with it (``close``)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="torchdali-nvdec")
-        routes = list(self._pool.map(lambda job: self._one(job[0], data, job[1], allocated), jobs))
-        nvdec = sum(routes)
-        return DecodedClips(data, offsets, shapes, nvdec, len(clips) - nvdec)
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="torchdali-nvdec")
+            pool = self._pool
+        # on the pool's threads, even one clip: the lanes belong to threads that live as long as the
+        # pool, and go with it (``close``)
+        futures = [pool.submit(self._one, clip, data, offsets[starts[i]: starts[i + 1]], allocated)
+                   for i, clip in enumerate(clips)]
+        return PendingClips(data, offsets, shapes, futures)
+
+    def decode(self, clips: Sequence[EncodedClip], stream: torch.cuda.Stream) -> DecodedClips:
+        """``start(clips, stream).result()``: when this returns, the buffer is written, and ``stream``
+        may read it."""
+        return self.start(clips, stream).result()
 
     def _lane(self) -> _Lane:
         """This thread's copy stream and decoders."""
