@@ -47,7 +47,7 @@ __all__ = ["ClipDecoder", "DecodedClips", "PendingClips"]
 
 #: clips decoded at once by a ``ClipDecoder``: each thread feeds its own FFmpeg decoders (PyAV lets
 #: go of the interpreter while FFmpeg decodes), so NVDEC has several sessions in flight
-DECODE_THREADS = 4
+DECODE_THREADS = 8
 #: FFmpeg decoders a decode thread keeps, least recently used dropped: one per stream configuration,
 #: and a video's extradata makes its own, so a dataset's videos would otherwise pile up surfaces
 _DECODERS_PER_THREAD = 4
