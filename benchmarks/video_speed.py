@@ -24,7 +24,9 @@ parameters for every frame of a clip:
   on the ``[F, 3, H, W]`` clip, pinned, copied to the GPU: what a user has without a GPU loader;
 * ``dali``: ``fn.readers.video`` (device "gpu", ``sequence_length``, ``random_shuffle``,
   ``file_list`` with labels), ``fn.resize``, ``fn.crop_mirror_normalize`` (random crop,
-  mirror, FCHW), transposed to CFHW.
+  mirror, FCHW), transposed to CFHW. Its reader's epoch is every sequence of every video
+  (``step`` = ``sequence_length``); "an epoch" here is as many of its batches as the others'
+  epochs have, taken from its reader's epochs one after the other.
 
 Per system: clips/s (median of ``--epochs`` epochs after a warm-up one), CPU core-seconds per
 1000 clips of the process tree, the GPU memory the loader holds (device memory in use once its
@@ -124,9 +126,17 @@ def dali_loader(root: str, args: argparse.Namespace, device: torch.device):
     it = DALIGenericIterator([p], ["clips", "labels"], reader_name="reader",
                              last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
 
+    def stream():
+        while True:  # the reader's epochs one after the other (auto_reset)
+            for out in it:
+                yield out[0]["clips"].transpose(1, 2), out[0]["labels"].reshape(-1)
+
+    source = stream()
+
     def epoch():
-        for out in it:
-            yield out[0]["clips"].transpose(1, 2), out[0]["labels"].reshape(-1)
+        # one clip per video, as the other systems' epochs: the reader's own epoch is every sequence
+        # of every video (300 frames / 16: 18 per video here)
+        return itertools.islice(source, len(files) // args.batch_size)
 
     class Epoch:
         def __len__(self):

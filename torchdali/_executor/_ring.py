@@ -188,7 +188,10 @@ class HostRing:
 
     def release_upto(self, seq: int) -> None:
         """Release every batch up to ``seq``: an abandoned iterator's dispatched batches,
-        once the GPU is done (Note [torchdali iterator shutdown], ``_iterators.py``)."""
+        once the GPU is done (Note [torchdali iterator shutdown], ``_iterators.py``). Nothing
+        once the ring is closed: an iterator collected after its loader's ``close()``."""
+        if self._released is None:
+            return
         self._released[:] = np.maximum(self._released, seq - (seq - np.arange(self.n_slots)) % self.n_slots)
 
     def close(self) -> None:
