@@ -191,6 +191,40 @@ def test_read_clip_reads_only_the_gop(videos: dict[str, str]) -> None:
     assert clip.pts.tolist() == info.pts[8:14].tolist()
 
 
+@pytest.mark.parametrize("name", VIDEO_NAMES)
+def test_packets_read_from_the_file_equal_the_demuxers(videos: dict[str, str], name: str) -> None:
+    """mp4/mov: ``read_clip`` reads a clip's packets where ``probe`` found them, with no demuxer; they
+    must be the demuxer's bytes. Other containers keep the demuxer."""
+    from torchdali.video._container import _demux_from, _read_direct
+
+    path = videos[name]
+    info = probe(path)
+    assert (info.packet_pos is not None) == name.endswith(".mp4"), name
+    if info.packet_pos is None:
+        return
+    P = len(info.packet_pts)
+    for start, stop in [(0, P - 1), (0, 0), (P // 3, P // 2), (P - 1, P - 1)]:
+        assert _read_direct(path, info, start, stop) == _demux_from(path, info, start, stop, seek=False), (start, stop)
+
+
+def test_a_file_changed_since_probing_is_demuxed_again(videos: dict[str, str], tmp_path: Any) -> None:
+    """A rewritten mp4 (its size or time changed) is not read at the probed places: the demuxer's
+    checks name what changed."""
+    from torchdali.video._container import _read_direct
+
+    path = _copy(videos["h264_bframes.mp4"], tmp_path / "v.mp4")
+    info = probe(path)
+    assert _read_direct(path, info, 0, 3) is not None
+    data = open(path, "rb").read()
+    open(path, "wb").write(data)  # the same bytes, written again: a new modification time
+    os.utime(path, ns=(info.file_stamp[1] + 10 ** 9, info.file_stamp[1] + 10 ** 9))
+    assert _read_direct(path, info, 0, 3) is None
+    assert read_clip(path, [0, 1], info).num_packets > 0  # the demuxer finds the same packets
+    open(path, "wb").write(data[: len(data) // 2])
+    with pytest.raises((ClipDecodeError, av.FFmpegError)):
+        read_clip(path, [info.num_frames - 1], info)
+
+
 def test_padding_frames(videos: dict[str, str]) -> None:
     path = videos["h264_odd.mp4"]
     info = probe(path)

@@ -50,6 +50,9 @@ _DECODERS = {"av1": "libdav1d"}
 _AVI_IN_ORDER = frozenset({"mpeg4"})
 # demuxer options shared by probe and read_clip, so both see the same timestamps
 _OPEN_OPTIONS = {"fflags": "+genpts"}
+#: FFmpeg's names of the ISO media family (its ``mov`` demuxer), which hands over each sample's bytes
+#: as the file stores them: ``read_clip`` reads those straight from the file
+_DIRECT_FORMATS = frozenset({"mov", "mp4", "m4a", "3gp", "3g2", "mj2"})
 
 
 def _av() -> Any:
@@ -150,6 +153,13 @@ class VideoInfo:
     packet_pts: np.ndarray  # int64 [P]
     packet_dts: np.ndarray  # int64 [P], NO_TIMESTAMP where the container has none
     packet_key: np.ndarray  # bool [P]
+    #: where each packet's bytes lie in the file, verbatim (``packet_pos`` int64 [P], ``packet_size``
+    #: int64 [P]), and the file's (size, mtime_ns) when probed: set for the ISO media family (mp4,
+    #: mov), whose demuxer hands over a sample's bytes as stored, so that ``read_clip`` reads them
+    #: with one ``pread``; None for other containers (Matroska's blocks are not the packets)
+    packet_pos: np.ndarray | None = None
+    packet_size: np.ndarray | None = None
+    file_stamp: tuple[int, int] | None = None
 
     #: ``packet_dts`` of a packet without a decode timestamp
     NO_TIMESTAMP = np.iinfo(np.int64).min
@@ -173,6 +183,7 @@ def probe(path: str | os.PathLike) -> VideoInfo:
     """
     av = _av()
     path = os.fspath(path)
+    stat = os.stat(path)
     with av.open(path, options=_OPEN_OPTIONS) as container:
         try:
             stream = container.streams.best("video")
@@ -190,6 +201,7 @@ def probe(path: str | os.PathLike) -> VideoInfo:
                 f"so its frame order is unknown without decoding it; convert it to mp4 or mkv")
         pts, dts, key = [], [], []
         shown = []
+        pos, size = [], []
         for packet in container.demux(stream):
             if packet.size == 0 and packet.pts is None:  # the end-of-stream marker
                 continue
@@ -199,6 +211,9 @@ def probe(path: str | os.PathLike) -> VideoInfo:
             dts.append(VideoInfo.NO_TIMESTAMP if packet.dts is None else packet.dts)
             key.append(packet.is_keyframe)
             shown.append(not packet.is_discard)
+            pos.append(-1 if packet.pos is None else packet.pos)
+            size.append(packet.size)
+        direct = _DIRECT_FORMATS.issuperset(container.format.name.split(",")) and min(pos, default=-1) >= 0
         packet_pts = np.array(pts, dtype=np.int64)
         if len(np.unique(packet_pts)) != len(packet_pts):
             raise UnsupportedVideoError("two packets of the video stream have the same presentation timestamp, "
@@ -216,6 +231,9 @@ def probe(path: str | os.PathLike) -> VideoInfo:
             pts=_readonly(packet_pts[order]), keyframe=_readonly(packet_key[order]),
             decode_index=_readonly(order.astype(np.int64)), packet_pts=_readonly(packet_pts),
             packet_dts=_readonly(np.array(dts, dtype=np.int64)), packet_key=_readonly(packet_key),
+            packet_pos=_readonly(np.array(pos, dtype=np.int64)) if direct else None,
+            packet_size=_readonly(np.array(size, dtype=np.int64)) if direct else None,
+            file_stamp=(stat.st_size, stat.st_mtime_ns) if direct else None,
         )
 
 
@@ -336,6 +354,9 @@ def read_clip(path: str | os.PathLike, frame_indices: Any, info: VideoInfo) -> E
 
 def _demux_packets(path: str, info: VideoInfo, start: int, stop: int) -> list[bytes]:
     """Bytes of packets ``start..stop`` (decode order) of the video stream, checked against ``info``."""
+    chunks = _read_direct(path, info, start, stop)
+    if chunks is not None:
+        return chunks
     # a seek lands on a keyframe at or before its target; where a demuxer lands after the
     # start packet instead, read again from the beginning
     chunks = _demux_from(path, info, start, stop, seek=start > 0)
@@ -344,6 +365,26 @@ def _demux_packets(path: str, info: VideoInfo, start: int, stop: int) -> list[by
     if chunks is None:
         raise ClipDecodeError(f"cannot find packet {start} of the video stream (pts {int(info.packet_pts[start])})")
     return chunks
+
+
+def _read_direct(path: str, info: VideoInfo, start: int, stop: int) -> list[bytes] | None:
+    """Packets ``start..stop`` read where ``probe`` found them (one read of the span they lie in), for
+    a file of the ISO media family unchanged since (size and mtime); None otherwise (demux then).
+    Opening a file with FFmpeg costs several times more than reading a clip's packets."""
+    if info.packet_pos is None or info.packet_size is None or info.file_stamp is None:
+        return None
+    pos = info.packet_pos[start: stop + 1]
+    size = info.packet_size[start: stop + 1]
+    lo, hi = int(pos.min()), int((pos + size).max())
+    with open(path, "rb", buffering=0) as f:
+        stat = os.fstat(f.fileno())
+        if (stat.st_size, stat.st_mtime_ns) != info.file_stamp:
+            return None  # changed since it was probed: the demuxer's checks decide
+        span = os.pread(f.fileno(), hi - lo, lo)
+    if len(span) != hi - lo:
+        return None
+    view = memoryview(span)
+    return [bytes(view[p - lo: p - lo + n]) for p, n in zip(pos.tolist(), size.tolist())]
 
 
 def _demux_from(path: str, info: VideoInfo, start: int, stop: int, seek: bool) -> list[bytes] | None:
