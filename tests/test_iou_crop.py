@@ -224,13 +224,16 @@ def test_the_workers_trace_maps_as_a_fresh_one():
         assert_target(got, want, "trace")
 
 
-@pytest.mark.parametrize("name", ["ssd", "lsj", "masks_as_labels"])
+@pytest.mark.parametrize("name", ["ssd", "lsj", "masks_as_labels", "ssd_boxes_only"])
 def test_boxes_mapped_in_the_worker_then_masks_map_as_the_whole(name):
     """The GPU path's worker maps the boxes on the host (``part="boxes"``), the targets cross
-    packed, and the executor maps the masks (``part="masks"``): the same targets as one
-    ``map``, including a Mask that SanitizeBoundingBoxes takes for labels (mapped up to it)."""
+    packed, and the executor maps the masks (``part="masks"``, ``_executor.map_targets``): the
+    same targets as one ``map``, including a Mask that SanitizeBoundingBoxes takes for labels
+    (mapped up to it); targets without masks arrive with nothing left to map."""
     import pickle
+    from types import SimpleNamespace
 
+    from torchdali._executor._executor import map_targets
     from torchdali._executor._wire import PackedTargets
     from torchdali.transforms._target_plan import TargetPlan
     from torchdali.transforms._targets import draw_and_trace
@@ -240,20 +243,26 @@ def test_boxes_mapped_in_the_worker_then_masks_map_as_the_whole(name):
         tf = [T.RandomZoomOut(fill={tv_tensors.Mask: 7}, p=1.0), T.RandomIoUCrop(),
               v2.SanitizeBoundingBoxes(labels_getter=lambda inputs: inputs[1]["masks"]), T.Resize((40, 40))]
     else:
-        tf = detection_preset_train(name)
+        tf = detection_preset_train(name.replace("_boxes_only", ""))
     plan = T.compile_transforms(tf)
     tp = TargetPlan.of(plan)
     targets = [ds.target(i) for i in range(len(ds))]
+    if name.endswith("_boxes_only"):
+        targets = [{k: v for k, v in t.items() if k != "masks"} for t in targets]
     sizes, keys = np.array(ds.sizes), _rng.sample_keys(5, 1, np.arange(len(ds)))
     _, trace = draw_and_trace(plan, sizes, keys, tp.draw_boxes(targets))
     boxes = tp.map(targets, sizes, keys, "cpu", trace=trace, part="boxes")
     packed = pickle.loads(pickle.dumps(PackedTargets.pack(boxes, boxes_mapped=boxes.boxes_mapped)))
     assert packed.boxes_mapped == boxes.boxes_mapped and (name != "masks_as_labels" or packed.boxes_mapped.frozen)
-    got = tp.map(packed.unpack(), sizes, keys, "cpu", trace=trace, part="masks", boxes_mapped=packed.boxes_mapped)
+    assert packed.has_masks == (name != "ssd_boxes_only")
+    batch = SimpleNamespace(seed=5, epoch=1, positions=np.arange(len(ds)), trace=trace)
+    got = map_targets(tp, packed, batch, sizes, torch.device("cpu"))
     want = tp.map(targets, sizes, keys, "cpu", trace=trace)
     assert len(got) == len(want) == len(ds)
     for i, (g, w) in enumerate(zip(got, want)):
         assert_target(g, w, f"{name}: sample {i}")
-        assert type(g["masks"]) is type(w["masks"])
+        assert g.keys() == w.keys()
+        if "masks" in w:
+            assert type(g["masks"]) is type(w["masks"])
     with pytest.raises(ValueError, match="part must be"):
         tp.map(targets, sizes, keys, "cpu", trace=trace, part="images")

@@ -20,7 +20,7 @@ import torch
 
 from .. import _rng
 from ..transforms import _ragged
-from ..transforms._target_plan import TargetPlan
+from ..transforms._target_plan import TargetList, TargetPlan
 from ._decode import ROUTE_COUNTERS, GpuDecoder, decode_groups, decoded_sizes, merge_sub_batch, sub_batch
 from ._deliver import Delivery
 from ._launch import KernelEvents, KernelLauncher
@@ -131,15 +131,7 @@ class BatchExecutor:
                     t_decoded = t0 + decode_s
                     targets = batch.targets
                 if isinstance(targets, PackedTargets):  # boxes and masks, through the batch's geometry
-                    keys = _rng.sample_keys(batch.seed, batch.epoch, batch.positions)
-                    if targets.boxes_mapped is not None:  # the worker mapped the boxes: the masks are left
-                        targets = self.targets.map(targets.unpack(self.device), shapes[:, :2], keys, self.device,
-                                                   trace=batch.trace, part="masks",
-                                                   boxes_mapped=targets.boxes_mapped)
-                    else:  # merged from parts of which one had no boxes or masks: traced again here
-                        boxes = self.targets.draw_boxes(targets.unpack()) if batch.trace is None else None
-                        targets = self.targets.map(targets.unpack(self.device), shapes[:, :2], keys, self.device,
-                                                   boxes, batch.trace)
+                    targets = map_targets(self.targets, targets, batch, shapes, self.device)
                 # a pipeline without a fixed size: the targets of a stacked batch are collated now
                 targets = self.delivery.settle_targets(images, targets)
                 if isinstance(targets, torch.Tensor) and targets.device != self.device:
@@ -216,6 +208,22 @@ class BatchExecutor:
             plan = self.launcher.plan
             images = _ragged.concat(parts, self.launcher.channels_last, plan.batch_images)
         return images, KernelEvents(first.start, last.end), decode_s, counts, np.concatenate(shapes)
+
+
+def map_targets(tp: TargetPlan, targets: PackedTargets, batch: PackedBatch, shapes: np.ndarray,
+                device: torch.device) -> TargetList:
+    """A batch's packed targets on ``device``, through its geometry (``shapes``: its decoded
+    images' ``(H, W, ...)``): what the worker left undone. Its boxes mapped there, only masks are
+    left (none: the targets as they came); else (a batch merged from parts of which one had no
+    boxes or masks) the whole mapping, traced again here where the batch has no trace."""
+    keys = _rng.sample_keys(batch.seed, batch.epoch, batch.positions)
+    if targets.boxes_mapped is not None:
+        if not targets.has_masks:
+            return TargetList(targets.unpack(device))
+        return tp.map(targets.unpack(device), shapes[:, :2], keys, device, trace=batch.trace, part="masks",
+                      boxes_mapped=targets.boxes_mapped)
+    boxes = tp.draw_boxes(targets.unpack()) if batch.trace is None else None
+    return tp.map(targets.unpack(device), shapes[:, :2], keys, device, boxes, batch.trace)
 
 
 def executor_for(loader: Any, device: torch.device) -> BatchExecutor:

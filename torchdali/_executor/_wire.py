@@ -163,11 +163,13 @@ class PackedTargets:
     (``TargetPlan.map(part="boxes")``); what is left for the executor is the masks.
     """
 
-    def __init__(self, trees: list, data: Any, mapped: bool = False, boxes_mapped: Any = None) -> None:
+    def __init__(self, trees: list, data: Any, mapped: bool = False, boxes_mapped: Any = None,
+                 has_masks: bool = True) -> None:
         self.trees = trees
         self.data = data  # 1-D uint8 numpy array or tensor
         self.mapped = mapped
         self.boxes_mapped = boxes_mapped  # _target_plan.BoxesMapped or None
+        self.has_masks = has_masks  # whether a leaf is a Mask (False: the executor has nothing to resample)
 
     @classmethod
     def pack(cls, targets: Sequence[Any], mapped: bool = False, boxes_mapped: Any = None) -> PackedTargets:
@@ -197,7 +199,8 @@ class PackedTargets:
             if t.numel():
                 data[ref.offset: ref.offset + t.numel() * t.element_size()] = t.reshape(-1).view(torch.uint8)
         trees = [tree_unflatten(leaves, spec) for leaves, spec in flat]
-        return cls(trees, data.numpy() if at <= _TARGET_INLINE_BYTES else data, mapped, boxes_mapped)
+        return cls(trees, data.numpy() if at <= _TARGET_INLINE_BYTES else data, mapped, boxes_mapped,
+                   any(ref.kind == _MASK for ref in refs))
 
     def unpack(self, device: torch.device | str | None = None) -> list:
         """The samples' targets, every tensor a view of the buffer, on ``device`` (one copy
@@ -223,7 +226,7 @@ class PackedTargets:
         targets = self.unpack()
         targets[index] = value
         new = PackedTargets.pack(targets, self.mapped, self.boxes_mapped)
-        self.trees, self.data = new.trees, new.data
+        self.trees, self.data, self.has_masks = new.trees, new.data, new.has_masks
 
     def _host(self) -> torch.Tensor:
         return self.data if isinstance(self.data, torch.Tensor) else torch.from_numpy(self.data)
