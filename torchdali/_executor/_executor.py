@@ -111,10 +111,10 @@ class BatchExecutor:
         try:
             with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
                 video = batch.clips is not None
-                numel = None if video else prepared
-                if numel is None and not video:
-                    numel = decoded_sizes(batch.shapes)
-                groups = [] if video else decode_groups(batch.shapes, sizes=numel)
+                groups: list[tuple[int, int]] = []  # nvJPEG's calls (a batch of clips: none)
+                if not video:
+                    numel = prepared if prepared is not None else decoded_sizes(batch.shapes)
+                    groups = decode_groups(batch.shapes, sizes=numel)
                 if video:  # a batch of video clips: NVDEC and the kernel's NV12 source (``_video.py``)
                     images, kernel_events, counts, decode_s = self.clips.process(batch, self.stream, prepared)
                     t_decoded = t0 + decode_s
@@ -216,10 +216,10 @@ def map_targets(tp: TargetPlan, targets: PackedTargets, batch: PackedBatch, shap
     images' ``(H, W, ...)``): what the worker left undone. Its boxes mapped there, only masks are
     left (none: the targets as they came); else (a batch merged from parts of which one had no
     boxes or masks) the whole mapping, traced again here where the batch has no trace."""
+    if targets.boxes_mapped is not None and not targets.has_masks:
+        return TargetList(targets.unpack(device))
     keys = _rng.sample_keys(batch.seed, batch.epoch, batch.positions)
     if targets.boxes_mapped is not None:
-        if not targets.has_masks:
-            return TargetList(targets.unpack(device))
         return tp.map(targets.unpack(device), shapes[:, :2], keys, device, trace=batch.trace, part="masks",
                       boxes_mapped=targets.boxes_mapped)
     boxes = tp.draw_boxes(targets.unpack()) if batch.trace is None else None

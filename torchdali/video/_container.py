@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -332,7 +332,7 @@ def read_clip(path: str | os.PathLike, frame_indices: Any, info: VideoInfo) -> E
     frame_pts = np.zeros(len(indices), dtype=np.int64)
     frame_pts[valid] = info.pts[indices[valid]]
     wanted = np.unique(indices[valid])
-    chunks: list[bytes] = []
+    chunks: Sequence[bytes | memoryview] = []
     start = stop = 0
     if len(wanted):
         start, stop = _packet_range(info, wanted)
@@ -352,7 +352,7 @@ def read_clip(path: str | os.PathLike, frame_indices: Any, info: VideoInfo) -> E
     )
 
 
-def _demux_packets(path: str, info: VideoInfo, start: int, stop: int) -> list[bytes]:
+def _demux_packets(path: str, info: VideoInfo, start: int, stop: int) -> Sequence[bytes | memoryview]:
     """Bytes of packets ``start..stop`` (decode order) of the video stream, checked against ``info``."""
     chunks = _read_direct(path, info, start, stop)
     if chunks is not None:
@@ -367,7 +367,7 @@ def _demux_packets(path: str, info: VideoInfo, start: int, stop: int) -> list[by
     return chunks
 
 
-def _read_direct(path: str, info: VideoInfo, start: int, stop: int) -> list[bytes] | None:
+def _read_direct(path: str, info: VideoInfo, start: int, stop: int) -> list[memoryview] | None:
     """Packets ``start..stop`` read where ``probe`` found them (one read of the span they lie in), for
     a file of the ISO media family unchanged since (size and mtime); None otherwise (demux then).
     Opening a file with FFmpeg costs several times more than reading a clip's packets."""
@@ -383,8 +383,8 @@ def _read_direct(path: str, info: VideoInfo, start: int, stop: int) -> list[byte
         span = os.pread(f.fileno(), hi - lo, lo)
     if len(span) != hi - lo:
         return None
-    view = memoryview(span)
-    return [bytes(view[p - lo: p - lo + n]) for p, n in zip(pos.tolist(), size.tolist())]
+    view = memoryview(span)  # the packets as views of the one read: read_clip copies them once, into its buffer
+    return [view[p - lo: p - lo + n] for p, n in zip(pos.tolist(), size.tolist())]
 
 
 def _demux_from(path: str, info: VideoInfo, start: int, stop: int, seek: bool) -> list[bytes] | None:
