@@ -63,7 +63,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from torchdali.bench import _epochs, environment  # noqa: E402
+from torchdali.bench import _epochs, environment, forever  # noqa: E402
 
 SIZE = 320  # ssdlite320's input
 MEAN = (123.0, 117.0, 104.0)  # the detection reference's fill
@@ -257,11 +257,6 @@ def limit_batch(data: dict, batch_size: int, device: torch.device) -> tuple[torc
                         "labels": torch.tensor([a["category_id"] for a in anns[im["id"]]], dtype=torch.int64,
                                                device=device)})
     return torch.rand(len(images), 3, SIZE, SIZE, device=device), targets
-
-
-def forever(make_iter: Callable) -> Iterator:
-    while True:
-        yield from make_iter()
 
 
 # -- the run -------------------------------------------------------------------------------------------

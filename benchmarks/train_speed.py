@@ -66,7 +66,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from photo_folder import make_photo_folder  # noqa: E402
 from recipes import dali_epochs  # noqa: E402
-from torchdali.bench import OnDevice, environment, recipe  # noqa: E402
+from torchdali.bench import OnDevice, environment, forever, recipe  # noqa: E402
 
 FAMILIES = {"limit": ["limit", "limit-bf16cl"], "torchdali": ["torchdali", "torchdali-bf16cl"],
             "dali": ["dali", "dali-fp16cl"], "torchvision": ["torchvision"]}
@@ -85,12 +85,6 @@ STATS: dict[str, Callable[[], Any]] = {}  # torchdali configurations: their load
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def _forever(make_epoch: Callable[[], Any]) -> Iterator:
-    """Batches without end: a new epoch's iterator each time one runs out."""
-    while True:
-        yield from make_epoch()
 
 
 def build(name: str, args: argparse.Namespace, root: str, classes: int,
@@ -114,10 +108,10 @@ def build(name: str, args: argparse.Namespace, root: str, classes: int,
         loader = td.DataLoader(td.datasets.ImageFolder(root), batch_size=B, shuffle=True, drop_last=True,
                                transforms=T.Compose(steps), device=device, seed=0, memory_format=fmt, **persistent)
         STATS[name] = loader.stats
-        return _forever(lambda: iter(loader)), loader.close
+        return forever(lambda: iter(loader)), loader.close
     if name.startswith("dali"):
         half = name == "dali-fp16cl"
-        return _forever(dali_epochs(root, "plain", args, device, hw_load=0.9, half=half, channels_last=half)), \
+        return forever(dali_epochs(root, "plain", args, device, hw_load=0.9, half=half, channels_last=half)), \
             lambda: None
     import torchvision
     from torchvision.transforms import v2
@@ -126,7 +120,7 @@ def build(name: str, args: argparse.Namespace, root: str, classes: int,
     tf = v2.Compose(steps[:2] + [v2.ToImage()] + steps[2:])
     tv_loader = torch.utils.data.DataLoader(torchvision.datasets.ImageFolder(root, transform=tf), batch_size=B,
                                             shuffle=True, drop_last=True, pin_memory=True, **persistent)
-    return _forever(lambda: OnDevice(tv_loader, device)), lambda: None
+    return forever(lambda: OnDevice(tv_loader, device)), lambda: None
 
 
 def trainer(name: str, classes: int, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], None]:

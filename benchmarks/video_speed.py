@@ -52,7 +52,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from torchdali.bench import OnDevice, _epochs, environment  # noqa: E402
+from torchdali.bench import OnDevice, _epochs, environment, forever  # noqa: E402
 
 MEAN = (0.43216, 0.394666, 0.37645)  # torchvision's video-classification reference
 STD = (0.22803, 0.22145, 0.216989)
@@ -180,11 +180,6 @@ def train_rate(step: Callable, batches: Iterator, steps: int, batch_size: int) -
         step(*next(batches))
     torch.cuda.synchronize()
     return steps * batch_size / (time.perf_counter() - t0)
-
-
-def forever(make_epoch: Callable) -> Iterator:
-    while True:
-        yield from make_epoch()
 
 
 def run_system(name: str, root: str, args: argparse.Namespace, device: torch.device, step: Callable,

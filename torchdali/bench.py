@@ -16,7 +16,7 @@ import resource
 import statistics
 import sys
 import time
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -86,6 +86,13 @@ class OnDevice:
     def __iter__(self):
         for x, y in self.loader:
             yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+
+def forever(make_epoch: Callable[[], Iterable]) -> Iterator:
+    """Batches without end: a new epoch's iterator each time one runs out (a training run longer
+    than an epoch)."""
+    while True:
+        yield from make_epoch()
 
 
 def _epochs(make_iter, n_epochs: int, warmup: int, device: torch.device, label: str, progress: bool) -> dict:
