@@ -131,8 +131,14 @@ def augment_slot_kernel(
     m1 = tl.load(sp + layout.SLOT_M1)
     src = in_ptr + b64 * si_b
     x0, x1, x2 = load_tile(src, si_c, si_h, si_w, rows, cols, mask)
-    # Codes outside the table (and ops whose inputs were not computed) are the identity.
-    o0, o1, o2 = x0, x1, x2
+    # Codes outside the table (and ops whose inputs were not computed) are the identity; contrast's
+    # mean comes from the statistics, computed whenever the slot holds a contrast (``stats_needed``).
+    mean = 0.0
+    if HAS_STATS:
+        total = tl.load(stats_ptr + b64 * STATS_W + augment.STATS_LUMA_SUM)
+        pixels = tl.where(m1 > 0, m1, (H * W).to(tl.float32))  # a row of a padded layout: its own count
+        mean = tl.div_rn(total.to(tl.float32), pixels)
+    o0, o1, o2 = colour.pointwise(x0, x1, x2, op, m0, m1, tl.load(sp + layout.SLOT_M2), mean, FMA64)
     if (op == layout.OP_AFFINE) | (op == layout.OP_PERSPECTIVE):
         o0, o1, o2 = warp.warp(
             src, si_c, si_h, si_w, rows, cols, mask, H, W,
@@ -141,30 +147,6 @@ def augment_slot_kernel(
             tl.load(sp + layout.SLOT_M6), tl.load(sp + layout.SLOT_M7),
             op == layout.OP_PERSPECTIVE, tl.load(sp + layout.SLOT_INTERP).to(tl.int32) == layout.FILTER_NEAREST,
             tl.load(sp + layout.SLOT_FILL0), tl.load(sp + layout.SLOT_FILL1), tl.load(sp + layout.SLOT_FILL2))
-    elif op == layout.OP_BRIGHTNESS:
-        o0, o1, o2 = colour.brightness(x0, x1, x2, m0)
-    elif op == layout.OP_CONTRAST:
-        if HAS_STATS:
-            total = tl.load(stats_ptr + b64 * STATS_W + augment.STATS_LUMA_SUM)
-            pixels = tl.where(m1 > 0, m1, (H * W).to(tl.float32))  # a row of a padded layout: its own count
-            mean = tl.div_rn(total.to(tl.float32), pixels)
-            o0, o1, o2 = colour.contrast(x0, x1, x2, m0, mean, FMA64)
-    elif op == layout.OP_SATURATION:
-        o0, o1, o2 = colour.saturation(x0, x1, x2, m0, FMA64)
-    elif op == layout.OP_HUE:
-        o0, o1, o2 = colour.hue(x0, x1, x2, m0)
-    elif op == layout.OP_GRAYSCALE:
-        o0, o1, o2 = colour.grayscale(x0, x1, x2, FMA64)
-    elif op == layout.OP_INVERT:
-        o0, o1, o2 = colour.invert(x0, x1, x2)
-    elif op == layout.OP_POSTERIZE:
-        o0, o1, o2 = colour.posterize(x0, x1, x2, m0)
-    elif op == layout.OP_SOLARIZE:
-        o0, o1, o2 = colour.solarize(x0, x1, x2, m0)
-    elif op == layout.OP_SOLARIZE_ADD:
-        o0, o1, o2 = colour.solarize_add(x0, x1, x2, m0, m1)
-    elif op == layout.OP_PERMUTE_CHANNELS:
-        o0, o1, o2 = colour.permute_channels(x0, x1, x2, m0, m1, tl.load(sp + layout.SLOT_M2))
     elif op == layout.OP_SHARPNESS:
         o0 = sharpness_channel(src, si_h, si_w, rows, cols, mask, x0, m0, H, W, FMA64)
         o1 = sharpness_channel(src + si_c, si_h, si_w, rows, cols, mask, x1, m0, H, W, FMA64)

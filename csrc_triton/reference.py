@@ -675,9 +675,11 @@ def brightness(img: torch.Tensor, factor: float) -> torch.Tensor:
 
 def contrast_mean(img: torch.Tensor, pixels: float = 0.0) -> torch.Tensor:
     """Mean of the floored luma of one image, as float32: an integer sum (exact) over
-    the float32 pixel count (what ``image_stats`` computes for contrast); ``pixels`` > 0
-    is the count where the image lies in a longer zero-padded row."""
-    total = luma(img).floor().to(torch.int64).sum()
+    the float32 pixel count (what ``image_stats`` computes for contrast); ``pixels`` > 0:
+    the image is the first ``pixels`` pixels (row-major) of a longer padded row, and only
+    they are summed (``pointwise.py``)."""
+    g = luma(img).floor().to(torch.int64)
+    total = g.reshape(-1)[: int(pixels)].sum() if pixels > 0 else g.sum()
     # a device tensor as divisor: CUDA torch turns division by a Python scalar into
     # a multiplication by its reciprocal, which rounds differently
     n = torch.tensor(float(pixels) if pixels > 0 else float(img.shape[-2] * img.shape[-1]), dtype=torch.float32,

@@ -87,7 +87,17 @@ def _affine_values(name: str, v: Sequence[float] | torch.Tensor, device: torch.d
         raise TypeError(f"{name} must be a sequence of 3 floats or a tensor, got {type(v).__name__}") from e
     if len(vals) != 3:
         raise ValueError(f"{name} must have 3 values (one per output channel), got {len(vals)}")
-    return torch.tensor(vals, dtype=torch.float32, device=device)
+    # kept per device: ``torch.tensor`` to a GPU copies from pageable memory, which waits for the
+    # stream's queued work (the executor passes the same constants every batch)
+    key = (tuple(vals), device)
+    t = _CONSTANTS.get(key)
+    if t is None:
+        t = _CONSTANTS[key] = torch.tensor(vals, dtype=torch.float32, device=device)
+    return t
+
+
+#: the per-device tensors of the constant scale, bias and fill sequences met so far (``_affine_values``)
+_CONSTANTS: dict = {}
 
 
 def _check_values(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor, params: torch.Tensor,

@@ -21,6 +21,8 @@ the kernel; the functions here do the per-pixel arithmetic.
 import triton
 import triton.language as tl
 
+from .. import layout
+
 # ITU-R 601-2 luma weights (torchvision's rgb_to_grayscale)
 GRAY_R = tl.constexpr(0.2989)
 GRAY_G = tl.constexpr(0.587)
@@ -214,3 +216,32 @@ def autocontrast(x, lo, hi):
     inv_scale = tl.where(flat, 1.0, (hi - lo) * INV_255)
     lo = tl.where(flat, 0.0, lo)
     return truncate_uint8(tl.div_rn(x - lo, inv_scale))
+
+
+@triton.jit
+def pointwise(x0, x1, x2, op, m0, m1, m2, mean, FMA64: tl.constexpr):
+    """The augment program's op ``op`` (a runtime scalar code, ``layout.OP_*``) with arguments
+    ``m0 .. m2`` where it is a pointwise op (``pointwise.POINTWISE_OPS``: contrast's ``mean``
+    comes from the caller); the identity for every other code."""
+    o0, o1, o2 = x0, x1, x2
+    if op == layout.OP_BRIGHTNESS:
+        o0, o1, o2 = brightness(x0, x1, x2, m0)
+    elif op == layout.OP_CONTRAST:
+        o0, o1, o2 = contrast(x0, x1, x2, m0, mean, FMA64)
+    elif op == layout.OP_SATURATION:
+        o0, o1, o2 = saturation(x0, x1, x2, m0, FMA64)
+    elif op == layout.OP_HUE:
+        o0, o1, o2 = hue(x0, x1, x2, m0)
+    elif op == layout.OP_GRAYSCALE:
+        o0, o1, o2 = grayscale(x0, x1, x2, FMA64)
+    elif op == layout.OP_INVERT:
+        o0, o1, o2 = invert(x0, x1, x2)
+    elif op == layout.OP_POSTERIZE:
+        o0, o1, o2 = posterize(x0, x1, x2, m0)
+    elif op == layout.OP_SOLARIZE:
+        o0, o1, o2 = solarize(x0, x1, x2, m0)
+    elif op == layout.OP_SOLARIZE_ADD:
+        o0, o1, o2 = solarize_add(x0, x1, x2, m0, m1)
+    elif op == layout.OP_PERMUTE_CHANNELS:
+        o0, o1, o2 = permute_channels(x0, x1, x2, m0, m1, m2)
+    return o0, o1, o2

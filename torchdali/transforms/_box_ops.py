@@ -242,10 +242,21 @@ class BoxBatch(NamedTuple):
 
 
 def _bounding_boxes(data: torch.Tensor, fmt: str, canvas: tuple[int, int], mode: str | None) -> tv_tensors.BoundingBoxes:
-    try:
-        return tv_tensors.BoundingBoxes(data, format=fmt, canvas_size=canvas, clamping_mode=mode)
-    except TypeError:  # a torchvision before clamping_mode (< 0.23)
-        return tv_tensors.BoundingBoxes(data, format=fmt, canvas_size=canvas)
+    # tv_tensors.wrap: the tensor as it is (no as_tensor round trip; a detection batch makes one per sample)
+    like = _box_templates.get((fmt, mode))
+    if like is None:
+        try:
+            like = tv_tensors.BoundingBoxes(torch.zeros(0, 4), format=fmt, canvas_size=(1, 1), clamping_mode=mode)
+        except TypeError:  # a torchvision before clamping_mode (< 0.23)
+            like = tv_tensors.BoundingBoxes(torch.zeros(0, 4), format=fmt, canvas_size=(1, 1))
+        _box_templates[(fmt, mode)] = like
+    if data.dim() == 1:  # (as the constructor: one box)
+        data = data.unsqueeze(0)
+    return tv_tensors.wrap(data, like=like, canvas_size=tuple(canvas))
+
+
+#: an empty BoundingBoxes per (format, clamping_mode): what ``_bounding_boxes`` wraps like
+_box_templates: dict = {}
 
 
 def _default_labels(per_box: Mapping[str, PerBox]) -> PerBox:

@@ -13,6 +13,9 @@ parameters (``Plan.params``), and returns the output batch ``[B, 3, H, W]``:
 2. the augment program: each program transform's ``apply_program`` runs its slots,
    one launch per slot over the batch. A slot whose op is identity for every
    sample is skipped (read from the slots on the host, never from the device).
+   Consecutive transforms that run their slots in turn, where every op of a run of
+   slots is pointwise (``csrc_triton/pointwise.py``), run that run in one pass, in
+   place.
 3. ``fused_finish``: affine, cast, layout and RandomErasing of the program's
    output, skipped when it would copy the uint8 batch unchanged.
 
@@ -24,7 +27,8 @@ A pipeline whose program leads it (``Plan.leading``: colour or warp transforms b
 every geometry transform, as SSD's photometric distortion in torchvision's detection
 preset) first runs :func:`_leading_pass`: kernel 1 with the identity geometry writes
 each decoded image at its own size as interleaved RGB (HWC, one buffer), the leading
-program runs on each group of equal-size images, and that buffer becomes the input
+program runs on each group of equal-size images (or, when it is pointwise, on all of
+them at once, each image a row of one padded batch), and that buffer becomes the input
 of the steps above.
 
 A pipeline without a fixed output size (``Plan.out_size`` None, or ending with
@@ -43,7 +47,7 @@ from typing import Any, Callable, NamedTuple
 import csrc_triton
 import numpy as np
 import torch
-from csrc_triton import layout
+from csrc_triton import layout, pointwise
 from csrc_triton._triton import upload
 
 from . import _geometry as G
@@ -69,16 +73,20 @@ class Backend(NamedTuple):
     resized_crop: str  # kernel 1 (csrc_triton/resized_crop.py)
     augment_slot: str  # one program slot (csrc_triton/augment.py)
     finish: str  # affine, cast, layout and erase after a program (csrc_triton/finish.py)
+    pointwise: str  # a run of pointwise slots in one pass (csrc_triton/pointwise.py)
     #: the slot launcher takes the host copy of the op codes (``ops_host``), to pick its statistics
     takes_ops_host: bool
 
     def fn(self, step: str) -> Callable[..., torch.Tensor]:
-        """The function that runs ``step`` (``resized_crop``, ``augment_slot`` or ``finish``)."""
+        """The function that runs ``step`` (``resized_crop``, ``augment_slot``, ``finish`` or ``pointwise``)."""
+        if step == "pointwise":
+            return getattr(pointwise, self.pointwise)
         return getattr(csrc_triton, getattr(self, step))
 
 
-KERNEL = Backend("kernel", "fused_resized_crop", "fused_augment_slot", "fused_finish", True)
-REFERENCE = Backend("reference", "resized_crop_reference", "augment_slot_reference", "finish_reference", False)
+KERNEL = Backend("kernel", "fused_resized_crop", "fused_augment_slot", "fused_finish", "fused_pointwise_program", True)
+REFERENCE = Backend("reference", "resized_crop_reference", "augment_slot_reference", "finish_reference",
+                    "pointwise_program_reference", False)
 
 
 def _erase_kwargs(plan: Any) -> dict[str, Any]:
@@ -150,10 +158,12 @@ def _leading_pass(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: 
     if len(sizes) == 0:
         return data, offsets, shapes
     entries = plan.program[: plan.leading]
+    if not (sizes == sizes[0]).all() and all(_in_turn(e) for e in entries) \
+            and pointwise.is_pointwise(slots[:, entries[0].start: entries[-1].stop, layout.SLOT_OP]):
+        return _leading_rows(data, offsets, shapes, sizes, slots[:, entries[0].start: entries[-1].stop], backend,
+                             source)
     lay = _ragged.output_layout(sizes, channels_last=True, stack=False)
-    if len(lay.groups) > 1 and _row_ops_only(slots[:, entries[0].start: entries[-1].stop]):
-        return _leading_rows(entries, data, offsets, shapes, sizes, lay, slots, backend, source)
-    buffer, offsets_d, shapes_d = _write_hwc(data, offsets, shapes, sizes, lay, lay.placement,
+    buffer, offsets_d, shapes_d = _write_hwc(data, offsets, shapes, sizes, lay.size, lay.placement,
                                              torch.empty(lay.numel, dtype=torch.uint8, device=device), backend,
                                              source)
     for group in lay.groups:
@@ -162,8 +172,8 @@ def _leading_pass(plan: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: 
     return buffer, offsets_d, shapes_d
 
 
-def _write_hwc(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor, sizes: np.ndarray, lay: Any,
-               placement: np.ndarray, buffer: torch.Tensor, backend: Backend,
+def _write_hwc(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor, sizes: np.ndarray,
+               grid: tuple[int, int], placement: np.ndarray, buffer: torch.Tensor, backend: Backend,
                source: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Kernel 1 with the identity geometry: each decoded image written as interleaved RGB (HWC
     uint8) into ``buffer`` where ``placement`` puts it; returns the buffer and the images'
@@ -172,7 +182,7 @@ def _write_hwc(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor, 
     identity = G.BatchGeometry.identity(sizes).to_params()
     params_d, placement_d, offsets_d, shapes_d = upload(
         [identity, placement, np.ascontiguousarray(placement[:, layout.PLACE_OFFSET]), packed], buffer.device)
-    backend.fn("resized_crop")(data, offsets, shapes, params_d, lay.size, _IDENTITY, _ZERO, out_dtype=torch.uint8,
+    backend.fn("resized_crop")(data, offsets, shapes, params_d, grid, _IDENTITY, _ZERO, out_dtype=torch.uint8,
                                quantize=False, source=source, placement=placement_d, out=buffer)
     return buffer, offsets_d, shapes_d
 
@@ -185,39 +195,39 @@ def _run_in_place(entries: Any, view: torch.Tensor, slots: torch.Tensor, backend
         view.copy_(done)
 
 
-#: ops that see only a pixel and, for contrast, the image's luma sum: a leading program of them runs on
-#: the images laid out as rows of one padded batch (``_leading_rows``)
-_ROW_OPS = np.array([layout.OP_IDENTITY, layout.OP_BRIGHTNESS, layout.OP_CONTRAST, layout.OP_SATURATION, layout.OP_HUE,
-                     layout.OP_GRAYSCALE, layout.OP_INVERT, layout.OP_POSTERIZE, layout.OP_SOLARIZE,
-                     layout.OP_SOLARIZE_ADD, layout.OP_PERMUTE_CHANNELS], dtype=np.float32)
+#: pixels per row of ``_leading_rows``' view: a multiple of one tile (8 x 64) per row
+_ROW_WIDTH, _ROW_QUANTUM = 64, 8 * 64
 
 
-def _row_ops_only(slots: torch.Tensor) -> bool:
-    return bool(np.isin(slots[..., layout.SLOT_OP].numpy(), _ROW_OPS).all())
-
-
-def _leading_rows(entries: Any, data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor, sizes: np.ndarray,
-                  lay: Any, slots: torch.Tensor, backend: Backend,
+def _leading_rows(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tensor, sizes: np.ndarray,
+                  slots: torch.Tensor, backend: Backend,
                   source: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``_leading_pass`` for a program of ``_ROW_OPS`` on images of many sizes (detection sets:
-    nearly every image its own size). Each image is written HWC at the start of its own row of
-    ``N`` pixels (the largest image's count, rounded up to even) in one zero-filled buffer, and each
-    slot runs once on the ``[B, 3, 2, N / 2]`` view instead of once per size group. Nothing these ops compute crosses
-    pixels except contrast's luma sum, to which the zeros add nothing; its mean divides by the
-    image's own count (the slot's ``pixels`` argument)."""
+    """``_leading_pass`` for a pointwise program (``slots``: its host ``[B, n, SLOT_WIDTH]``) on
+    images of many sizes (detection sets: nearly every image its own size). Each image is written
+    HWC at the start of its own row of ``N`` pixels (the largest image's count, rounded up to a
+    tile) in one buffer, and the program runs once, in place, on the ``[B, 3, N / 64, 64]`` view
+    of it, not once per size group. Nothing these ops compute crosses pixels except contrast's
+    luma sum, which counts each image's own pixels (its count in the contrast slots' ``m1``)."""
     device = data.device
+    B = len(sizes)
     pixels = sizes[:, 0] * sizes[:, 1]
-    row = int(pixels.max() + 1) // 2 * 2  # viewed as 2 x row/2: a height of 1 would be a Triton constant
-    placement = lay.placement.copy()
-    placement[:, layout.PLACE_OFFSET] = np.arange(len(sizes), dtype=np.int64) * (3 * row)
-    buffer, offsets_d, shapes_d = _write_hwc(data, offsets, shapes, sizes, lay, placement,
-                                             torch.zeros(len(sizes) * 3 * row, dtype=torch.uint8, device=device),
+    row = int(-(-int(pixels.max()) // _ROW_QUANTUM) * _ROW_QUANTUM)
+    placement = np.zeros((B, layout.PLACEMENT_WIDTH), dtype=np.int64)
+    placement[:, layout.PLACE_OFFSET] = np.arange(B, dtype=np.int64) * (3 * row)
+    placement[:, layout.PLACE_H], placement[:, layout.PLACE_W] = sizes[:, 0], sizes[:, 1]
+    placement[:, layout.PLACE_STRIDE_C] = 1
+    placement[:, layout.PLACE_STRIDE_H] = 3 * sizes[:, 1]
+    placement[:, layout.PLACE_STRIDE_W] = 3
+    grid = (int(sizes[:, 0].max()), int(sizes[:, 1].max()))
+    buffer, offsets_d, shapes_d = _write_hwc(data, offsets, shapes, sizes, grid, placement,
+                                             torch.empty(B * 3 * row, dtype=torch.uint8, device=device),
                                              backend, source)
     slots = slots.clone()
     contrast = slots[..., layout.SLOT_OP] == layout.OP_CONTRAST
     counts = torch.from_numpy(pixels.astype(np.float32))[:, None].expand_as(contrast)
     slots[..., layout.SLOT_M1] = torch.where(contrast, counts, slots[..., layout.SLOT_M1])
-    _run_in_place(entries, buffer.view(len(sizes), 2, row // 2, 3).permute(0, 3, 1, 2), slots, backend, device)
+    view = buffer.view(B, row // _ROW_WIDTH, _ROW_WIDTH, 3).permute(0, 3, 1, 2)
+    _run_pointwise(view, slots, backend, device)
     return buffer, offsets_d, shapes_d
 
 
@@ -250,7 +260,8 @@ def _execute_fixed(plan: Any, out_size: tuple[int, int], data: torch.Tensor, off
 def _run_program(entries: Any, images: torch.Tensor, slots: torch.Tensor, backend: Backend,
                  device: torch.device) -> torch.Tensor:
     """The program ``entries`` (``ProgramEntry``) on the uint8 ``[B, 3, H, W]`` ``images`` with
-    their host ``slots``."""
+    their host ``slots``. Consecutive entries that run their slots in turn (``_in_turn``) run
+    as one sequence of slots (``_run_slots``), so that pointwise ones across transforms fuse."""
     augment_slot = backend.fn("augment_slot")
 
     def run_slot(batch: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
@@ -260,9 +271,56 @@ def _run_program(entries: Any, images: torch.Tensor, slots: torch.Tensor, backen
         extra = {"ops_host": ops} if backend.takes_ops_host else {}
         return augment_slot(batch, slot.to(device, non_blocking=True), **extra)
 
-    for entry in entries:
-        images = entry.transform.apply_program(images, slots[:, entry.start: entry.stop], run_slot)
+    i = 0
+    while i < len(entries):
+        j = i
+        while j < len(entries) and _in_turn(entries[j]):
+            j += 1
+        if j > i:
+            images = _run_slots(images, slots[:, entries[i].start: entries[j - 1].stop], run_slot, backend, device)
+            i = j
+        else:
+            entry = entries[i]
+            images = entry.transform.apply_program(images, slots[:, entry.start: entry.stop], run_slot)
+            i += 1
     return images
+
+
+def _in_turn(entry: Any) -> bool:
+    """Whether ``entry``'s transform runs its slots one after the other (the default
+    ``apply_program``; AugMix, for one, mixes its chains)."""
+    return type(entry.transform).apply_program.__qualname__ == "Transform.apply_program"  # (_plan imports us)
+
+
+def _run_slots(images: torch.Tensor, slots: torch.Tensor, run_slot: Callable, backend: Backend,
+               device: torch.device) -> torch.Tensor:
+    """``slots`` (host ``[B, n, SLOT_WIDTH]``) one after the other on ``images``: each run of
+    slots whose ops are all pointwise in one pass (``_run_pointwise``), the others one launch each."""
+    pointwise_slot = np.isin(slots[..., layout.SLOT_OP].numpy(), pointwise.POINTWISE_OPS).all(axis=0)
+    k = 0
+    while k < len(pointwise_slot):
+        if not pointwise_slot[k]:
+            images = run_slot(images, slots[:, k])
+            k += 1
+            continue
+        stop = k
+        while stop < len(pointwise_slot) and pointwise_slot[stop]:
+            stop += 1
+        images = _run_pointwise(images, slots[:, k:stop], backend, device)
+        k = stop
+    return images
+
+
+def _run_pointwise(images: torch.Tensor, slots: torch.Tensor, backend: Backend, device: torch.device) -> torch.Tensor:
+    """A run of pointwise slots (host ``[B, n, SLOT_WIDTH]``) on ``images``, in place, in one pass
+    (none when every op is the identity); returns ``images``."""
+    ops = slots[..., layout.SLOT_OP]
+    active = (ops != layout.OP_IDENTITY).any(dim=0)
+    if not bool(active.any()):
+        return images
+    slots = slots[:, active] if not bool(active.all()) else slots
+    return backend.fn("pointwise")(images, slots.to(device, non_blocking=True), ops_host=ops[:, active],
+                                   out=images)
 
 
 def _after(plan: Any) -> Any:

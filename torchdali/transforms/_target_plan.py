@@ -126,7 +126,9 @@ def target_tensors(targets: Sequence[Any]) -> list[torch.Tensor]:
     record (``record_stream``) and a fork keep alive."""
     out, seen = [], set()
     for target in targets:
-        for leaf in tree_flatten(target)[0]:
+        # a detection target is one flat dict per sample: its values, without a pytree round trip
+        flat = type(target) is dict and not any(isinstance(v, (dict, list, tuple)) for v in target.values())
+        for leaf in (target.values() if flat else tree_flatten(target)[0]):
             if isinstance(leaf, torch.Tensor):
                 key = (leaf.device, leaf.untyped_storage().data_ptr())
                 if key not in seen:
