@@ -372,3 +372,40 @@ def test_a_batch_that_hangs_the_executor_ends_in_decoder_stalled(watchdog, monke
                                            and t.ident not in before]:
         time.sleep(0.1)
     assert not [t for t in threading.enumerate() if t.name == "torchdali-executor" and t.ident not in before]
+
+
+def test_a_decode_that_hangs_ends_in_decoder_stalled(watchdog, monkeypatch):
+    """nvJPEG's call runs on the staging thread, a batch ahead of the executor's kernels: a call
+    that hangs there ends as one inside the executor does, naming the batch it decodes."""
+    import threading
+
+    from torchdali._executor._decode import GpuDecoder
+
+    release = threading.Event()
+    real = GpuDecoder.decode
+
+    def decode(self, batch, *args, **kwargs):
+        if 8 in batch.indices.tolist():
+            release.wait(120)
+        return real(self, batch, *args, **kwargs)
+
+    monkeypatch.setattr(GpuDecoder, "decode", decode)
+    good = _good_batch()
+    ds = MixedDataset(good, good[:4], every=4)
+    loader = td.DataLoader(ds, batch_size=4, num_workers=2, transforms=T.Compose([T.Resize((16, 16))]),
+                           device="cuda", gpu_timeout=10)
+    seen = []
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(td.DecoderStalled) as info:
+            for _, targets in loader:
+                seen.append(targets.tolist())
+        assert seen == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        assert [i for i, _ in info.value.samples] == [8, 9, 10, 11]
+        assert "being decoded" in str(info.value) and info.value.seconds > 10
+        assert time.monotonic() - t0 < 90
+        with pytest.raises(RuntimeError, match="stuck on an earlier batch"):
+            iter(loader)
+    finally:
+        loader.close()
+        release.set()

@@ -17,15 +17,17 @@ class EpochStats:
     ran_ahead: bool = False
     wait_s: float = 0.0  # time the training loop spent blocked on the loader
     worker_s: float = 0.0  # summed worker time (read + pack, or decode + transform on the CPU path)
-    executor_s: float = 0.0  # GPU path: host time of the executor thread per batch (all below)
+    executor_s: float = 0.0  # GPU path: host time of the executor thread per batch
     executor_cpu_s: float = 0.0  # GPU path: the executor thread's CPU time in it (the rest: waits)
     fetch_s: float = 0.0  # GPU path: staging thread waiting for the workers' next batch
     stage_s: float = 0.0  # GPU path: copying the batch's bytes into pinned staging memory
-    decode_s: float = 0.0  # GPU path: host time decoding (all below, the CPU fallback, on_error)
+    # GPU path: host time decoding (the three below, the CPU fallback, on_error), on the staging thread
+    # (a batch decoded at once, while the executor launches the batch before) or the executor's (in groups)
+    decode_s: float = 0.0
     nvjpeg_s: float = 0.0  # GPU path: host time inside nvJPEG's batched decode calls
-    nvjpeg_cpu_s: float = 0.0  # GPU path: CPU time of the executor thread in those calls (waits excluded)
+    nvjpeg_cpu_s: float = 0.0  # GPU path: CPU time of the decoding thread in those calls (waits excluded)
     scan_wait_s: float = 0.0  # GPU path: host time waiting for the scan check after the decode
-    launch_s: float = 0.0  # GPU path: host time launching the fused kernel and copies
+    launch_s: float = 0.0  # GPU path: the executor thread's host time after the decode: kernels, targets, copies
     kernel_s: float = 0.0  # GPU path: GPU time of the fused kernel (CUDA events)
     skipped: int = 0
     # GPU path: where the batch's JPEGs were decoded. nvJPEG's hardware engines in batches,

@@ -245,6 +245,8 @@ class DecodedBatch(NamedTuple):
     buffer: torch.Tensor  # uint8, every image back to back: HWC, or Y, Cb, Cr planes
     shapes: np.ndarray  # int64 [B, 3]: (H, W, C), or (H, W, layout.PLANAR + S) for planes
     offsets: np.ndarray  # int64 [B]: where each image starts in ``buffer``
+    counts: dict = {}  # ROUTE_COUNTERS: where its samples were decoded
+    check_done: Any = None  # its scan check's event on the check stream (None: nothing queued)
 
     @property
     def source(self) -> int:
@@ -269,22 +271,28 @@ class GpuDecoder:
             self.nvjpeg = NvjpegDecoder(device, pipeline_depth=2)
             # the scan check runs beside the decode (see _check_scans)
             self.check_stream = torch.cuda.Stream(device)
-        self.check_done: torch.cuda.Event | None = None  # the last decode's scan check, on check_stream
         # checks are queued from the staging and the executor thread; each one's copy into the
         # shared scan buffer and its kernel must stay together on the check stream
         self._check_lock = threading.Lock()
-        # The batch decode buffers, used in turn, on the executor's stream. nvJPEG's hardware
-        # engines write a buffer during the call, not in the stream's order, so a batch is
-        # decoded into a buffer only once the batch before that read it has passed its
-        # ``readers`` event (``read_until``): with two, that batch is two batches back.
+        # one nvJPEG call at a time: the staging thread decodes a batch ahead (``BatchExecutor.prepare``)
+        # while the executor thread may decode a batch in groups
+        self._decode_lock = threading.Lock()
+        # The batch decode buffers, claimed in turn (``claim``) and used on the executor's stream.
+        # nvJPEG's hardware engines write a buffer during the call, not in the stream's order, so a
+        # batch is decoded into a buffer only once the batch before that read it is done with it:
+        # its ``read_until`` gave the buffer back with the event after which it is no longer read.
+        # With two, the staging thread decodes the next batch while the executor launches this one.
         self.buffers = (GrowOnlyBuffer(device), GrowOnlyBuffer(device))
         self.readers: list[torch.cuda.Event | None] = [None, None]
-        self._turn = 0  # the buffer the next batch is decoded into
-        self._last = 0  # the buffer the last batch was decoded into
-        self.scan_buffer = GrowOnlyBuffer(device)  # the batch's bytes for the scan check, on check_stream
-        # the decode buffer with the CPU's images appended (fallbacks, replacements), on the executor's stream
+        self._claimed = [False, False]
+        self._claims = threading.Condition()
+        self._turn = 0  # the buffer the next claim gets
+        # the decode buffers with the CPU's images appended (fallbacks, replacements), one per decode
+        # buffer, and one for the batches decoded in groups (``group_buffer``, the executor thread's)
+        self.grown_buffers = (GrowOnlyBuffer(device), GrowOnlyBuffer(device))
         self.grown_buffer = GrowOnlyBuffer(device)
-        self.counts = dict.fromkeys(ROUTE_COUNTERS, 0)  # where the last batch's samples were decoded
+        self.group_buffer = GrowOnlyBuffer(device)
+        self.scan_buffer = GrowOnlyBuffer(device)  # the batch's bytes for the scan check, on check_stream
 
     def close(self) -> None:
         """Release the nvJPEG handles; idempotent."""
@@ -292,25 +300,30 @@ class GpuDecoder:
         if nvjpeg is not None:
             nvjpeg.close()
             self.nvjpeg = None
-        for buffer in (*getattr(self, "buffers", ()), getattr(self, "scan_buffer", None),
-                       getattr(self, "grown_buffer", None)):
+        for buffer in (*getattr(self, "buffers", ()), *getattr(self, "grown_buffers", ()),
+                       getattr(self, "scan_buffer", None), getattr(self, "grown_buffer", None),
+                       getattr(self, "group_buffer", None)):
             if buffer is not None:
                 buffer.release()
 
     def decode(self, batch: PackedBatch, pinned: torch.Tensor, stream: torch.cuda.Stream,
-               buffer: torch.Tensor | None = None, numel: np.ndarray | None = None) -> DecodedBatch:
+               buffer: torch.Tensor | None = None, numel: np.ndarray | None = None,
+               turn: int | None = None) -> DecodedBatch:
         """Decode every sample of ``batch`` (bytes staged in ``pinned``) into one GPU buffer.
 
-        Runs with ``stream`` current on the executor's device: the buffer is the front
-        of ``buffer`` when that is large enough (nvJPEG's engines then wait on the host
-        for the work queued on ``stream`` before them, which may still read it), else of
-        the next of the decoder's own grow-only buffers (``GrowOnlyBuffer``), once the
-        batch decoded there before has been read (``read_until``). Every copy is ordered
-        on ``stream``. May replace samples under on_error, which
-        updates ``batch`` (indices, positions, paths, params, targets, skipped). ``numel``:
-        ``decoded_sizes(batch.shapes)`` when the caller has it.
+        Runs with ``stream`` current on the executor's device, into the front of the decode
+        buffer ``turn`` (``claim``), or of ``buffer`` (a group of a batch decoded in groups:
+        nvJPEG's engines then wait on the host for the work queued on ``stream`` before
+        them, which may still read it). Every copy is ordered on ``stream``. May replace
+        samples under on_error, which updates ``batch`` (indices, positions, paths, params,
+        targets, skipped). ``numel``: ``decoded_sizes(batch.shapes)`` when the caller has it.
         """
-        self.counts = counts = dict.fromkeys(ROUTE_COUNTERS, 0)
+        with self._decode_lock:
+            return self._decode(batch, pinned, stream, buffer, numel, turn)
+
+    def _decode(self, batch: PackedBatch, pinned: torch.Tensor, stream: torch.cuda.Stream,
+                buffer: torch.Tensor | None, numel: np.ndarray | None, turn: int | None) -> DecodedBatch:
+        counts = dict.fromkeys(ROUTE_COUNTERS, 0)
         raw = np.flatnonzero(batch.kinds == RAW)
         counts["decoded_cpu"] = len(raw)
         shapes = batch.shapes.copy()
@@ -318,12 +331,16 @@ class GpuDecoder:
         # a group of a large batch comes with a buffer sized for the groups' own bytes
         out_offsets, total, span = decoded_layout(batch.kinds, batch.offsets, batch.lengths, numel,
                                                   room=None if buffer is None else buffer.numel())
-        if buffer is not None and buffer.numel() >= max(total, 1):
+        if turn is None:
+            if buffer is None or buffer.numel() < max(total, 1):  # (no buffer of the caller's that fits)
+                buffer = self.group_buffer.take(total)
             decoded = buffer[: max(total, 1)]
             stream_order = True
+            grown = self.grown_buffer
         else:
-            decoded = self.next_buffer(total)
+            decoded = self.buffers[turn].take(total)
             stream_order = False
+            grown = self.grown_buffers[turn]
         # decoded in the worker (formats or files nvJPEG does not take, already decoded samples)
         if span is not None:
             start, stop, at = span
@@ -333,38 +350,49 @@ class GpuDecoder:
                 src = pinned[batch.offsets[i]: batch.offsets[i] + batch.lengths[i]]
                 decoded[out_offsets[i]: out_offsets[i] + numel[i]].copy_(src, non_blocking=True)
         enc = np.nonzero(batch.kinds == ENCODED)[0]
+        check_done = None
         if len(enc):
-            decoded = self._decode_encoded(batch, pinned, enc, shapes, decoded, out_offsets, stream, stream_order)
-        return DecodedBatch(decoded, shapes, out_offsets)
+            decoded, check_done = self._decode_encoded(batch, pinned, enc, shapes, decoded, out_offsets, stream,
+                                                       counts, grown, stream_order)
+        return DecodedBatch(decoded, shapes, out_offsets, counts, check_done)
 
-    def next_buffer(self, numel: int) -> torch.Tensor:
-        """The front ``numel`` bytes of the next decode buffer in turn, once the batch that
-        used it before has been read (``read_until``); nothing queued still reads it."""
-        k = self._turn
-        self._turn = (k + 1) % len(self.buffers)
-        reader = self.readers[k]
+    def claim(self, stop: threading.Event | None = None) -> int:
+        """The next decode buffer in turn, once the batch decoded there before gave it back
+        (``read_until``) and the work that read it has ended. Raises ``Stopped`` when
+        ``stop`` is set while it waits."""
+        from ._staging import SLOT_POLL_S, Stopped
+
+        with self._claims:
+            k = self._turn
+            while self._claimed[k]:
+                if stop is not None and stop.is_set():  # Note [torchdali iterator shutdown]
+                    raise Stopped()
+                self._claims.wait(timeout=SLOT_POLL_S)
+            self._claimed[k] = True
+            self._turn = (k + 1) % len(self.buffers)
+            reader, self.readers[k] = self.readers[k], None
         if reader is not None:
-            reader.synchronize()  # long passed in a running pipeline: it is two batches back
-            self.readers[k] = None
-        self._last = k
-        return self.buffers[k].take(numel)
+            reader.synchronize()  # in a running pipeline: the kernels of the batch launched last
+        return k
 
-    def read_until(self, event: torch.cuda.Event) -> None:
-        """The last batch's decode buffer is read by work that has ended when ``event``
-        has passed: the next batch decoded into that buffer waits for it (``decode``)."""
-        self.readers[self._last] = event
+    def read_until(self, event: torch.cuda.Event, turn: int) -> None:
+        """Give decode buffer ``turn`` back: what reads it has ended when ``event`` has passed,
+        and the next batch decoded there waits for that (``claim``)."""
+        with self._claims:
+            self.readers[turn] = event
+            self._claimed[turn] = False
+            self._claims.notify_all()
 
     def _decode_encoded(self, batch: PackedBatch, pinned: torch.Tensor, enc: np.ndarray, shapes: np.ndarray,
-                        decoded: torch.Tensor, out_offsets: np.ndarray, stream: torch.cuda.Stream,
-                        stream_order: bool = True) -> torch.Tensor:
+                        decoded: torch.Tensor, out_offsets: np.ndarray, stream: torch.cuda.Stream, counts: dict,
+                        grown: GrowOnlyBuffer, stream_order: bool = True) -> tuple[torch.Tensor, Any]:
         """nvJPEG on the encoded samples, then the CPU for what it rejects (or the scan
-        check flags), then the on_error policy."""
+        check flags), then the on_error policy: (the decoded batch, its scan check's event)."""
         from ..decode import decode_cpu
 
         check = batch.scan_check
         if check is None or not np.array_equal(check.samples, enc):
             check = self._check_scans(batch, pinned, enc)
-        self.check_done = check.done
         reasons: dict[int, str] = {}
         # One nvJPEG call per output format: planar Y/Cb/Cr (layout.PLANAR + S), or RGB for the
         # JPEGs the kernel has no planar reader for (``_classify._gpu_decodable_shape``).
@@ -380,22 +408,22 @@ class GpuDecoder:
             status = self.nvjpeg.decode_batch(pinned, batch.offsets[part], batch.lengths[part], shapes[part, :2],
                                               decoded, out_offsets[part], stream, hints=hints, chroma=chroma,
                                               stream_order=stream_order)
-            self.counts["nvjpeg_s"] += time.perf_counter() - t
-            self.counts["nvjpeg_cpu_s"] += time.thread_time() - t_cpu
+            counts["nvjpeg_s"] += time.perf_counter() - t
+            counts["nvjpeg_cpu_s"] += time.thread_time() - t_cpu
             routed = self.nvjpeg.last_stats
-            self.counts["decoded_hardware"] += routed.get("hardware", 0)
-            self.counts["decoded_hybrid"] += routed.get("hybrid", 0)
-            self.counts["decoded_one_by_one"] += routed.get("hardware_retried", 0)
+            counts["decoded_hardware"] += routed.get("hardware", 0)
+            counts["decoded_hybrid"] += routed.get("hybrid", 0)
+            counts["decoded_one_by_one"] += routed.get("hardware_retried", 0)
             reasons.update((int(part[k]), self.nvjpeg.describe(st, k)) for k, st in enumerate(status) if st != 0)
         t = time.perf_counter()
         flagged = check.flagged()
-        self.counts["scan_wait_s"] += time.perf_counter() - t
+        counts["scan_wait_s"] += time.perf_counter() - t
         for i in flagged:
             reasons.setdefault(int(i), "decoded, but its compressed data holds a marker no JPEG scan can hold")
         failed, relocated = [], []
         end = decoded.numel()
         for i in sorted(reasons):
-            self.counts["decoded_cpu"] += 1
+            counts["decoded_cpu"] += 1
             try:
                 img = self._decode_on_cpu(i, batch, pinned, shapes[i], decode_cpu, reasons[i])
             except SampleError as err:
@@ -413,10 +441,10 @@ class GpuDecoder:
                 decoded[out_offsets[i]: out_offsets[i] + img.numel()].copy_(img.reshape(-1).pin_memory(),
                                                                              non_blocking=True)
         if relocated:
-            decoded = _grown(decoded, relocated, self.grown_buffer)
+            decoded = _grown(decoded, relocated, grown)
         if failed:
-            decoded = self._replace(batch, failed, decoded, shapes, out_offsets)
-        return decoded
+            decoded = self._replace(batch, failed, decoded, shapes, out_offsets, grown)
+        return decoded, check.done
 
     def scan_check(self, batch: PackedBatch, pinned: torch.Tensor) -> ScanCheck:
         """Start the scan-marker check of ``batch``'s JPEGs (bytes staged in ``pinned``).
@@ -456,7 +484,7 @@ class GpuDecoder:
         return ScanCheck(enc, flagged, done)
 
     def _replace(self, batch: PackedBatch, failed: list[tuple[int, SampleError]], decoded: torch.Tensor,
-                 shapes: np.ndarray, out_offsets: np.ndarray) -> torch.Tensor:
+                 shapes: np.ndarray, out_offsets: np.ndarray, grown: GrowOnlyBuffer) -> torch.Tensor:
         """Apply on_error to samples that failed on the GPU and on the CPU: their
         replacements are decoded on the CPU and appended to the decode buffer."""
         used: set[SampleTag] = set()
@@ -495,7 +523,7 @@ class GpuDecoder:
                 batch.targets[i] = torch.as_tensor(target) if isinstance(batch.targets, torch.Tensor) else target
         batch.params, batch.slots = params, slots
         batch.spares = [t for t in batch.spares if t not in used]  # a later group must not reuse them
-        return _grown(decoded, extra, self.grown_buffer)
+        return _grown(decoded, extra, grown)
 
     def _decode_on_cpu(self, i: int, batch: PackedBatch, pinned: torch.Tensor, shape: np.ndarray,
                        decode_cpu: Any, gpu_reason: str) -> torch.Tensor:

@@ -1,17 +1,21 @@
 """The GPU batch executor: one staged batch through decode and kernel, on our own stream.
 
+``BatchExecutor.prepare`` runs on the staging thread, once a batch is staged: it
+decodes the batch with nvJPEG into one of two decode buffers (``_decode.py``; a
+batch of video clips starts on NVDEC instead, ``_video.ClipRunner``), so that the
+next batch decodes while the executor thread launches this one's kernels.
 ``BatchExecutor.process`` runs on the executor thread (``_iterators.py``): it
-decodes the batch with nvJPEG into a buffer from torch's caching allocator
-(``_decode.py``; a batch of video clips with NVDEC instead, ``_video.ClipRunner``),
 runs the fused kernel (``_launch.py``), maps the targets' boxes
 and masks (``transforms/_target_plan.py``) and runs our batch transforms
 (``_deliver.py``) on the executor's stream, records a ready event,
-and hands the batch's staging memory back once that event has passed
-(``_staging.py``). The consumer's stream waits on the ready event (no host
-synchronisation).
+and hands the batch's staging memory and decode buffer back once that event has passed
+(``_staging.py``, ``GpuDecoder.read_until``). The consumer's stream waits on the ready
+event (no host synchronisation). A batch too large to decode at once is decoded group
+by group on the executor thread instead (``_process_groups``).
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, NamedTuple
 
@@ -21,12 +25,28 @@ import torch
 from .. import _rng
 from ..transforms import _ragged
 from ..transforms._target_plan import TargetList, TargetPlan
-from ._decode import ROUTE_COUNTERS, GpuDecoder, decode_groups, decoded_sizes, merge_sub_batch, sub_batch
+from ._decode import (ROUTE_COUNTERS, DecodedBatch, GpuDecoder, decode_groups, decoded_sizes, merge_sub_batch,
+                      sub_batch)
 from ._deliver import Delivery
 from ._launch import KernelEvents, KernelLauncher
 from ._staging import Slot, Staging
 from ._video import ClipRunner, PrepareClips
 from ._wire import PackedBatch, PackedTargets
+
+
+class DecodedAhead(NamedTuple):
+    """What ``BatchExecutor.prepare`` made of a batch that decodes at once: the decode buffer it
+    claimed, and the decoded batch or the error decoding raised (re-raised by ``process``)."""
+
+    turn: int
+    decoded: DecodedBatch | None
+    error: BaseException | None
+    seconds: float  # host seconds of the decode, on the staging thread
+
+    def result(self) -> DecodedBatch:
+        if self.error is not None:
+            raise self.error
+        return self.decoded
 
 
 class ReadyBatch(NamedTuple):
@@ -61,6 +81,8 @@ class BatchExecutor:
         self.staging = Staging(depth, ring)
         self.launcher = KernelLauncher(plan, device, channels_last)
         self.targets = TargetPlan.of(plan)
+        # (since, batch) while ``prepare`` decodes a batch: the consumer's watchdog (a hung nvJPEG call)
+        self.decoding: tuple[float, PackedBatch] | None = None
         # a video dataset's batches (``video_layout`` given): clips, decoded by NVDEC (``_video.py``)
         self.clips = None if video_layout is None else ClipRunner(
             plan, device, self.launcher, PrepareClips(plan, "gpu", video_layout, on_error=on_error, dataset=dataset),
@@ -72,18 +94,43 @@ class BatchExecutor:
         if self.clips is not None:
             self.clips.close()
 
-    def prepare(self, batch: PackedBatch, slot: Slot) -> Any:
-        """Staging thread, once ``batch`` is staged in ``slot``: its ``decoded_sizes``, and,
-        when it decodes in one group, its scan check started (``batch.scan_check``), so the
-        executor thread does less between nvJPEG's calls. A batch of clips: its decode started
-        (``ClipRunner.start``). ``process`` gets what this returns."""
+    def prepare(self, batch: PackedBatch, slot: Slot, stop: threading.Event | None = None) -> Any:
+        """Staging thread, once ``batch`` is staged in ``slot``: when it decodes in one group,
+        its scan check started (``batch.scan_check``) and the batch decoded (``DecodedAhead``),
+        once a decode buffer is free (``GpuDecoder.claim``: the batch before the last one has
+        launched its kernels); else its ``decoded_sizes``. A batch of clips: its decode started
+        (``ClipRunner.start``). ``process`` gets what this returns; ``drop`` gives it up.
+        Raises ``Stopped`` when ``stop`` is set while it waits for a buffer."""
         if batch.clips is not None:  # video: nothing staged; NVDEC starts on the batch's clips
             with torch.cuda.device(self.device):
                 return self.clips.start(batch, self.stream)
         numel = decoded_sizes(batch.shapes)
-        if len(decode_groups(batch.shapes, sizes=numel)) == 1:
-            batch.scan_check = self.decoder.scan_check(batch, slot.view)
-        return numel
+        if len(decode_groups(batch.shapes, sizes=numel)) > 1:
+            return numel
+        batch.scan_check = self.decoder.scan_check(batch, slot.view)
+        turn = self.decoder.claim(stop)
+        t = time.perf_counter()
+        self.decoding = (time.monotonic(), batch)
+        try:
+            with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+                decoded = self.decoder.decode(batch, slot.view, self.stream, numel=numel, turn=turn)
+        except Exception as e:  # the batch's own failure: raised where the executor takes the batch
+            return DecodedAhead(turn, None, e, time.perf_counter() - t)
+        except BaseException:
+            self.drop(DecodedAhead(turn, None, None, 0.0))
+            raise
+        finally:
+            self.decoding = None
+        return DecodedAhead(turn, decoded, None, time.perf_counter() - t)
+
+    def drop(self, prepared: Any) -> None:
+        """Give up what ``prepare`` made of a batch that will not be processed (a stop): its
+        decode buffer goes back once the work queued on it has ended."""
+        if isinstance(prepared, DecodedAhead):
+            with torch.cuda.device(self.device):
+                event = torch.cuda.Event()
+                event.record(self.stream)
+            self.decoder.read_until(event, prepared.turn)
 
     def release_all(self, last_seq: int) -> None:
         """After a stop: wait for the GPU, then free every ring slot up to ``last_seq``.
@@ -96,39 +143,45 @@ class BatchExecutor:
         self.staging.release_all(last_seq)
 
     def process(self, batch: PackedBatch, slot: Slot, prepared: Any = None) -> ReadyBatch:
-        """Decode and transform one staged batch (executor thread); ``prepared``: what
-        ``prepare`` made of it on the staging thread (its ``decoded_sizes``, or its clips'
-        decode started), when it ran.
+        """Transform one staged batch (executor thread); ``prepared``: what ``prepare`` made of it
+        on the staging thread (the batch decoded, its ``decoded_sizes`` when it decodes in groups
+        here, or its clips' decode started); ``prepare`` runs here when it is None.
 
         The kernel's GPU time is read from the previous batch's events, which
         have completed by then, so timing never waits on the GPU.
         """
         staging = self.staging
+        if prepared is None:
+            prepared = self.prepare(batch, slot)
         t0, t0_cpu = time.perf_counter(), time.thread_time()
         if staging.ring is not None:
             staging.release_ready()
         ready = None
+        check_done = None  # the scan check of a batch decoded at once, which read its staged bytes
+        turn = prepared.turn if isinstance(prepared, DecodedAhead) else None
         try:
             with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
                 video = batch.clips is not None
                 groups: list[tuple[int, int]] = []  # nvJPEG's calls (a batch of clips: none)
-                if not video:
-                    numel = prepared if prepared is not None else decoded_sizes(batch.shapes)
-                    groups = decode_groups(batch.shapes, sizes=numel)
+                if turn is not None:
+                    groups = [(0, len(batch.indices))]
+                elif not video:
+                    groups = decode_groups(batch.shapes, sizes=prepared)
                 if video:  # a batch of video clips: NVDEC and the kernel's NV12 source (``_video.py``)
                     images, kernel_events, counts, decode_s = self.clips.process(batch, self.stream, prepared)
-                    t_decoded = t0 + decode_s
+                    t_decoded = time.perf_counter()
                     targets = batch.targets
                 elif len(groups) == 1:
-                    decoded = self.decoder.decode(batch, slot.view, self.stream, numel=numel)
-                    counts = self.decoder.counts
+                    decoded = prepared.result()
+                    counts, check_done = decoded.counts, decoded.check_done
                     t_decoded = time.perf_counter()
+                    decode_s = prepared.seconds
                     images, kernel_events, targets = self.launcher.launch(decoded, batch.batch_params, self.stream,
                                                                           batch.targets)
                     shapes = decoded.shapes
                 else:
                     images, kernel_events, decode_s, counts, shapes = self._process_groups(batch, slot, groups)
-                    t_decoded = t0 + decode_s
+                    t_decoded = time.perf_counter()
                     targets = batch.targets
                 if isinstance(targets, PackedTargets):  # boxes and masks, through the batch's geometry
                     targets = map_targets(self.targets, targets, batch, shapes, self.device)
@@ -140,8 +193,8 @@ class BatchExecutor:
                     key = _rng.batch_key(batch.seed, batch.epoch, batch.first_position)
                     images, targets = self.delivery.run_native(images, targets, batch.has_target, key)
                 # the scan check read the staged bytes too
-                if len(groups) == 1 and self.decoder.check_done is not None:
-                    self.stream.wait_event(self.decoder.check_done)
+                if check_done is not None:
+                    self.stream.wait_event(check_done)
                 elif len(groups) > 1:
                     self.stream.wait_stream(self.decoder.check_stream)
                 ready = torch.cuda.Event()
@@ -151,14 +204,15 @@ class BatchExecutor:
             if ready is None:  # failed half-way: work may be queued that reads the slot or the buffer
                 ready = torch.cuda.Event()
                 ready.record(self.stream)
-            self.decoder.read_until(ready)  # the batch after next decodes into this buffer again
+            if turn is not None:
+                self.decoder.read_until(ready, turn)  # the batch after next decodes into this buffer
             staging.give_back(slot)  # the event guards the reuse of a pinned slot
             if staging.ring is not None and batch.seq >= 0:
                 staging.hold(ready, batch.seq)
         t_end = time.perf_counter()
         kernel_s = self.launcher.previous_kernel_s(kernel_events)
         stages = {"executor_s": t_end - t0, "executor_cpu_s": time.thread_time() - t0_cpu,
-                  "decode_s": t_decoded - t0, "launch_s": t_end - t_decoded,
+                  "decode_s": decode_s, "launch_s": t_end - t_decoded,
                   "kernel_s": kernel_s, **counts}
         return ReadyBatch(batch, images, targets, ready, stages)
 
@@ -182,13 +236,13 @@ class BatchExecutor:
         decode_s = 0.0
         counts = dict.fromkeys(ROUTE_COUNTERS, 0)
         numel = decoded_sizes(batch.shapes)
-        buffer = self.decoder.next_buffer(int(max(numel[a:b].sum() for a, b in groups)))
+        buffer = self.decoder.group_buffer.take(int(max(numel[a:b].sum() for a, b in groups)))
         for start, stop in groups:
             sub = sub_batch(batch, start, stop)
             t = time.perf_counter()
             decoded = self.decoder.decode(sub, slot.view, self.stream, buffer)
             decode_s += time.perf_counter() - t
-            for k, v in self.decoder.counts.items():
+            for k, v in decoded.counts.items():
                 counts[k] += v
             part, events, _ = self.launcher.launch(decoded, sub.batch_params, self.stream)
             merge_sub_batch(batch, sub, start, stop)

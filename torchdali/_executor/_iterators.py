@@ -36,7 +36,8 @@ this order:
 4. Retire the sampler pass (``TaggedBatchSampler.retire``), which returns the
    last batch number handed out, *then* release ring slots up to it
    (``BatchExecutor.release_all``: wait for the executor's stream and the scan
-   check's, so the GPU is done reading, then ``HostRing.release_upto``). Workers may be writing
+   check's, so the GPU is done reading, then ``HostRing.release_upto``). Staged batches
+   dropped in step 2 or 6 give their decode buffers back (``BatchExecutor.drop``). Workers may be writing
    (or waiting to write) batches this iterator dispatched and will never
    consume; after the release every slot is theirs, so they never block. The
    staging thread may still be inside torch's iterator, which refills its
@@ -77,9 +78,10 @@ A batch stalls
 --------------
 nvJPEG has hung on malformed JPEGs (the workers keep the ones they can recognise
 from it: ``_classify._gpu_decodable_shape``). A hung call cannot be cancelled, so
-the executor thread notes the batch it is inside (``_busy``), and ``__next__``,
-waking every ``CONSUMER_POLL_S``, raises ``DecoderStalled`` naming that batch's
-samples once it has been there for the loader's ``gpu_timeout``. The executor
+the executor thread notes the batch it is inside (``_busy``), as the staging thread
+notes the batch it decodes (``BatchExecutor.decoding``), and ``__next__``, waking
+every ``CONSUMER_POLL_S``, raises ``DecoderStalled`` naming that batch's samples
+once it has been there for the loader's ``gpu_timeout``. The executor
 is then stuck for good: ``_close`` skips step 4's wait for its stream (the ring
 slots it holds stay taken), ``DataLoader.close`` leaves its nvJPEG handles
 alone, and the loader refuses another epoch.
@@ -139,7 +141,7 @@ class StagedBatch(NamedTuple):
     slot: Slot
     fetch_s: float  # staging thread waiting for the workers' batch
     stage_s: float  # copying its bytes into pinned memory
-    prepared: Any  # what ``BatchExecutor.prepare`` made of it: its decoded sizes, or its clips' decode started
+    prepared: Any  # what ``BatchExecutor.prepare`` made of it: the batch decoded (or its sizes), or its clips started
 
 
 class GpuIterator:
@@ -270,12 +272,13 @@ class GpuIterator:
                     return
                 slot, seconds = staging.stage(batch, self._stop)
                 try:
-                    prepared = self._executor.prepare(batch, slot)
+                    prepared = self._executor.prepare(batch, slot, self._stop)
                 except BaseException:
                     staging.give_back(slot)
                     raise
                 t_fetch = time.perf_counter()
                 if not self._put(self._staged, StagedBatch(batch, slot, fetch_s, seconds, prepared)):
+                    self._executor.drop(prepared)
                     staging.give_back(slot)
                     return
                 if ends and batch.seq == ends[0]:  # the epoch's last batch; the next epoch follows
@@ -433,17 +436,21 @@ class GpuIterator:
         """A ``DecoderStalled`` when the executor has been inside one batch for longer than
         the loader's ``gpu_timeout``; marks this iterator and the loader stuck."""
         busy, limit = self._busy, self._loader.gpu_timeout
+        decoding = self._executor.decoding
+        if decoding is not None and (busy is None or decoding[0] < busy[0]):
+            busy = (decoding[0], "being decoded", decoding[1])
         if busy is None or not limit or time.monotonic() - busy[0] <= limit:
             return None
         since, k, batch = busy
+        k = f"number {k} of the epoch" if isinstance(k, int) else k
         seconds = time.monotonic() - since
         samples = [(int(i), sample_path(self._loader.dataset, int(i))) for i in batch.indices.tolist()]
         listed = ", ".join(f"{i} ({p})" if p else str(i) for i, p in samples[:LISTED])
         if len(samples) > LISTED:
             listed += f" and {len(samples) - LISTED} more (see .samples)"
         err = DecoderStalled(
-            f"samples {listed}: the GPU executor has been decoding and transforming their batch (number {k} "
-            f"of the epoch) for {seconds:.0f} s, past gpu_timeout={limit:g}; a batch takes milliseconds, so one "
+            f"samples {listed}: the GPU executor has been decoding and transforming their batch ({k}) "
+            f"for {seconds:.0f} s, past gpu_timeout={limit:g}; a batch takes milliseconds, so one "
             "of these files probably hangs the GPU decoder (nvJPEG). Decode them one by one with "
             "torchdali.decode.decode_cpu to find it.", index=samples[0][0] if samples else None,
             path=samples[0][1] if samples else None, samples=samples, seconds=seconds)
@@ -467,6 +474,7 @@ class GpuIterator:
                 except queue.Empty:
                     break
                 if isinstance(item, StagedBatch):
+                    self._executor.drop(item.prepared)
                     self._executor.staging.give_back(item.slot)
         self._threads[1].join(timeout=EXEC_JOIN_S)  # step 3
         sampler = getattr(self._inner, "batch_sampler", None)  # step 4
@@ -493,6 +501,7 @@ class GpuIterator:
             except queue.Empty:
                 break
             if isinstance(item, StagedBatch):
+                self._executor.drop(item.prepared)
                 self._executor.staging.give_back(item.slot)
 
     def __del__(self) -> None:
