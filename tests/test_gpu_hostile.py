@@ -379,8 +379,10 @@ def test_a_decode_that_hangs_ends_in_decoder_stalled(watchdog, monkeypatch):
     that hangs there ends as one inside the executor does, naming the batch it decodes."""
     import threading
 
+    from torchdali._executor import _executor
     from torchdali._executor._decode import GpuDecoder
 
+    monkeypatch.setattr(_executor, "DECODE_AHEAD_MIN_CPUS", 1)  # on any machine
     release = threading.Event()
     real = GpuDecoder.decode
 

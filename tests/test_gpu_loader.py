@@ -50,6 +50,31 @@ def test_gpu_output_matches_cpu_path_with_same_seed(folder, num_workers):
             assert _mean_abs(gi[k], ci[k]) < 2.5, k
 
 
+@pytest.mark.parametrize("min_cpus", [1, 10 ** 6], ids=["staging-thread", "executor-thread"])
+def test_decode_on_either_thread_gives_the_cpu_paths_batches(folder, monkeypatch, min_cpus):
+    """A batch decoded on the staging thread (ahead of the executor's kernels) or on the executor
+    thread: the same batches as the CPU path, over two epochs (the decode buffers in turn)."""
+    from torchdali._executor import _executor
+
+    monkeypatch.setattr(_executor, "DECODE_AHEAD_MIN_CPUS", min_cpus)
+    ds = td.datasets.ImageFolder(folder)
+    kw = dict(batch_size=4, shuffle=True, num_workers=2, transforms=RECIPE, seed=5, persistent_workers=True)
+    gpu = td.DataLoader(ds, device="cuda", **kw)
+    cpu = td.DataLoader(ds, device="cpu", **kw)
+    try:
+        for _ in range(2):
+            g, c = _batches(gpu), _batches(cpu)
+            assert len(g) == len(c) == 10
+            for (gi, gt), (ci, ct) in zip(g, c):
+                assert torch.equal(gt, ct)
+                assert all(_mean_abs(gi[k], ci[k]) < 2.5 for k in range(gi.shape[0]))
+        ex = next(iter(gpu.__dict__["_executors"].values()))
+        assert ex.decode_ahead == (min_cpus == 1)
+    finally:
+        gpu.close()
+        cpu.close()
+
+
 def test_float_normalized_channels_last_output_on_device(folder):
     ds = td.datasets.ImageFolder(folder)
     tf = T.Compose([T.Resize(64), T.CenterCrop(56), T.ToDtype(torch.bfloat16, scale=True),

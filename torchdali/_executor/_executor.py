@@ -1,11 +1,12 @@
 """The GPU batch executor: one staged batch through decode and kernel, on our own stream.
 
-``BatchExecutor.prepare`` runs on the staging thread, once a batch is staged: it
-decodes the batch with nvJPEG into one of two decode buffers (``_decode.py``; a
-batch of video clips starts on NVDEC instead, ``_video.ClipRunner``), so that the
-next batch decodes while the executor thread launches this one's kernels.
-``BatchExecutor.process`` runs on the executor thread (``_iterators.py``): it
-runs the fused kernel (``_launch.py``), maps the targets' boxes
+``BatchExecutor.prepare`` runs on the staging thread, once a batch is staged: on a
+machine with ``DECODE_AHEAD_MIN_CPUS`` or more, it decodes the batch with nvJPEG into
+one of two decode buffers (``_decode.py``; a batch of video clips starts on NVDEC
+instead, ``_video.ClipRunner``), so that the next batch decodes while the executor
+thread launches this one's kernels. ``BatchExecutor.process`` runs on the executor
+thread (``_iterators.py``): it decodes the batch when ``prepare`` did not, runs the
+fused kernel (``_launch.py``), maps the targets' boxes
 and masks (``transforms/_target_plan.py``) and runs our batch transforms
 (``_deliver.py``) on the executor's stream, records a ready event,
 and hands the batch's staging memory and decode buffer back once that event has passed
@@ -15,6 +16,7 @@ by group on the executor thread instead (``_process_groups``).
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any, NamedTuple
@@ -32,6 +34,14 @@ from ._launch import KernelEvents, KernelLauncher
 from ._staging import Slot, Staging
 from ._video import ClipRunner, PrepareClips
 from ._wire import PackedBatch, PackedTargets
+
+
+#: CPUs (of the process's affinity) from which ``prepare`` decodes a batch on the staging thread:
+#: nvJPEG's call keeps a core busy while it waits for the engines, and beside the executor's
+#: launches that pays where cores are spare (SSD preset, 16 cores: 5,234-5,853 -> 8,298-9,113
+#: img/s) and costs where they are not (3 cores: SSD 3,790 -> 3,264; classification -8 to -10%).
+#: benchmarks/RESULTS.md, 2026-11-26/27.
+DECODE_AHEAD_MIN_CPUS = 6
 
 
 class DecodedAhead(NamedTuple):
@@ -81,6 +91,7 @@ class BatchExecutor:
         self.staging = Staging(depth, ring)
         self.launcher = KernelLauncher(plan, device, channels_last)
         self.targets = TargetPlan.of(plan)
+        self.decode_ahead = len(os.sched_getaffinity(0)) >= DECODE_AHEAD_MIN_CPUS
         # (since, batch) while ``prepare`` decodes a batch: the consumer's watchdog (a hung nvJPEG call)
         self.decoding: tuple[float, PackedBatch] | None = None
         # a video dataset's batches (``video_layout`` given): clips, decoded by NVDEC (``_video.py``)
@@ -96,9 +107,9 @@ class BatchExecutor:
 
     def prepare(self, batch: PackedBatch, slot: Slot, stop: threading.Event | None = None) -> Any:
         """Staging thread, once ``batch`` is staged in ``slot``: when it decodes in one group,
-        its scan check started (``batch.scan_check``) and the batch decoded (``DecodedAhead``),
-        once a decode buffer is free (``GpuDecoder.claim``: the batch before the last one has
-        launched its kernels); else its ``decoded_sizes``. A batch of clips: its decode started
+        its scan check started (``batch.scan_check``) and, with ``decode_ahead``, the batch
+        decoded (``DecodedAhead``) once a decode buffer is free (``GpuDecoder.claim``: the batch
+        before the last one has launched its kernels); else its ``decoded_sizes``. A batch of clips: its decode started
         (``ClipRunner.start``). ``process`` gets what this returns; ``drop`` gives it up.
         Raises ``Stopped`` when ``stop`` is set while it waits for a buffer."""
         if batch.clips is not None:  # video: nothing staged; NVDEC starts on the batch's clips
@@ -108,6 +119,13 @@ class BatchExecutor:
         if len(decode_groups(batch.shapes, sizes=numel)) > 1:
             return numel
         batch.scan_check = self.decoder.scan_check(batch, slot.view)
+        if not self.decode_ahead:
+            return numel
+        return self._decode_whole(batch, slot, numel, stop)
+
+    def _decode_whole(self, batch: PackedBatch, slot: Slot, numel: np.ndarray,
+                      stop: threading.Event | None = None) -> DecodedAhead:
+        """``batch`` decoded into the next decode buffer, or the error decoding raised."""
         turn = self.decoder.claim(stop)
         t = time.perf_counter()
         self.decoding = (time.monotonic(), batch)
@@ -167,6 +185,9 @@ class BatchExecutor:
                     groups = [(0, len(batch.indices))]
                 elif not video:
                     groups = decode_groups(batch.shapes, sizes=prepared)
+                    if len(groups) == 1:  # decoded here (``decode_ahead`` off)
+                        prepared = self._decode_whole(batch, slot, prepared)
+                        turn = prepared.turn
                 if video:  # a batch of video clips: NVDEC and the kernel's NV12 source (``_video.py``)
                     images, kernel_events, counts, decode_s = self.clips.process(batch, self.stream, prepared)
                     t_decoded = time.perf_counter()
