@@ -21,7 +21,7 @@ from torchvision import tv_tensors
 
 from ..transforms._box_ops import _bounding_boxes
 from ..transforms._plan import BatchParams
-from ..transforms._target_plan import TargetList
+from ..transforms._target_plan import TargetList, flatten, unflatten
 from ._tags import SampleTag
 
 # Sample kinds inside a packed batch (``_classify.classify``).
@@ -173,7 +173,7 @@ class PackedTargets:
 
     @classmethod
     def pack(cls, targets: Sequence[Any], mapped: bool = False, boxes_mapped: Any = None) -> PackedTargets:
-        flat = [tree_flatten(t) for t in targets]
+        flat = [flatten(t) for t in targets]
         tensors: list[torch.Tensor] = []
         refs: list[_TensorRef] = []
         at = 0
@@ -198,7 +198,7 @@ class PackedTargets:
         for t, ref in zip(tensors, refs):
             if t.numel():
                 data[ref.offset: ref.offset + t.numel() * t.element_size()] = t.reshape(-1).view(torch.uint8)
-        trees = [tree_unflatten(leaves, spec) for leaves, spec in flat]
+        trees = [unflatten(leaves, spec) for leaves, spec in flat]
         return cls(trees, data.numpy() if at <= _TARGET_INLINE_BYTES else data, mapped, boxes_mapped,
                    any(ref.kind == _MASK for ref in refs))
 

@@ -89,7 +89,7 @@ from ._timm import _TimmOps
 from ._transforms import ToDtype
 from ._warp import _Warp
 
-__all__ = ["BoxesMapped", "TargetList", "TargetPlan", "has_geometry", "target_tensors"]
+__all__ = ["BoxesMapped", "TargetList", "TargetPlan", "flatten", "has_geometry", "target_tensors", "unflatten"]
 
 #: target-only steps of a pipeline (they change no pixel)
 TARGET_STEPS: tuple[type, ...] = (SanitizeBoundingBoxes, ClampBoundingBoxes, ConvertBoundingBoxFormat)
@@ -112,13 +112,39 @@ class TargetList(list):
     never collated (``Delivery.settle_targets``) and crosses processes packed (``_wire.py``)."""
 
 
+#: the leaves a flat target dict holds (a detection target: one per sample, many per batch); anything
+#: else (a container, a class registered as a pytree node) goes through tree_flatten
+_LEAVES = (torch.Tensor, np.ndarray, int, float, str, bytes, type(None))
+
+
+class _FlatDict(NamedTuple):
+    """``flatten``'s spec of a flat dict: its keys."""
+
+    keys: tuple
+
+
+def flatten(target: Any) -> tuple[list, Any]:
+    """``tree_flatten(target)``, without the pytree round trip for a flat dict (its values in
+    order, as torch's pytree flattens a dict); ``unflatten`` undoes either."""
+    if type(target) is dict and all(isinstance(v, _LEAVES) for v in target.values()):
+        return list(target.values()), _FlatDict(tuple(target))
+    return tree_flatten(target)
+
+
+def unflatten(leaves: list, spec: Any) -> Any:
+    """The target ``flatten`` gave ``(leaves, spec)`` for, with ``leaves``."""
+    if isinstance(spec, _FlatDict):
+        return dict(zip(spec.keys, leaves))
+    return tree_unflatten(leaves, spec)
+
+
 def has_geometry(target: Any) -> bool:
     """Whether ``target`` holds a BoundingBoxes or a Mask (anywhere in its dicts, tuples, lists)."""
     if target is None or isinstance(target, _SCALARS):
         return False
     if isinstance(target, torch.Tensor):
         return isinstance(target, (tv_tensors.BoundingBoxes, tv_tensors.Mask))
-    return any(isinstance(leaf, (tv_tensors.BoundingBoxes, tv_tensors.Mask)) for leaf in tree_flatten(target)[0])
+    return any(isinstance(leaf, (tv_tensors.BoundingBoxes, tv_tensors.Mask)) for leaf in flatten(target)[0])
 
 
 def target_tensors(targets: Sequence[Any]) -> list[torch.Tensor]:
@@ -126,9 +152,7 @@ def target_tensors(targets: Sequence[Any]) -> list[torch.Tensor]:
     record (``record_stream``) and a fork keep alive."""
     out, seen = [], set()
     for target in targets:
-        # a detection target is one flat dict per sample: its values, without a pytree round trip
-        flat = type(target) is dict and not any(isinstance(v, (dict, list, tuple)) for v in target.values())
-        for leaf in (target.values() if flat else tree_flatten(target)[0]):
+        for leaf in flatten(target)[0]:
             if isinstance(leaf, torch.Tensor):
                 key = (leaf.device, leaf.untyped_storage().data_ptr())
                 if key not in seen:
@@ -192,7 +216,7 @@ def _cast_fill(fill: float, dtypes: Sequence[torch.dtype]) -> float:
 def _count_boxes(target: Any) -> int:
     if not has_geometry(target):
         return 0
-    return sum(isinstance(leaf, tv_tensors.BoundingBoxes) for leaf in tree_flatten(target)[0])
+    return sum(isinstance(leaf, tv_tensors.BoundingBoxes) for leaf in flatten(target)[0])
 
 
 def _where(index: int, path: str | None) -> str:
@@ -286,7 +310,7 @@ class TargetPlan:
             return False
         hw = (int(image_hw[0]), int(image_hw[1]))
         where = _where(index, path)
-        leaves = tree_flatten(target)[0]
+        leaves = flatten(target)[0]
         boxes = []
         for leaf in leaves:
             if isinstance(leaf, tv_tensors.BoundingBoxes):
@@ -337,7 +361,7 @@ class TargetPlan:
             return None
         out = []
         for b, target in enumerate(targets):
-            boxes = [leaf for leaf in tree_flatten(target)[0] if isinstance(leaf, tv_tensors.BoundingBoxes)]
+            boxes = [leaf for leaf in flatten(target)[0] if isinstance(leaf, tv_tensors.BoundingBoxes)]
             if len(boxes) != 1:
                 step = next(t for t in self.plan.transforms if t.draws_from_boxes)
                 raise ValueError(f"{step!r} draws from each sample's boxes, but the target of sample {b} of the "
@@ -367,7 +391,7 @@ class TargetPlan:
         if part == "masks" and trace is None:
             raise ValueError("part='masks' maps with the trace that part='boxes' used")
         device = torch.device(device)
-        flat = [tree_flatten(t) for t in targets]
+        flat = [flatten(t) for t in targets]
         leaves = [list(f[0]) for f in flat]
         box_at = [(i, j) for i, ls in enumerate(leaves) for j, x in enumerate(ls)
                   if isinstance(x, tv_tensors.BoundingBoxes)]
@@ -385,7 +409,7 @@ class TargetPlan:
             boxes.run()
             frozen = boxes.frozen
         if part == "boxes":
-            out = TargetList(tree_unflatten(ls, spec) for ls, (_, spec) in zip(leaves, flat))
+            out = TargetList(unflatten(ls, spec) for ls, (_, spec) in zip(leaves, flat))
             out.boxes_mapped = BoxesMapped(frozen)
             return out
         done = boxes_mapped.done if boxes_mapped is not None else frozenset()
@@ -403,7 +427,7 @@ class TargetPlan:
             mapped = map_masks(masks, geometry if stop == n_steps else geometry.span(0, stop))
             for (i, j), m in zip(group, mapped):
                 leaves[i][j] = m if (i, j) in frozen else tv_tensors.Mask(m)
-        return TargetList(tree_unflatten(ls, spec) for ls, (_, spec) in zip(leaves, flat))
+        return TargetList(unflatten(ls, spec) for ls, (_, spec) in zip(leaves, flat))
 
     def _converted(self, masks: list[torch.Tensor], geometry: TargetGeometry,
                    dtype: torch.dtype) -> tuple[list[torch.Tensor], TargetGeometry]:
@@ -511,7 +535,7 @@ class _Boxes:
         keep_h = keep.cpu().numpy()  # the host waits here: the kept counts size every output
         labels = []
         for i, _ in self.at:
-            named = _labels(op, self.targets[i], tree_flatten(self.targets[i])[0])
+            named = _labels(op, self.targets[i], flatten(self.targets[i])[0])
             for k in named:  # torchvision gives labels back as plain tensors, even a Mask named as one,
                 if isinstance(self.leaves[i][k], tv_tensors.Mask):  # which later steps then leave alone
                     self.frozen.setdefault((i, k), stop)
@@ -532,7 +556,7 @@ class _Boxes:
         keep_h |= ~np.repeat(cropped, self.counts)
         keyed = []
         for i, _ in self.at:
-            target, leaves = self.targets[i], tree_flatten(self.targets[i])[0]
+            target, leaves = self.targets[i], flatten(self.targets[i])[0]
             named = [target[k] for k in ("labels", "masks") if isinstance(target, Mapping) and k in target]
             keyed.append({j for j, leaf in enumerate(leaves) if any(leaf is x for x in named)})
         self._keep(keep_h, keyed, any_mask=False)
