@@ -59,8 +59,8 @@ def test_decode_on_either_thread_gives_the_cpu_paths_batches(folder, monkeypatch
     monkeypatch.setattr(_executor, "DECODE_AHEAD_MIN_CPUS", min_cpus)
     ds = td.datasets.ImageFolder(folder)
     kw = dict(batch_size=4, shuffle=True, num_workers=2, transforms=RECIPE, seed=5, persistent_workers=True)
-    gpu = td.DataLoader(ds, device="cuda", **kw)
-    cpu = td.DataLoader(ds, device="cpu", **kw)
+    gpu = td.DataLoader(ds, device="cuda", generator=torch.Generator().manual_seed(0), **kw)
+    cpu = td.DataLoader(ds, device="cpu", generator=torch.Generator().manual_seed(0), **kw)
     try:
         for _ in range(2):
             g, c = _batches(gpu), _batches(cpu)
