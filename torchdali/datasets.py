@@ -384,7 +384,6 @@ class CocoDetection(_TargetFiles):
 
     def _coco_target(self, index: int) -> dict[str, Any]:
         from torchvision import tv_tensors
-        from torchvision.transforms.v2 import functional as TF
 
         keys = self.target_keys
         image_id = self.ids[index]
@@ -399,9 +398,9 @@ class CocoDetection(_TargetFiles):
             if bad:
                 raise ValueError(f"annotation {anns[bad[0]].get('id')}: bbox must be [x, y, width, height], "
                                  f"got {bboxes[bad[0]]!r}")
-            xywh = torch.tensor(bboxes, dtype=torch.float32) if anns else torch.zeros(0, 4)
-            boxes = tv_tensors.BoundingBoxes(xywh, format="XYWH", canvas_size=(height, width))
-            target["boxes"] = TF.convert_bounding_box_format(boxes, new_format="XYXY")
+            xyxy = torch.tensor(bboxes, dtype=torch.float32) if anns else torch.zeros(0, 4)
+            xyxy[:, 2:] += xyxy[:, :2]  # XYWH -> XYXY as convert_bounding_box_format computes it, in place
+            target["boxes"] = tv_tensors.BoundingBoxes(xyxy, format="XYXY", canvas_size=(height, width))
         if "masks" in keys:
             masks = [segmentation_to_mask(ann["segmentation"], height, width) for ann in anns]
             stacked = np.stack(masks) if masks else np.zeros((0, height, width), dtype=np.uint8)
