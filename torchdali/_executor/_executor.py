@@ -109,9 +109,9 @@ class BatchExecutor:
         """Staging thread, once ``batch`` is staged in ``slot``: when it decodes in one group,
         its scan check started (``batch.scan_check``) and, with ``decode_ahead``, the batch
         decoded (``DecodedAhead``) once a decode buffer is free (``GpuDecoder.claim``: the batch
-        before the last one has launched its kernels); else its ``decoded_sizes``. A batch of clips: its decode started
-        (``ClipRunner.start``). ``process`` gets what this returns; ``drop`` gives it up.
-        Raises ``Stopped`` when ``stop`` is set while it waits for a buffer."""
+        before the last one has launched its kernels); else its ``decoded_sizes``. A batch of
+        clips: its decode started (``ClipRunner.start``). ``process`` gets what this returns;
+        ``drop`` gives it up. Raises ``Stopped`` when ``stop`` is set while it waits for a buffer."""
         if batch.clips is not None:  # video: nothing staged; NVDEC starts on the batch's clips
             with torch.cuda.device(self.device):
                 return self.clips.start(batch, self.stream)
