@@ -213,12 +213,6 @@ def _cast_fill(fill: float, dtypes: Sequence[torch.dtype]) -> float:
     return float(v.to(torch.float64))
 
 
-def _count_boxes(target: Any) -> int:
-    if not has_geometry(target):
-        return 0
-    return sum(isinstance(leaf, tv_tensors.BoundingBoxes) for leaf in flatten(target)[0])
-
-
 def _where(index: int, path: str | None) -> str:
     return f"sample {index}" + (f" ({path})" if path else "")
 
@@ -301,16 +295,18 @@ class TargetPlan:
         """Whether sample ``index``'s target holds boxes or masks, checked against its image's
         ``(H, W)``; raises SampleError for bad data (on_error handles it), TypeError or
         ValueError for what is not supported yet (the module docstring)."""
-        if self.plan.draws_from_boxes and _count_boxes(target) != 1:
-            step = next(t for t in self.plan.transforms if t.draws_from_boxes)
-            raise SampleError.for_sample(index, path, "bad target",
-                                         f"{step!r} draws from the sample's boxes, so its target must hold one "
-                                         f"tv_tensors.BoundingBoxes; it holds {_count_boxes(target)}")
-        if not has_geometry(target):
+        leaves = [] if target is None or isinstance(target, _SCALARS) else flatten(target)[0]
+        if self.plan.draws_from_boxes:
+            count = sum(isinstance(leaf, tv_tensors.BoundingBoxes) for leaf in leaves)
+            if count != 1:
+                step = next(t for t in self.plan.transforms if t.draws_from_boxes)
+                raise SampleError.for_sample(index, path, "bad target",
+                                             f"{step!r} draws from the sample's boxes, so its target must hold one "
+                                             f"tv_tensors.BoundingBoxes; it holds {count}")
+        if not any(isinstance(leaf, (tv_tensors.BoundingBoxes, tv_tensors.Mask)) for leaf in leaves):
             return False
         hw = (int(image_hw[0]), int(image_hw[1]))
         where = _where(index, path)
-        leaves = flatten(target)[0]
         boxes = []
         for leaf in leaves:
             if isinstance(leaf, tv_tensors.BoundingBoxes):
