@@ -190,7 +190,7 @@ class BatchExecutor:
                         turn = prepared.turn
                 if video:  # a batch of video clips: NVDEC and the kernel's NV12 source (``_video.py``)
                     images, kernel_events, counts, decode_s = self.clips.process(batch, self.stream, prepared)
-                    t_decoded = time.perf_counter()
+                    t_decoded = t0 + decode_s
                     targets = batch.targets
                 elif len(groups) == 1:
                     decoded = prepared.result()
@@ -202,7 +202,7 @@ class BatchExecutor:
                     shapes = decoded.shapes
                 else:
                     images, kernel_events, decode_s, counts, shapes = self._process_groups(batch, slot, groups)
-                    t_decoded = time.perf_counter()
+                    t_decoded = t0 + decode_s
                     targets = batch.targets
                 if isinstance(targets, PackedTargets):  # boxes and masks, through the batch's geometry
                     targets = map_targets(self.targets, targets, batch, shapes, self.device)
