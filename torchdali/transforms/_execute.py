@@ -79,8 +79,6 @@ class Backend(NamedTuple):
 
     def fn(self, step: str) -> Callable[..., torch.Tensor]:
         """The function that runs ``step`` (``resized_crop``, ``augment_slot``, ``finish`` or ``pointwise``)."""
-        if step == "pointwise":
-            return getattr(pointwise, self.pointwise)
         return getattr(csrc_triton, getattr(self, step))
 
 
@@ -212,12 +210,7 @@ def _leading_rows(data: torch.Tensor, offsets: torch.Tensor, shapes: torch.Tenso
     B = len(sizes)
     pixels = sizes[:, 0] * sizes[:, 1]
     row = int(-(-int(pixels.max()) // _ROW_QUANTUM) * _ROW_QUANTUM)
-    placement = np.zeros((B, layout.PLACEMENT_WIDTH), dtype=np.int64)
-    placement[:, layout.PLACE_OFFSET] = np.arange(B, dtype=np.int64) * (3 * row)
-    placement[:, layout.PLACE_H], placement[:, layout.PLACE_W] = sizes[:, 0], sizes[:, 1]
-    placement[:, layout.PLACE_STRIDE_C] = 1
-    placement[:, layout.PLACE_STRIDE_H] = 3 * sizes[:, 1]
-    placement[:, layout.PLACE_STRIDE_W] = 3
+    placement = _ragged.packed_placement(np.arange(B, dtype=np.int64) * (3 * row), sizes, channels_last=True)
     grid = (int(sizes[:, 0].max()), int(sizes[:, 1].max()))
     buffer, offsets_d, shapes_d = _write_hwc(data, offsets, shapes, sizes, grid, placement,
                                              torch.empty(B * 3 * row, dtype=torch.uint8, device=device),

@@ -41,7 +41,7 @@ from csrc_triton import layout
 from ._state import BatchImagesSpec
 
 __all__ = ["ImageList", "OutputLayout", "RaggedImages", "SizeGroup", "concat", "for_loop", "group_view",
-           "output_layout", "output_sizes", "padded_tensor", "tensors_of", "unbind"]
+           "output_layout", "output_sizes", "packed_placement", "padded_tensor", "tensors_of", "unbind"]
 
 
 class ImageList(NamedTuple):
@@ -175,21 +175,23 @@ def output_layout(sizes: np.ndarray, channels_last: bool = False,
     first_member = np.concatenate([[0], np.cumsum(n_of)[:-1]])
     slot = np.empty(B, dtype=np.int64)
     slot[members] = np.arange(B) - np.repeat(first_member, n_of)  # place within its group
-    placement = np.zeros((B, layout.PLACEMENT_WIDTH), dtype=np.int64)
-    placement[:, layout.PLACE_OFFSET] = starts[group] + slot * numel[group]
-    placement[:, layout.PLACE_H], placement[:, layout.PLACE_W] = sizes[:, 0], sizes[:, 1]
-    if channels_last:
-        placement[:, layout.PLACE_STRIDE_C] = 1
-        placement[:, layout.PLACE_STRIDE_H] = 3 * sizes[:, 1]
-        placement[:, layout.PLACE_STRIDE_W] = 3
-    else:
-        placement[:, layout.PLACE_STRIDE_C] = sizes[:, 0] * sizes[:, 1]
-        placement[:, layout.PLACE_STRIDE_H] = sizes[:, 1]
-        placement[:, layout.PLACE_STRIDE_W] = 1
+    placement = packed_placement(starts[group] + slot * numel[group], sizes, channels_last)
     index = np.split(members, first_member[1:])
     groups = tuple(SizeGroup(int(h), int(w), ix, int(at)) for (h, w), ix, at in zip(hw.tolist(), index, starts[:-1]))
     top = sizes.max(axis=0)
     return OutputLayout("list", sizes, (int(top[0]), int(top[1])), placement, int(starts[-1]), groups)
+
+
+def packed_placement(offsets: np.ndarray, sizes: np.ndarray, channels_last: bool) -> np.ndarray:
+    """``int64 [B, layout.PLACEMENT_WIDTH]``: each sample's image of ``sizes`` (``[B, 2]``) packed on
+    its own at ``offsets`` (elements of one buffer), channels-last (HWC) or planar (CHW)."""
+    rows = np.zeros((len(sizes), layout.PLACEMENT_WIDTH), dtype=np.int64)
+    rows[:, layout.PLACE_OFFSET] = offsets
+    h, w = sizes[:, 0], sizes[:, 1]
+    rows[:, layout.PLACE_H], rows[:, layout.PLACE_W] = h, w
+    rows[:, layout.PLACE_STRIDE_C], rows[:, layout.PLACE_STRIDE_H], rows[:, layout.PLACE_STRIDE_W] = \
+        (1, 3 * w, 3) if channels_last else (h * w, w, 1)
+    return rows
 
 
 def group_view(buffer: torch.Tensor, group: SizeGroup, channels_last: bool = False) -> torch.Tensor:
