@@ -328,23 +328,31 @@ def test_killed_worker_on_the_gpu_path_names_its_batch(watchdog):
 # -- a batch that never comes back from the decoder --------------------------------
 
 
-def test_a_batch_that_hangs_the_executor_ends_in_decoder_stalled(watchdog, monkeypatch):
-    """The executor blocks inside the third batch (as inside a hung nvJPEG call): the
-    training loop gets DecoderStalled naming that batch's samples after gpu_timeout, the
-    loader refuses another epoch, and nothing waits on the stuck stream."""
+@pytest.mark.parametrize("where", ["executor", "staging"])
+def test_a_batch_that_hangs_ends_in_decoder_stalled(watchdog, monkeypatch, where):
+    """The third batch blocks (as inside a hung nvJPEG call) in the executor thread, or in the
+    staging thread's decode a batch ahead of the executor's kernels: the training loop gets
+    DecoderStalled naming that batch's samples after gpu_timeout, the loader refuses another
+    epoch, and nothing waits on the stuck stream."""
     import threading
 
-    from torchdali._executor._executor import BatchExecutor
+    from torchdali._executor import _executor
+    from torchdali._executor._decode import GpuDecoder
 
     release = threading.Event()
-    real = BatchExecutor.process
 
-    def process(self, batch, slot, numel=None):
-        if 8 in batch.indices.tolist():
-            release.wait(120)
-        return real(self, batch, slot, numel)
+    def hung(real):
+        def call(self, batch, *args, **kwargs):
+            if 8 in batch.indices.tolist():
+                release.wait(120)
+            return real(self, batch, *args, **kwargs)
+        return call
 
-    monkeypatch.setattr(BatchExecutor, "process", process)
+    if where == "executor":
+        monkeypatch.setattr(_executor.BatchExecutor, "process", hung(_executor.BatchExecutor.process))
+    else:
+        monkeypatch.setattr(_executor, "DECODE_AHEAD_MIN_CPUS", 1)  # on any machine
+        monkeypatch.setattr(GpuDecoder, "decode", hung(GpuDecoder.decode))
     before = {t.ident for t in threading.enumerate()}
     good = _good_batch()
     ds = MixedDataset(good, good[:4], every=4)  # 16 good samples; "bad" only names every fourth path
@@ -361,6 +369,8 @@ def test_a_batch_that_hangs_the_executor_ends_in_decoder_stalled(watchdog, monke
         assert [i for i, _ in info.value.samples] == [8, 9, 10, 11]
         assert info.value.samples[0] == (8, "mem://bad/8") and info.value.path == "mem://bad/8"
         assert "gpu_timeout=10" in str(info.value) and info.value.seconds > 10
+        if where == "staging":
+            assert "being decoded" in str(info.value)
         assert waited < 90, waited
         with pytest.raises(RuntimeError, match="stuck on an earlier batch"):
             iter(loader)
@@ -372,42 +382,3 @@ def test_a_batch_that_hangs_the_executor_ends_in_decoder_stalled(watchdog, monke
                                            and t.ident not in before]:
         time.sleep(0.1)
     assert not [t for t in threading.enumerate() if t.name == "torchdali-executor" and t.ident not in before]
-
-
-def test_a_decode_that_hangs_ends_in_decoder_stalled(watchdog, monkeypatch):
-    """nvJPEG's call runs on the staging thread, a batch ahead of the executor's kernels: a call
-    that hangs there ends as one inside the executor does, naming the batch it decodes."""
-    import threading
-
-    from torchdali._executor import _executor
-    from torchdali._executor._decode import GpuDecoder
-
-    monkeypatch.setattr(_executor, "DECODE_AHEAD_MIN_CPUS", 1)  # on any machine
-    release = threading.Event()
-    real = GpuDecoder.decode
-
-    def decode(self, batch, *args, **kwargs):
-        if 8 in batch.indices.tolist():
-            release.wait(120)
-        return real(self, batch, *args, **kwargs)
-
-    monkeypatch.setattr(GpuDecoder, "decode", decode)
-    good = _good_batch()
-    ds = MixedDataset(good, good[:4], every=4)
-    loader = td.DataLoader(ds, batch_size=4, num_workers=2, transforms=T.Compose([T.Resize((16, 16))]),
-                           device="cuda", gpu_timeout=10)
-    seen = []
-    t0 = time.monotonic()
-    try:
-        with pytest.raises(td.DecoderStalled) as info:
-            for _, targets in loader:
-                seen.append(targets.tolist())
-        assert seen == [[0, 1, 2, 3], [4, 5, 6, 7]]
-        assert [i for i, _ in info.value.samples] == [8, 9, 10, 11]
-        assert "being decoded" in str(info.value) and info.value.seconds > 10
-        assert time.monotonic() - t0 < 90
-        with pytest.raises(RuntimeError, match="stuck on an earlier batch"):
-            iter(loader)
-    finally:
-        loader.close()
-        release.set()

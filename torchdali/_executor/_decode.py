@@ -28,6 +28,7 @@ from csrc_triton.scan_check import bad_scan_markers
 
 from .. import _rng
 from ..errors import SampleError, without_frames
+from ._staging import SLOT_POLL_S, Stopped
 from ._tags import SampleTag
 from ._wire import ENCODED, RAW, PackedBatch, PackedTargets, Skipped
 from ._worker import PrepareBatch, draw_params
@@ -245,8 +246,8 @@ class DecodedBatch(NamedTuple):
     buffer: torch.Tensor  # uint8, every image back to back: HWC, or Y, Cb, Cr planes
     shapes: np.ndarray  # int64 [B, 3]: (H, W, C), or (H, W, layout.PLANAR + S) for planes
     offsets: np.ndarray  # int64 [B]: where each image starts in ``buffer``
-    counts: dict = {}  # ROUTE_COUNTERS: where its samples were decoded
-    check_done: Any = None  # its scan check's event on the check stream (None: nothing queued)
+    counts: dict  # ROUTE_COUNTERS: where its samples were decoded
+    check_done: Any  # its scan check's event on the check stream (None: nothing queued)
 
     @property
     def source(self) -> int:
@@ -331,9 +332,7 @@ class GpuDecoder:
         # a group of a large batch comes with a buffer sized for the groups' own bytes
         out_offsets, total, span = decoded_layout(batch.kinds, batch.offsets, batch.lengths, numel,
                                                   room=None if buffer is None else buffer.numel())
-        if turn is None:
-            if buffer is None or buffer.numel() < max(total, 1):  # (no buffer of the caller's that fits)
-                buffer = self.group_buffer.take(total)
+        if turn is None:  # (``decoded_layout`` kept the group within ``buffer``)
             decoded = buffer[: max(total, 1)]
             stream_order = True
             grown = self.grown_buffer
@@ -360,8 +359,6 @@ class GpuDecoder:
         """The next decode buffer in turn, once the batch decoded there before gave it back
         (``read_until``) and the work that read it has ended. Raises ``Stopped`` when
         ``stop`` is set while it waits."""
-        from ._staging import SLOT_POLL_S, Stopped
-
         with self._claims:
             k = self._turn
             while self._claimed[k]:
