@@ -759,6 +759,17 @@ def test_packed_targets_round_trip_and_replace_one_sample():
         assert_target(got, want, "round trip")
     views = packed.unpack()
     assert len({t["boxes"].untyped_storage().data_ptr() for t in views if len(t["boxes"])}) == 1  # one buffer
+    # boxes and labels lie back to back (one split makes their views); masks differ in size, image_id is no tensor
+    assert packed.columns == ("boxes", "labels")
+    assert [t["boxes"].canvas_size for t in views] == [t["boxes"].canvas_size for t in targets]
+    from torchdali.transforms._target_plan import TargetList, target_tensors
+    assert len(target_tensors(TargetList(views))) == 1  # every leaf a view of the one buffer
+    # targets whose keys differ from sample to sample keep one place per leaf
+    mixed = [dict(targets[0]), {k: v for k, v in targets[2].items() if k != "labels"}, {"boxes": targets[3]["boxes"]}]
+    loose = pickle.loads(pickle.dumps(PackedTargets.pack(mixed)))
+    assert loose.columns == ()
+    for got, want in zip(loose.unpack(), mixed):
+        assert_target(got, want, "mixed keys")
     big = PackedTargets.pack([{"masks": tv_tensors.Mask(torch.ones(4, 600, 600, dtype=torch.uint8))}])
     assert isinstance(big.data, torch.Tensor)  # large: one tensor (one segment) for the whole batch
 

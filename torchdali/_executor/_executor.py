@@ -291,8 +291,13 @@ def map_targets(tp: TargetPlan, targets: PackedTargets, batch: PackedBatch, shap
     images' ``(H, W, ...)``): what the worker left undone. Its boxes mapped there, only masks are
     left (none: the targets as they came); else (a batch merged from parts of which one had no
     boxes or masks) the whole mapping, traced again here where the batch has no trace."""
-    if targets.boxes_mapped is not None and not targets.has_masks:
-        return TargetList(targets.unpack(device))
+    if targets.boxes_mapped is not None and (not targets.has_masks or batch.trace is None):
+        # nothing left to map: no masks, or none but those of on_error's replacements, which came
+        # mapped whole (the worker ships no trace for a batch without masks)
+        data = targets.data_on(device)
+        out = TargetList(targets.unpack(data=data))
+        out.tensors = (data,)
+        return out
     keys = _rng.sample_keys(batch.seed, batch.epoch, batch.positions)
     if targets.boxes_mapped is not None:
         return tp.map(targets.unpack(device), shapes[:, :2], keys, device, trace=batch.trace, part="masks",

@@ -21,7 +21,7 @@ from torchvision import tv_tensors
 
 from ..transforms._box_ops import _bounding_boxes
 from ..transforms._plan import BatchParams
-from ..transforms._target_plan import TargetList, flatten, unflatten
+from ..transforms._target_plan import TargetList, flat_keys, flatten, unflatten
 from ._tags import SampleTag
 
 # Sample kinds inside a packed batch (``_classify.classify``).
@@ -154,7 +154,10 @@ class PackedTargets:
 
     One buffer per batch, not one shared-memory segment per tensor (the file descriptors
     of a batch of detection targets would run out, as ``_wire``'s docstring says of
-    images): a small one pickles inline as numpy, a large one (masks) as one tensor. On
+    images): a small one pickles inline as numpy, a large one (masks) as one tensor. Where
+    every target is a flat dict with the same keys (a detection batch), a key's leaves of one
+    dtype and trailing shape lie back to back (``columns``): the executor makes a batch's
+    views of them with one split instead of one slice per leaf. On
     the GPU path the buffer goes to the device in one copy (``unpack(device)``). A
     sequence of the samples' targets, unpacked (``[i]``, slices, iteration); setting one
     (on_error's replacement on the GPU) packs the batch again. ``mapped``: the targets
@@ -164,52 +167,82 @@ class PackedTargets:
     """
 
     def __init__(self, trees: list, data: Any, mapped: bool = False, boxes_mapped: Any = None,
-                 has_masks: bool = True) -> None:
+                 has_masks: bool = True, columns: tuple = ()) -> None:
         self.trees = trees
         self.data = data  # 1-D uint8 numpy array or tensor
         self.mapped = mapped
         self.boxes_mapped = boxes_mapped  # _target_plan.BoxesMapped or None
         self.has_masks = has_masks  # whether a leaf is a Mask (False: the executor has nothing to resample)
+        self.columns = columns  # keys whose leaves lie back to back, sample after sample (``_columns``)
 
     @classmethod
     def pack(cls, targets: Sequence[Any], mapped: bool = False, boxes_mapped: Any = None) -> PackedTargets:
         flat = [flatten(t) for t in targets]
+        refs = [[_ref(leaf) for leaf in leaves] for leaves, _ in flat]
+        columns = _columns(flat, refs)
+        in_column = {k for k, _ in columns}
         tensors: list[torch.Tensor] = []
-        refs: list[_TensorRef] = []
+        placed: list[_TensorRef] = []
         at = 0
-        for leaves, _ in flat:
-            for k, leaf in enumerate(leaves):
-                if not isinstance(leaf, torch.Tensor) or leaf.is_cuda:
-                    continue
-                kind, meta = _PLAIN, ()
-                if isinstance(leaf, tv_tensors.BoundingBoxes):
-                    kind = _BOXES
-                    meta = (leaf.format.name, tuple(int(v) for v in leaf.canvas_size),
-                            getattr(leaf, "clamping_mode", "soft"))
-                elif isinstance(leaf, tv_tensors.Mask):
-                    kind = _MASK
-                t = leaf.as_subclass(torch.Tensor).detach().contiguous()
-                ref = _TensorRef(at, tuple(t.shape), t.dtype, kind, meta)
-                at += -(-t.numel() * t.element_size() // _TARGET_ALIGN) * _TARGET_ALIGN
-                tensors.append(t)
-                refs.append(ref)
-                leaves[k] = ref
+
+        def place(leaf: torch.Tensor, ref: _TensorRef) -> None:
+            nonlocal at
+            t = leaf.as_subclass(torch.Tensor).detach()
+            ref.offset = at
+            at += t.numel() * t.element_size()
+            tensors.append(t)
+            placed.append(ref)
+
+        for k, _ in columns:  # a key's leaves back to back, so that one split gives the samples' views
+            for (leaves, _), row in zip(flat, refs):
+                place(leaves[k], row[k])
+            at = -(-at // _TARGET_ALIGN) * _TARGET_ALIGN
+        for (leaves, _), row in zip(flat, refs):
+            for k, ref in enumerate(row):
+                if ref is not None and k not in in_column:
+                    place(leaves[k], ref)
+                    at = -(-at // _TARGET_ALIGN) * _TARGET_ALIGN
         data = torch.empty(at, dtype=torch.uint8)
-        for t, ref in zip(tensors, refs):
+        for t, ref in zip(tensors, placed):
             if t.numel():
                 data[ref.offset: ref.offset + t.numel() * t.element_size()] = t.reshape(-1).view(torch.uint8)
-        trees = [unflatten(leaves, spec) for leaves, spec in flat]
+        trees = [unflatten([leaf if ref is None else ref for leaf, ref in zip(leaves, row)], spec)
+                 for (leaves, spec), row in zip(flat, refs)]
         return cls(trees, data.numpy() if at <= _TARGET_INLINE_BYTES else data, mapped, boxes_mapped,
-                   any(ref.kind == _MASK for ref in refs))
+                   any(ref.kind == _MASK for ref in placed), tuple(key for _, key in columns))
 
-    def unpack(self, device: torch.device | str | None = None) -> list:
-        """The samples' targets, every tensor a view of the buffer, on ``device`` (one copy
-        through pinned memory, ``upload``) or on the host."""
+    def data_on(self, device: torch.device | str | None = None) -> torch.Tensor:
+        """The buffer on ``device`` (one copy through pinned memory, ``upload``) or on the host."""
         data = self.data if isinstance(self.data, torch.Tensor) else torch.from_numpy(self.data)
         if device is not None and torch.device(device).type != "cpu":
             data = upload([data], torch.device(device))[0]
+        return data
+
+    def unpack(self, device: torch.device | str | None = None, data: torch.Tensor | None = None) -> list:
+        """The samples' targets, every tensor a view of the buffer (``data``, or the buffer put
+        on ``device`` by ``data_on``)."""
+        data = self.data_on(device) if data is None else data
         typed: dict = {}
-        return [_unpacked(tree, data, typed) for tree in self.trees]
+        if not self.columns:
+            return [_unpacked(tree, data, typed) for tree in self.trees]
+        # flat dicts with the same keys: each column's views in one split, the rest leaf by leaf
+        out = [dict(tree) for tree in self.trees]
+        for key in self.columns:
+            column = [tree[key] for tree in self.trees]
+            first = column[0]
+            rows = [ref.shape[0] for ref in column]
+            view = _typed(data, first.dtype, typed)
+            start = first.offset // view.element_size()
+            n = sum(rows)
+            block = view[start: start + n * math.prod(first.shape[1:])].view(n, *first.shape[1:])
+            for target, ref, t in zip(out, column, block.split(rows)):
+                target[key] = _kind(t, ref)
+        others = [key for key in out[0] if key not in self.columns]  # (every target has the same keys)
+        for target in out:
+            for key in others:
+                if isinstance(target[key], _TensorRef):
+                    target[key] = _tensor(target[key], data, typed)
+        return out
 
     def __len__(self) -> int:
         return len(self.trees)
@@ -226,7 +259,7 @@ class PackedTargets:
         targets = self.unpack()
         targets[index] = value
         new = PackedTargets.pack(targets, self.mapped, self.boxes_mapped)
-        self.trees, self.data, self.has_masks = new.trees, new.data, new.has_masks
+        self.trees, self.data, self.has_masks, self.columns = new.trees, new.data, new.has_masks, new.columns
 
     def _host(self) -> torch.Tensor:
         return self.data if isinstance(self.data, torch.Tensor) else torch.from_numpy(self.data)
@@ -254,22 +287,60 @@ _FLAT = (_TensorRef, torch.Tensor, np.ndarray, int, float, str, bytes, type(None
 
 def _tensor(ref: _TensorRef, data: torch.Tensor, typed: dict) -> torch.Tensor:
     """The leaf ``ref`` points at: a view of ``data`` (a BoundingBoxes or a Mask where it was one)."""
-    numel = math.prod(ref.shape)
-    if numel:
-        view = typed.get(ref.dtype)
-        if view is None:
-            whole = data[: len(data) - len(data) % _TARGET_ALIGN]
-            view = typed[ref.dtype] = whole.view(ref.dtype)
-        start = ref.offset // view.element_size()
-        t = view[start: start + numel].view(ref.shape)
-    else:
-        t = torch.empty(ref.shape, dtype=ref.dtype, device=data.device)
+    view = _typed(data, ref.dtype, typed)
+    start = ref.offset // view.element_size() if ref.offset < len(data) else 0  # (an empty leaf: any place)
+    return _kind(view[start: start + math.prod(ref.shape)].view(ref.shape), ref)
+
+
+def _typed(data: torch.Tensor, dtype: torch.dtype, typed: dict) -> torch.Tensor:
+    """``data`` viewed as ``dtype`` (kept in ``typed``; every offset is a multiple of its element size)."""
+    view = typed.get(dtype)
+    if view is None:
+        size = torch.empty((), dtype=dtype).element_size()
+        view = typed[dtype] = data[: len(data) - len(data) % size].view(dtype)
+    return view
+
+
+def _kind(t: torch.Tensor, ref: _TensorRef) -> torch.Tensor:
+    """``t`` as the tv_tensor ``ref`` was (a BoundingBoxes or a Mask), else as it is."""
     if ref.kind == _BOXES:
         fmt, canvas, mode = ref.meta
         return _bounding_boxes(t, fmt, canvas, mode)
     if ref.kind == _MASK:
         return tv_tensors.Mask(t)
     return t
+
+
+def _ref(leaf: Any) -> _TensorRef | None:
+    """A ``_TensorRef`` (its offset not yet placed) for a host tensor leaf, else None: the leaf
+    travels as it is (a number, a string, a GPU tensor)."""
+    if not isinstance(leaf, torch.Tensor) or leaf.is_cuda:
+        return None
+    kind, meta = _PLAIN, ()
+    if isinstance(leaf, tv_tensors.BoundingBoxes):
+        kind = _BOXES
+        meta = (leaf.format.name, tuple(int(v) for v in leaf.canvas_size), getattr(leaf, "clamping_mode", "soft"))
+    elif isinstance(leaf, tv_tensors.Mask):
+        kind = _MASK
+    return _TensorRef(-1, tuple(leaf.shape), leaf.dtype, kind, meta)
+
+
+def _columns(flat: list, refs: list) -> list[tuple[int, Any]]:
+    """``(leaf position, key)`` of each key whose leaves can be laid out as one column: every
+    target a flat dict with the same keys, the key's leaves host tensors of one dtype, kind and
+    shape past the first dimension (boxes ``[n, 4]``, labels ``[n]``)."""
+    keys = flat_keys(flat[0][1]) if flat else None
+    if keys is None or any(flat_keys(spec) != keys for _, spec in flat):
+        return []
+    out = []
+    for k, key in enumerate(keys):
+        first = refs[0][k]
+        if first is None or len(first.shape) == 0:
+            continue
+        if all(row[k] is not None and row[k].dtype == first.dtype and row[k].kind == first.kind
+               and len(row[k].shape) == len(first.shape) and row[k].shape[1:] == first.shape[1:] for row in refs):
+            out.append((k, key))
+    return out
 
 
 class _Inline:

@@ -153,6 +153,8 @@ class PrepareBatch:
             mapped = self.targets.map(targets, shapes[:, :2], _rng.sample_keys(seed, epoch, positions), "cpu",
                                       trace=trace, part="boxes")
             collated = PackedTargets.pack(mapped, boxes_mapped=mapped.boxes_mapped)
+            if not collated.has_masks and parts == 1:
+                trace = None  # nothing left to map (a part keeps its trace for merge_parts)
         elif parts > 1:  # collated once the batch is whole again (merge_parts)
             collated = targets
         else:

@@ -242,21 +242,26 @@ class BoxBatch(NamedTuple):
 
 
 def _bounding_boxes(data: torch.Tensor, fmt: str, canvas: tuple[int, int], mode: str | None) -> tv_tensors.BoundingBoxes:
-    # tv_tensors.wrap: the tensor as it is (no as_tensor round trip; a detection batch makes one per sample)
-    like = _box_templates.get((fmt, mode))
-    if like is None:
+    """``data`` as BoundingBoxes, as ``tv_tensors.wrap`` makes them (no copy; a detection batch makes
+    one per sample): the attributes torchvision's wrap gave a template of ``(fmt, mode)``, set on
+    ``data.as_subclass`` (wrap's own dispatch costs several times that)."""
+    fields = _box_fields.get((fmt, mode))
+    if fields is None:
         try:
             like = tv_tensors.BoundingBoxes(torch.zeros(0, 4), format=fmt, canvas_size=(1, 1), clamping_mode=mode)
         except TypeError:  # a torchvision before clamping_mode (< 0.23)
             like = tv_tensors.BoundingBoxes(torch.zeros(0, 4), format=fmt, canvas_size=(1, 1))
-        _box_templates[(fmt, mode)] = like
+        fields = _box_fields[(fmt, mode)] = dict(tv_tensors.wrap(torch.zeros(0, 4), like=like).__dict__)
     if data.dim() == 1:  # (as the constructor: one box)
         data = data.unsqueeze(0)
-    return tv_tensors.wrap(data, like=like, canvas_size=tuple(canvas))
+    boxes = data.as_subclass(tv_tensors.BoundingBoxes)
+    boxes.__dict__.update(fields)
+    boxes.canvas_size = tuple(canvas)
+    return boxes
 
 
-#: an empty BoundingBoxes per (format, clamping_mode): what ``_bounding_boxes`` wraps like
-_box_templates: dict = {}
+#: the attributes of a BoundingBoxes per (format, clamping_mode), as ``tv_tensors.wrap`` sets them
+_box_fields: dict = {}
 
 
 def _default_labels(per_box: Mapping[str, PerBox]) -> PerBox:

@@ -89,7 +89,7 @@ from ._timm import _TimmOps
 from ._transforms import ToDtype
 from ._warp import _Warp
 
-__all__ = ["BoxesMapped", "TargetList", "TargetPlan", "flatten", "has_geometry", "target_tensors", "unflatten"]
+__all__ = ["BoxesMapped", "TargetList", "TargetPlan", "flat_keys", "flatten", "has_geometry", "target_tensors", "unflatten"]
 
 #: target-only steps of a pipeline (they change no pixel)
 TARGET_STEPS: tuple[type, ...] = (SanitizeBoundingBoxes, ClampBoundingBoxes, ConvertBoundingBoxFormat)
@@ -109,7 +109,11 @@ class BoxesMapped(NamedTuple):
 
 class TargetList(list):
     """A batch's targets, one per sample, after their boxes and masks were mapped: a list that is
-    never collated (``Delivery.settle_targets``) and crosses processes packed (``_wire.py``)."""
+    never collated (``Delivery.settle_targets``) and crosses processes packed (``_wire.py``).
+    ``tensors``: where known, the tensors whose storage holds every tensor of the targets (a
+    packed batch's buffer), which ``target_tensors`` then returns without visiting the leaves."""
+
+    tensors: tuple | None = None
 
 
 #: the leaves a flat target dict holds (a detection target: one per sample, many per batch); anything
@@ -138,6 +142,12 @@ def unflatten(leaves: list, spec: Any) -> Any:
     return tree_unflatten(leaves, spec)
 
 
+def flat_keys(spec: Any) -> tuple | None:
+    """The keys of a flat dict ``flatten`` gave ``spec`` for (its leaves are the values in that
+    order), else None."""
+    return spec.keys if isinstance(spec, _FlatDict) else None
+
+
 def has_geometry(target: Any) -> bool:
     """Whether ``target`` holds a BoundingBoxes or a Mask (anywhere in its dicts, tuples, lists)."""
     if target is None or isinstance(target, _SCALARS):
@@ -150,14 +160,18 @@ def has_geometry(target: Any) -> bool:
 def target_tensors(targets: Sequence[Any]) -> list[torch.Tensor]:
     """One tensor per distinct storage among the targets' tensors: what a consumer's stream must
     record (``record_stream``) and a fork keep alive."""
+    known = getattr(targets, "tensors", None)
+    if known is not None:
+        return list(known)
     out, seen = [], set()
-    for target in targets:
-        for leaf in flatten(target)[0]:
-            if isinstance(leaf, torch.Tensor):
-                key = (leaf.device, leaf.untyped_storage().data_ptr())
-                if key not in seen:
-                    seen.add(key)
-                    out.append(leaf)
+    with torch._C.DisableTorchFunctionSubclass():  # a tv_tensor's methods without its Python dispatch
+        for target in targets:
+            for leaf in flatten(target)[0]:
+                if isinstance(leaf, torch.Tensor):
+                    key = (leaf.device, leaf.untyped_storage().data_ptr())
+                    if key not in seen:
+                        seen.add(key)
+                        out.append(leaf)
     return out
 
 
