@@ -760,7 +760,7 @@ def test_packed_targets_round_trip_and_replace_one_sample():
     views = packed.unpack()
     assert len({t["boxes"].untyped_storage().data_ptr() for t in views if len(t["boxes"])}) == 1  # one buffer
     # boxes and labels lie back to back (one split makes their views); masks differ in size, image_id is no tensor
-    assert packed.columns == ("boxes", "labels")
+    assert [c.key for c in packed.columns] == ["boxes", "labels"]
     assert [t["boxes"].canvas_size for t in views] == [t["boxes"].canvas_size for t in targets]
     from torchdali.transforms._target_plan import TargetList, target_tensors
     assert len(target_tensors(TargetList(views))) == 1  # every leaf a view of the one buffer

@@ -148,6 +148,33 @@ class _TensorRef:
         self.offset, self.shape, self.dtype, self.kind, self.meta = state
 
 
+class _Column(NamedTuple):
+    """A key of every target whose leaves lie back to back in the buffer, sample after sample
+    (``PackedTargets.columns``); the targets hold ``_IN_COLUMN`` in its place."""
+
+    key: Any
+    offset: int  # the first sample's leaf, in bytes
+    dtype: torch.dtype
+    tail: tuple  # the leaves' shape past their first dimension
+    kind: int
+    rows: np.ndarray  # [B] int64: each sample's first dimension
+    meta: tuple  # BoundingBoxes: (format, clamping_mode); else ()
+    canvas: np.ndarray | None  # BoundingBoxes: [B, 2] int64 (H, W) per sample
+
+
+class _InColumn:
+    """What a packed target holds for a leaf that travels in a ``_Column``."""
+
+    def __reduce__(self) -> str:
+        return "_IN_COLUMN"
+
+    def __repr__(self) -> str:
+        return "_IN_COLUMN"
+
+
+_IN_COLUMN = _InColumn()
+
+
 class PackedTargets:
     """A batch's targets as they cross processes: every tensor leaf of every sample's target
     in one byte buffer, the targets themselves with ``_TensorRef``s in their place.
@@ -156,8 +183,9 @@ class PackedTargets:
     of a batch of detection targets would run out, as ``_wire``'s docstring says of
     images): a small one pickles inline as numpy, a large one (masks) as one tensor. Where
     every target is a flat dict with the same keys (a detection batch), a key's leaves of one
-    dtype and trailing shape lie back to back (``columns``): the executor makes a batch's
-    views of them with one split instead of one slice per leaf. On
+    dtype and trailing shape lie back to back (``columns``): they cross processes as a few
+    arrays per key, not one object per leaf, and the executor makes a batch's views of them
+    with one split. On
     the GPU path the buffer goes to the device in one copy (``unpack(device)``). A
     sequence of the samples' targets, unpacked (``[i]``, slices, iteration); setting one
     (on_error's replacement on the GPU) packs the batch again. ``mapped``: the targets
@@ -173,7 +201,7 @@ class PackedTargets:
         self.mapped = mapped
         self.boxes_mapped = boxes_mapped  # _target_plan.BoxesMapped or None
         self.has_masks = has_masks  # whether a leaf is a Mask (False: the executor has nothing to resample)
-        self.columns = columns  # keys whose leaves lie back to back, sample after sample (``_columns``)
+        self.columns = columns  # _Column: keys whose leaves lie back to back, sample after sample
 
     @classmethod
     def pack(cls, targets: Sequence[Any], mapped: bool = False, boxes_mapped: Any = None) -> PackedTargets:
@@ -193,10 +221,19 @@ class PackedTargets:
             tensors.append(t)
             placed.append(ref)
 
-        for k, _ in columns:  # a key's leaves back to back, so that one split gives the samples' views
+        packed_columns = []
+        for k, key in columns:  # a key's leaves back to back, so that one split gives the samples' views
+            start = at
             for (leaves, _), row in zip(flat, refs):
                 place(leaves[k], row[k])
             at = -(-at // _TARGET_ALIGN) * _TARGET_ALIGN
+            first = refs[0][k]
+            meta, canvas = (), None
+            if first.kind == _BOXES:
+                meta = (first.meta[0], first.meta[2])
+                canvas = np.array([row[k].meta[1] for row in refs], dtype=np.int64).reshape(-1, 2)
+            packed_columns.append(_Column(key, start, first.dtype, first.shape[1:], first.kind,
+                                          np.array([row[k].shape[0] for row in refs], dtype=np.int64), meta, canvas))
         for (leaves, _), row in zip(flat, refs):
             for k, ref in enumerate(row):
                 if ref is not None and k not in in_column:
@@ -206,10 +243,11 @@ class PackedTargets:
         for t, ref in zip(tensors, placed):
             if t.numel():
                 data[ref.offset: ref.offset + t.numel() * t.element_size()] = t.reshape(-1).view(torch.uint8)
-        trees = [unflatten([leaf if ref is None else ref for leaf, ref in zip(leaves, row)], spec)
+        trees = [unflatten([_IN_COLUMN if k in in_column else leaf if ref is None else ref
+                            for k, (leaf, ref) in enumerate(zip(leaves, row))], spec)
                  for (leaves, spec), row in zip(flat, refs)]
         return cls(trees, data.numpy() if at <= _TARGET_INLINE_BYTES else data, mapped, boxes_mapped,
-                   any(ref.kind == _MASK for ref in placed), tuple(key for _, key in columns))
+                   any(ref.kind == _MASK for ref in placed), tuple(packed_columns))
 
     def data_on(self, device: torch.device | str | None = None) -> torch.Tensor:
         """The buffer on ``device`` (one copy through pinned memory, ``upload``) or on the host."""
@@ -227,17 +265,20 @@ class PackedTargets:
             return [_unpacked(tree, data, typed) for tree in self.trees]
         # flat dicts with the same keys: each column's views in one split, the rest leaf by leaf
         out = [dict(tree) for tree in self.trees]
-        for key in self.columns:
-            column = [tree[key] for tree in self.trees]
-            first = column[0]
-            rows = [ref.shape[0] for ref in column]
-            view = _typed(data, first.dtype, typed)
-            start = first.offset // view.element_size()
-            n = sum(rows)
-            block = view[start: start + n * math.prod(first.shape[1:])].view(n, *first.shape[1:])
-            for target, ref, t in zip(out, column, block.split(rows)):
-                target[key] = _kind(t, ref)
-        others = [key for key in out[0] if key not in self.columns]  # (every target has the same keys)
+        for col in self.columns:
+            view = _typed(data, col.dtype, typed)
+            n = int(col.rows.sum())
+            start = col.offset // view.element_size()
+            parts = view[start: start + n * math.prod(col.tail)].view(n, *col.tail).split(col.rows.tolist())
+            if col.kind == _BOXES:
+                fmt, mode = col.meta
+                parts = [_bounding_boxes(t, fmt, canvas, mode) for t, canvas in zip(parts, col.canvas.tolist())]
+            elif col.kind == _MASK:
+                parts = [tv_tensors.Mask(t) for t in parts]
+            for target, t in zip(out, parts):
+                target[col.key] = t
+        in_columns = {col.key for col in self.columns}
+        others = [key for key in out[0] if key not in in_columns]  # (every target has the same keys)
         for target in out:
             for key in others:
                 if isinstance(target[key], _TensorRef):
@@ -251,6 +292,8 @@ class PackedTargets:
         return iter(self.unpack())
 
     def __getitem__(self, index: int | slice) -> Any:
+        if self.columns:
+            return self.unpack()[index]
         if isinstance(index, slice):
             return [_unpacked(tree, self._host()) for tree in self.trees[index]]
         return _unpacked(self.trees[index], self._host())
@@ -337,8 +380,10 @@ def _columns(flat: list, refs: list) -> list[tuple[int, Any]]:
         first = refs[0][k]
         if first is None or len(first.shape) == 0:
             continue
+        meta = first.meta[0::2]  # BoundingBoxes: (format, clamping_mode); the canvas may differ
         if all(row[k] is not None and row[k].dtype == first.dtype and row[k].kind == first.kind
-               and len(row[k].shape) == len(first.shape) and row[k].shape[1:] == first.shape[1:] for row in refs):
+               and len(row[k].shape) == len(first.shape) and row[k].shape[1:] == first.shape[1:]
+               and row[k].meta[0::2] == meta for row in refs):
             out.append((k, key))
     return out
 
