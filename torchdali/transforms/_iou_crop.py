@@ -127,42 +127,57 @@ class RandomIoUCrop(Transform):
         XYXY boxes padded with NaN, the samples' stream keys): per sample whether a round ended the loop,
         whether by leaving it alone, and the crop ``[S, 4]`` and centres ``[S, N]`` of the first such round.
 
-        A round draws a minimum IoU, then ``trials`` crops; the first crop that passes ends it. Drawing
-        ``_ROUNDS`` rounds together and taking the first that ends the loop is the same as drawing
-        them one after the other."""
+        A round draws a minimum IoU, then ``trials`` crops; the first crop that passes ends it. The
+        block's numbers are drawn at once; its rounds are then evaluated in turn, each on the samples
+        no earlier round ended (most end in their first): the same as drawing them one after the other."""
         s, t = len(height), self.trials
         u = _rng.uniform(keys, block, _ROUNDS * (1 + 4 * t)).reshape(s, _ROUNDS, 1 + 4 * t)
         options = np.asarray(self.options)
         minimum = options[np.minimum((u[..., 0] * len(options)).astype(np.int64), len(options) - 1)]  # [S, R]
         v = rand32(u[..., 1:].reshape(s, _ROUNDS, t, 4))
+        done, leave = np.zeros(s, dtype=bool), np.zeros(s, dtype=bool)
+        crop, inside = np.zeros((s, 4)), np.zeros((s, boxes.shape[1]), dtype=bool)
+        active = np.arange(s)
+        for r in range(_ROUNDS):
+            if not len(active):
+                break
+            least = minimum[active, r]
+            ok, found, centres = self._trials(height[active], width[active], boxes[active], v[active, r], least)
+            ends = (least >= 1.0) | ok.any(axis=-1)
+            rows = np.flatnonzero(ends)
+            k = np.argmax(ok[rows], axis=-1)  # the round's first passing trial
+            ended = active[rows]
+            done[ended], leave[ended] = True, least[rows] >= 1.0
+            crop[ended], inside[ended] = found[rows, k], centres[rows, k]
+            active = active[~ends]
+        return done, leave, crop, inside
+
+    def _trials(self, height: np.ndarray, width: np.ndarray, boxes: np.ndarray, v: np.ndarray,
+                minimum: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One round's ``T`` trial crops for ``[A]`` samples (``v``: their ``[A, T, 4]`` numbers, ``minimum``:
+        each one's IoU threshold): whether each passes ``[A, T]``, the crops ``[A, T, 4]`` (top, left,
+        height, width) and which box centres each holds ``[A, T, N]``."""
         span = np.float32(self.max_scale - self.min_scale)
-        hh, ww = height.astype(np.float32)[:, None, None], width.astype(np.float32)[:, None, None]
-        new_w = np.trunc(ww * (np.float32(self.min_scale) + span * v[..., 0]))  # [S, R, T], float32 as torchvision
+        hh, ww = height.astype(np.float32)[:, None], width.astype(np.float32)[:, None]
+        new_w = np.trunc(ww * (np.float32(self.min_scale) + span * v[..., 0]))  # [A, T], float32 as torchvision
         new_h = np.trunc(hh * (np.float32(self.min_scale) + span * v[..., 1]))
         with np.errstate(divide="ignore", invalid="ignore"):
             aspect = new_w.astype(np.float64) / new_h
         left = np.trunc((ww - new_w) * v[..., 2]).astype(np.float64)
         top = np.trunc((hh - new_h) * v[..., 3]).astype(np.float64)
         right, bottom = left + new_w, top + new_h
-        b = boxes[:, None, None]  # [S, 1, 1, N, 4]
+        b = boxes[:, None]  # [A, 1, N, 4]
         cx, cy = 0.5 * (b[..., 0] + b[..., 2]), 0.5 * (b[..., 1] + b[..., 3])
-        l_, t_, r_, b_ = (a[..., None] for a in (left, top, right, bottom))  # [S, R, T, 1]
-        inside = (l_ < cx) & (cx < r_) & (t_ < cy) & (cy < b_)  # [S, R, T, N]
+        l_, t_, r_, b_ = (a[..., None] for a in (left, top, right, bottom))  # [A, T, 1]
+        inside = (l_ < cx) & (cx < r_) & (t_ < cy) & (cy < b_)  # [A, T, N]
         inter = (np.clip(np.minimum(b[..., 2], r_) - np.maximum(b[..., 0], l_), 0, None)
                  * np.clip(np.minimum(b[..., 3], b_) - np.maximum(b[..., 1], t_), 0, None))
         area = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
         with np.errstate(divide="ignore", invalid="ignore"):
             iou = np.where(inside, inter / (area + (new_w * new_h)[..., None] - inter), -np.inf)
         ok = ((self.min_aspect_ratio <= aspect) & (aspect <= self.max_aspect_ratio) & (new_w > 0) & (new_h > 0)
-              & inside.any(axis=-1) & (iou.max(axis=-1) >= minimum[..., None]))  # [S, R, T]
-        leave = minimum >= 1.0
-        ends = leave | ok.any(axis=-1)  # [S, R]
-        done = ends.any(axis=-1)
-        r = np.argmax(ends, axis=-1)  # the first round that ends the loop
-        k = np.argmax(ok[np.arange(s), r], axis=-1)  # its first passing trial
-        at = (np.arange(s), r, k)
-        crop = np.stack([top[at], left[at], new_h[at], new_w[at]], axis=-1)
-        return done, leave[np.arange(s), r], crop, inside[at]
+              & inside.any(axis=-1) & (iou.max(axis=-1) >= minimum[:, None]))  # [A, T]
+        return ok, np.stack([top, left, new_h, new_w], axis=-1), inside
 
     def transform(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray]) -> None:
         G.crop(geometry, params["top"], params["left"], params["height"], params["width"])
