@@ -72,7 +72,6 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torchvision import tv_tensors
-from csrc_triton._triton import upload
 
 from ..errors import SampleError
 from ._auto_augment import _AutoAugmentBase
@@ -84,7 +83,8 @@ from ._iou_crop import RandomIoUCrop
 from ._plan import Plan, Transform
 from ._random import _PerSample
 from ._reference_geometry import FixedSizeCrop
-from ._targets import BOX_FORMATS, TargetGeometry, _on, _to_xyxy, map_boxes, map_masks, step_mask_fill, trace_plan
+from ._targets import (BOX_FORMATS, TargetGeometry, _on, _on_device, _to_xyxy, map_boxes, map_masks, step_mask_fill,
+                       trace_plan)
 from ._timm import _TimmOps
 from ._transforms import ToDtype
 from ._warp import _Warp
@@ -198,6 +198,15 @@ def _labels(op: SanitizeBoundingBoxes, target: Any, leaves: list[Any]) -> list[i
     getter = op.labels_getter
     if getter is None:
         return []
+    if getter == "default" and type(target) is dict and len(leaves) == len(target):
+        # a flat dict (its leaves are its values in order): the default getter names a key, found once per key set
+        keys = tuple(target)
+        at = _default_label_at.get(keys)
+        if at is None:
+            key = _default_label_key(keys)
+            at = _default_label_at[keys] = [] if key is None else [keys.index(key)]
+        if at and isinstance(leaves[at[0]], torch.Tensor):
+            return [j for j, leaf in enumerate(leaves) if leaf is leaves[at[0]]]
     got = _default_labels((None, target)) if getter == "default" else getter((None, target))
     if got is None:
         return []
@@ -206,6 +215,19 @@ def _labels(op: SanitizeBoundingBoxes, target: Any, leaves: list[Any]) -> list[i
         if not isinstance(g, torch.Tensor):
             raise ValueError(f"The labels in the input to forward() must be a tensor or None, got {type(g)} instead.")
     return [j for j, leaf in enumerate(leaves) if any(leaf is g for g in got)]
+
+
+def _default_label_key(keys: tuple) -> Any:
+    """The key torchvision's default ``labels_getter`` picks among ``keys`` (None: none)."""
+    for test in (lambda k: k.lower() == "labels", lambda k: "label" in k.lower()):
+        key = next((k for k in keys if isinstance(k, str) and test(k)), None)
+        if key is not None:
+            return key
+    return None
+
+
+#: a flat dict's key set -> the leaf positions the default labels_getter names (``_labels``)
+_default_label_at: dict = {}
 
 
 class _Pad(NamedTuple):
@@ -319,6 +341,11 @@ class TargetPlan:
                                              f"tv_tensors.BoundingBoxes; it holds {count}")
         if not any(isinstance(leaf, (tv_tensors.BoundingBoxes, tv_tensors.Mask)) for leaf in leaves):
             return False
+        with torch._C.DisableTorchFunctionSubclass():  # shapes and dtypes without the tv_tensors' Python dispatch
+            return self._check_geometry(target, leaves, image_hw, index, path)
+
+    def _check_geometry(self, target: Any, leaves: list, image_hw: Sequence[int], index: int,
+                        path: str | None) -> bool:
         hw = (int(image_hw[0]), int(image_hw[1]))
         where = _where(index, path)
         boxes = []
@@ -587,7 +614,7 @@ class _Boxes:
                 mask = any_mask and isinstance(leaf, tv_tensors.Mask) and leaf.ndim > 2 and leaf.shape[0] == n
                 if k in rows_of[e] or mask:
                     picks.append((i, k, rows))
-        *indices, kept_rows = upload([r for _, _, r in picks] + [np.flatnonzero(keep_h)], self.device)
+        *indices, kept_rows = _on_device([r for _, _, r in picks] + [np.flatnonzero(keep_h)], self.device)
         for (i, k, _), index in zip(picks, indices):
             leaf = self.leaves[i][k]
             kept = leaf.as_subclass(torch.Tensor).index_select(0, index)

@@ -251,10 +251,20 @@ TargetGeometryLike = Union[TargetGeometry, G.BatchGeometry, BatchParams, torch.T
 
 
 def _on(device: torch.device, *arrays: Any) -> Any:
-    """Host arrays on ``device`` through one pinned copy (``upload``); one array gives one tensor.
-    A copy from pageable memory (``tensor.to(device)``) could make the host wait for the stream."""
-    out = upload([a if isinstance(a, torch.Tensor) else np.asarray(a) for a in arrays], torch.device(device))
+    """Host arrays on ``device`` (``_on_device``); one array gives one tensor."""
+    out = _on_device(arrays, device)
     return out[0] if len(arrays) == 1 else out
+
+
+def _on_device(arrays: Sequence[Any], device: torch.device | str) -> list[torch.Tensor]:
+    """Arrays or tensors as new tensors on ``device``: on a GPU through one pinned copy
+    (``upload``; a copy from pageable memory could make the host wait for the stream), on the
+    host (a worker mapping boxes) as plain copies."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return [torch.as_tensor(a if isinstance(a, torch.Tensor) else np.asarray(a)).to(device, copy=True)
+                for a in arrays]
+    return upload([a if isinstance(a, torch.Tensor) else np.asarray(a) for a in arrays], device)
 
 
 class MappedBoxes(NamedTuple):
