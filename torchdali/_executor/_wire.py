@@ -206,48 +206,51 @@ class PackedTargets:
     @classmethod
     def pack(cls, targets: Sequence[Any], mapped: bool = False, boxes_mapped: Any = None) -> PackedTargets:
         flat = [flatten(t) for t in targets]
-        refs = [[_ref(leaf) for leaf in leaves] for leaves, _ in flat]
-        columns = _columns(flat, refs)
-        in_column = {k for k, _ in columns}
-        tensors: list[torch.Tensor] = []
-        placed: list[_TensorRef] = []
-        at = 0
-
-        def place(leaf: torch.Tensor, ref: _TensorRef) -> None:
-            nonlocal at
-            t = leaf.as_subclass(torch.Tensor).detach()
-            ref.offset = at
-            at += t.numel() * t.element_size()
-            tensors.append(t)
-            placed.append(ref)
-
-        packed_columns = []
-        for k, key in columns:  # a key's leaves back to back, so that one split gives the samples' views
-            start = at
-            for (leaves, _), row in zip(flat, refs):
-                place(leaves[k], row[k])
-            at = -(-at // _TARGET_ALIGN) * _TARGET_ALIGN
-            first = refs[0][k]
-            meta, canvas = (), None
-            if first.kind == _BOXES:
-                meta = (first.meta[0], first.meta[2])
-                canvas = np.array([row[k].meta[1] for row in refs], dtype=np.int64).reshape(-1, 2)
-            packed_columns.append(_Column(key, start, first.dtype, first.shape[1:], first.kind,
-                                          np.array([row[k].shape[0] for row in refs], dtype=np.int64), meta, canvas))
-        for (leaves, _), row in zip(flat, refs):
-            for k, ref in enumerate(row):
-                if ref is not None and k not in in_column:
-                    place(leaves[k], ref)
-                    at = -(-at // _TARGET_ALIGN) * _TARGET_ALIGN
-        data = torch.empty(at, dtype=torch.uint8)
-        for t, ref in zip(tensors, placed):
-            if t.numel():
-                data[ref.offset: ref.offset + t.numel() * t.element_size()] = t.reshape(-1).view(torch.uint8)
-        trees = [unflatten([_IN_COLUMN if k in in_column else leaf if ref is None else ref
-                            for k, (leaf, ref) in enumerate(zip(leaves, row))], spec)
-                 for (leaves, spec), row in zip(flat, refs)]
+        with torch._C.DisableTorchFunctionSubclass():  # shapes, dtypes and copies without the tv_tensors' dispatch
+            columns = _columns(flat)
+            in_column = {k for k, _ in columns}
+            parts: list[tuple[int, torch.Tensor]] = []  # (byte offset, tensor) to write
+            at = 0
+            packed_columns = []
+            for k, key in columns:  # a key's leaves back to back, so that one split gives the samples' views
+                leaves = [leaves[k] for leaves, _ in flat]
+                first = leaves[0]
+                kind, meta = _kind_of(first)
+                canvas = None
+                if kind == _BOXES:
+                    canvas = np.array([tuple(leaf.canvas_size) for leaf in leaves], dtype=np.int64).reshape(-1, 2)
+                block = torch.cat([leaf.reshape(-1) for leaf in leaves])
+                parts.append((at, block))
+                packed_columns.append(_Column(key, at, first.dtype, tuple(first.shape[1:]), kind,
+                                              np.array([leaf.shape[0] for leaf in leaves], dtype=np.int64),
+                                              meta, canvas))
+                at = _aligned(at + block.numel() * block.element_size())
+            has_masks = any(c.kind == _MASK for c in packed_columns)
+            trees = []
+            for leaves, spec in flat:
+                out = []
+                for k, leaf in enumerate(leaves):
+                    if k in in_column:
+                        out.append(_IN_COLUMN)
+                        continue
+                    if not isinstance(leaf, torch.Tensor) or leaf.is_cuda:  # a number, a string, a GPU tensor
+                        out.append(leaf)
+                        continue
+                    kind, meta = _kind_of(leaf)
+                    if kind == _BOXES:
+                        meta = (meta[0], tuple(int(v) for v in leaf.canvas_size), meta[1])
+                    has_masks |= kind == _MASK
+                    out.append(_TensorRef(at, tuple(leaf.shape), leaf.dtype, kind, meta))
+                    parts.append((at, leaf))
+                    at = _aligned(at + leaf.numel() * leaf.element_size())
+                trees.append(unflatten(out, spec))
+            data = torch.empty(at, dtype=torch.uint8)
+            for offset, t in parts:
+                n = t.numel() * t.element_size()
+                if n:
+                    data[offset: offset + n] = t.detach().reshape(-1).view(torch.uint8)
         return cls(trees, data.numpy() if at <= _TARGET_INLINE_BYTES else data, mapped, boxes_mapped,
-                   any(ref.kind == _MASK for ref in placed), tuple(packed_columns))
+                   has_masks, tuple(packed_columns))
 
     def data_on(self, device: torch.device | str | None = None) -> torch.Tensor:
         """The buffer on ``device`` (one copy through pinned memory, ``upload``) or on the host."""
@@ -354,36 +357,34 @@ def _kind(t: torch.Tensor, ref: _TensorRef) -> torch.Tensor:
     return t
 
 
-def _ref(leaf: Any) -> _TensorRef | None:
-    """A ``_TensorRef`` (its offset not yet placed) for a host tensor leaf, else None: the leaf
-    travels as it is (a number, a string, a GPU tensor)."""
-    if not isinstance(leaf, torch.Tensor) or leaf.is_cuda:
-        return None
-    kind, meta = _PLAIN, ()
+def _kind_of(leaf: torch.Tensor) -> tuple[int, tuple]:
+    """A tensor leaf's kind and what a column of them shares: a BoundingBoxes' (format,
+    clamping_mode); nothing for a Mask or a plain tensor."""
     if isinstance(leaf, tv_tensors.BoundingBoxes):
-        kind = _BOXES
-        meta = (leaf.format.name, tuple(int(v) for v in leaf.canvas_size), getattr(leaf, "clamping_mode", "soft"))
-    elif isinstance(leaf, tv_tensors.Mask):
-        kind = _MASK
-    return _TensorRef(-1, tuple(leaf.shape), leaf.dtype, kind, meta)
+        return _BOXES, (leaf.format.name, getattr(leaf, "clamping_mode", "soft"))
+    return (_MASK if isinstance(leaf, tv_tensors.Mask) else _PLAIN), ()
 
 
-def _columns(flat: list, refs: list) -> list[tuple[int, Any]]:
+def _aligned(offset: int) -> int:
+    return -(-offset // _TARGET_ALIGN) * _TARGET_ALIGN
+
+
+def _columns(flat: list) -> list[tuple[int, Any]]:
     """``(leaf position, key)`` of each key whose leaves can be laid out as one column: every
-    target a flat dict with the same keys, the key's leaves host tensors of one dtype, kind and
-    shape past the first dimension (boxes ``[n, 4]``, labels ``[n]``)."""
+    target a flat dict with the same keys, the key's leaves host tensors of one type, dtype and
+    shape past the first dimension (boxes ``[n, 4]``, labels ``[n]``; BoundingBoxes of one format
+    and clamping mode)."""
     keys = flat_keys(flat[0][1]) if flat else None
     if keys is None or any(flat_keys(spec) != keys for _, spec in flat):
         return []
     out = []
     for k, key in enumerate(keys):
-        first = refs[0][k]
-        if first is None or len(first.shape) == 0:
+        first = flat[0][0][k]
+        if not isinstance(first, torch.Tensor) or first.is_cuda or first.dim() == 0:
             continue
-        meta = first.meta[0::2]  # BoundingBoxes: (format, clamping_mode); the canvas may differ
-        if all(row[k] is not None and row[k].dtype == first.dtype and row[k].kind == first.kind
-               and len(row[k].shape) == len(first.shape) and row[k].shape[1:] == first.shape[1:]
-               and row[k].meta[0::2] == meta for row in refs):
+        cls, dtype, dim, tail, meta = type(first), first.dtype, first.dim(), first.shape[1:], _kind_of(first)[1]
+        if all(type(leaves[k]) is cls and leaves[k].dtype == dtype and not leaves[k].is_cuda and leaves[k].dim() == dim
+               and leaves[k].shape[1:] == tail and (not meta or _kind_of(leaves[k])[1] == meta) for leaves, _ in flat):
             out.append((k, key))
     return out
 
