@@ -549,3 +549,34 @@ def test_detection_parts_merge_into_the_batch_mapped_whole():
     for i, (a, b, w) in enumerate(zip(*mapped, want)):
         assert_target(a, w, f"merged: sample {i}")
         assert_target(b, w, f"whole: sample {i}")
+
+
+def test_detection_batch_without_masks_leaves_the_worker_mapped_and_without_a_trace():
+    """A whole batch whose targets hold no Mask leaves the worker with its boxes mapped and no
+    trace (nothing is left for the executor); ``map_targets`` then gives the targets that the
+    whole mapping gives, as views of the batch's one buffer. With masks the trace stays."""
+    from torchvision.transforms import v2
+
+    from torchdali import _rng
+    from torchdali._executor._executor import map_targets
+    from torchdali.transforms._target_plan import TargetPlan
+
+    from .test_geometry_targets import MIXED, Detection, assert_target
+
+    plan = compile_transforms([T.RandomZoomOut(p=1.0), T.RandomIoUCrop(), T.RandomHorizontalFlip(),
+                               v2.SanitizeBoundingBoxes(), T.Resize((24, 24))])
+    tp = TargetPlan.of(plan)
+    ds = Detection(sizes=MIXED * 4, masks=False)
+    n = len(ds)
+    tb = next(iter(TaggedBatchSampler(torch.utils.data.BatchSampler(range(n), n, False), EpochState(seed=4, epoch=2))))
+    batch = _pack(PrepareBatch(plan, "gpu", delivery=Delivery()), ds, tb)
+    assert batch.trace is None and not batch.targets.has_masks and batch.targets.boxes_mapped is not None
+    got = map_targets(tp, batch.targets, batch, batch.shapes, torch.device("cpu"))
+    buffer = got.tensors[0].untyped_storage().data_ptr()
+    assert all(t[k].untyped_storage().data_ptr() == buffer for t in got for k in ("boxes", "labels") if t[k].numel())
+    want = tp.map([ds.target(i) for i in range(n)], batch.shapes[:, :2], _rng.sample_keys(4, 2, batch.positions), "cpu")
+    for i, (a, w) in enumerate(zip(got, want)):
+        assert_target(a, w, f"sample {i}")
+
+    masked = _pack(PrepareBatch(plan, "gpu", delivery=Delivery()), Detection(sizes=MIXED * 4), tb)
+    assert masked.trace is not None and masked.targets.has_masks

@@ -518,6 +518,29 @@ def test_every_kept_box_keeps_its_label_and_mask():
         assert len(target["boxes"]) == len(target["labels"]) == len(target["masks"]), i
 
 
+@pytest.mark.parametrize("keys", [("boxes", "labels"), ("image_id", "boxes", "Labels", "class_label"),
+                                  ("boxes", "class_label", "masks"), ("boxes", "masks")])
+def test_the_default_labels_getter_names_torchvisions_key(keys):
+    """The positions the default labels_getter names in a flat target dict (found once per key set)
+    are those of the tensor torchvision's heuristic picks; without a label key, its error."""
+    from torchvision.transforms.v2._utils import _find_labels_default_heuristic
+
+    from torchdali.transforms._target_plan import _labels
+
+    op = SanitizeBoundingBoxes()
+    for rows in (3, 4):  # the second target of the key set: through the cache
+        target = {k: torch.arange(rows) for k in keys}
+        leaves = list(target.values())
+        try:
+            want = _find_labels_default_heuristic((None, target))
+        except ValueError:
+            with pytest.raises(ValueError, match="labels"):
+                _labels(op, target, leaves)
+            continue
+        at = _labels(op, target, leaves)
+        assert len(at) == 1 and leaves[at[0]] is want
+
+
 def test_a_callable_labels_getter_gets_the_sample():
     seen = []
 
