@@ -190,6 +190,7 @@ def _assert_same_value(got, want, key):
         assert torch.equal(got.as_subclass(torch.Tensor), want.as_subclass(torch.Tensor)), key
         if isinstance(want, tv_tensors.BoundingBoxes):
             assert got.format == want.format and tuple(got.canvas_size) == tuple(want.canvas_size)
+            assert getattr(got, "clamping_mode", None) == getattr(want, "clamping_mode", None)
     else:
         assert got == want, key
 

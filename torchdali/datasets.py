@@ -10,6 +10,7 @@ give them after ``wrap_dataset_for_transforms_v2``.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections import defaultdict
@@ -22,6 +23,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from ._coco_masks import segmentation_to_mask
 from .errors import SampleError
+from .transforms._box_ops import _bounding_boxes
 
 __all__ = [
     "ImageFolder", "FileList", "FileBytes", "CocoDetection", "VOCSegmentation", "SegmentationFolder",
@@ -398,19 +400,36 @@ class CocoDetection(_TargetFiles):
             if bad:
                 raise ValueError(f"annotation {anns[bad[0]].get('id')}: bbox must be [x, y, width, height], "
                                  f"got {bboxes[bad[0]]!r}")
-            xyxy = torch.tensor(bboxes, dtype=torch.float32) if anns else torch.zeros(0, 4)
+            numbers = np.array(bboxes) if anns else np.zeros((0, 4), dtype=np.float32)
+            if numbers.dtype.kind in "iuf":  # (torch.tensor's float32 of the same numbers, without its list walk)
+                xyxy = torch.from_numpy(numbers.astype(np.float32))
+            else:
+                xyxy = torch.tensor(bboxes, dtype=torch.float32)  # what it makes of the rest, or its error
             xyxy[:, 2:] += xyxy[:, :2]  # XYWH -> XYXY as convert_bounding_box_format computes it, in place
-            target["boxes"] = tv_tensors.BoundingBoxes(xyxy, format="XYXY", canvas_size=(height, width))
+            # BoundingBoxes(xyxy, format="XYXY", canvas_size=...) without its checks (an [N, 4] float tensor)
+            target["boxes"] = _bounding_boxes(xyxy, "XYXY", (height, width), _default_clamping())
         if "masks" in keys:
             masks = [segmentation_to_mask(ann["segmentation"], height, width) for ann in anns]
             stacked = np.stack(masks) if masks else np.zeros((0, height, width), dtype=np.uint8)
             target["masks"] = tv_tensors.Mask(torch.from_numpy(stacked))
         if "labels" in keys:
             labels = [ann["category_id"] for ann in anns]
-            target["labels"] = torch.tensor(labels) if labels else torch.zeros(0, dtype=torch.int64)
+            if labels and all(type(v) is int for v in labels):
+                target["labels"] = torch.from_numpy(np.array(labels, dtype=np.int64))
+            else:
+                target["labels"] = torch.tensor(labels) if labels else torch.zeros(0, dtype=torch.int64)
         for key in sorted(keys - {"image_id", "boxes", "masks", "labels"}):
             target[key] = [ann[key] for ann in anns]
         return target
+
+
+@functools.lru_cache(maxsize=None)
+def _default_clamping() -> Any:
+    """The clamping_mode a BoundingBoxes gets when none is given (this torchvision's default)."""
+    from torchvision import tv_tensors
+
+    return getattr(tv_tensors.BoundingBoxes(torch.zeros(0, 4), format="XYXY", canvas_size=(1, 1)), "clamping_mode",
+                   "soft")
 
 
 class _SegmentationPairs(_TargetFiles):
