@@ -185,11 +185,11 @@ class PackedTargets:
     every target is a flat dict with the same keys (a detection batch), a key's leaves of one
     dtype and trailing shape lie back to back (``columns``): they cross processes as a few
     arrays per key, not one object per leaf, and the executor makes a batch's views of them
-    with one split. On
-    the GPU path the buffer goes to the device in one copy (``unpack(device)``). A
-    sequence of the samples' targets, unpacked (``[i]``, slices, iteration); setting one
-    (on_error's replacement on the GPU) packs the batch again. ``mapped``: the targets
-    were already mapped (the CPU path's result), so they arrive as a ``TargetList``.
+    with one split. On the GPU path the buffer goes to the device in one copy
+    (``unpack(device)``). A sequence of the samples' targets, unpacked (``[i]``, slices,
+    iteration); setting one (on_error's replacement on the GPU) packs the batch again.
+    ``mapped``: the targets were already mapped (the CPU path's result), so they arrive as
+    a ``TargetList``.
     ``boxes_mapped``: the GPU path's worker mapped the boxes on the host
     (``TargetPlan.map(part="boxes")``); what is left for the executor is the masks.
     """
