@@ -10,7 +10,6 @@ give them after ``wrap_dataset_for_transforms_v2``.
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 from collections import defaultdict
@@ -407,7 +406,7 @@ class CocoDetection(_TargetFiles):
                 xyxy = torch.tensor(bboxes, dtype=torch.float32)  # what it makes of the rest, or its error
             xyxy[:, 2:] += xyxy[:, :2]  # XYWH -> XYXY as convert_bounding_box_format computes it, in place
             # BoundingBoxes(xyxy, format="XYXY", canvas_size=...) without its checks (an [N, 4] float tensor)
-            target["boxes"] = _bounding_boxes(xyxy, "XYXY", (height, width), _default_clamping())
+            target["boxes"] = _bounding_boxes(xyxy, "XYXY", (height, width), "soft")  # (the constructor's default)
         if "masks" in keys:
             masks = [segmentation_to_mask(ann["segmentation"], height, width) for ann in anns]
             stacked = np.stack(masks) if masks else np.zeros((0, height, width), dtype=np.uint8)
@@ -421,15 +420,6 @@ class CocoDetection(_TargetFiles):
         for key in sorted(keys - {"image_id", "boxes", "masks", "labels"}):
             target[key] = [ann[key] for ann in anns]
         return target
-
-
-@functools.lru_cache(maxsize=None)
-def _default_clamping() -> Any:
-    """The clamping_mode a BoundingBoxes gets when none is given (this torchvision's default)."""
-    from torchvision import tv_tensors
-
-    return getattr(tv_tensors.BoundingBoxes(torch.zeros(0, 4), format="XYXY", canvas_size=(1, 1)), "clamping_mode",
-                   "soft")
 
 
 class _SegmentationPairs(_TargetFiles):

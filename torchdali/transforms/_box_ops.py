@@ -39,7 +39,7 @@ from ._targets import _box_format
 
 __all__ = [
     "BoxBatch", "ClampBoundingBoxes", "ConvertBoundingBoxFormat", "SanitizeBoundingBoxes",
-    "box_samples", "clamp_boxes", "convert_boxes", "kept_counts", "sanitize_boxes",
+    "box_samples", "clamp_boxes", "convert_boxes", "default_label_key", "kept_counts", "sanitize_boxes",
 ]
 
 #: ``clamping_mode`` values torchvision's ClampBoundingBoxes takes ("auto": the boxes' own)
@@ -264,12 +264,19 @@ def _bounding_boxes(data: torch.Tensor, fmt: str, canvas: tuple[int, int], mode:
 _box_fields: dict = {}
 
 
+def default_label_key(keys: Sequence[Any]) -> Any:
+    """The key torchvision's default ``labels_getter`` picks among ``keys``: ``labels`` (any case),
+    else the first string key holding ``label``; None when there is none."""
+    names = [k for k in keys if isinstance(k, str)]
+    key = next((k for k in names if k.lower() == "labels"), None)
+    return key if key is not None else next((k for k in names if "label" in k.lower()), None)
+
+
 def _default_labels(per_box: Mapping[str, PerBox]) -> PerBox:
-    """torchvision's default ``labels_getter``: the key ``labels`` (any case), else the first key holding ``label``."""
-    for test in (lambda k: k.lower() == "labels", lambda k: "label" in k.lower()):
-        for k, v in per_box.items():
-            if test(k):
-                return v
+    """torchvision's default ``labels_getter`` on the batch's per-box entries."""
+    key = default_label_key(list(per_box))
+    if key is not None:
+        return per_box[key]
     raise ValueError("Could not infer where the labels are in the batch's per-box entries. Pass a callable as "
                      "the labels_getter parameter, or labels_getter=None if there are no labels by design.")
 

@@ -77,7 +77,7 @@ from ..errors import SampleError
 from ._auto_augment import _AutoAugmentBase
 from ._box_ops import (
     ClampBoundingBoxes, ConvertBoundingBoxFormat, SanitizeBoundingBoxes, _bounding_boxes, clamp_boxes, convert_boxes,
-    sanitize_boxes,
+    default_label_key, sanitize_boxes,
 )
 from ._iou_crop import RandomIoUCrop
 from ._plan import Plan, Transform
@@ -89,7 +89,8 @@ from ._timm import _TimmOps
 from ._transforms import ToDtype
 from ._warp import _Warp
 
-__all__ = ["BoxesMapped", "TargetList", "TargetPlan", "flat_keys", "flatten", "has_geometry", "target_tensors", "unflatten"]
+__all__ = ["BoxesMapped", "TargetList", "TargetPlan", "flat_keys", "flatten", "has_geometry", "target_tensors",
+           "unflatten"]
 
 #: target-only steps of a pipeline (they change no pixel)
 TARGET_STEPS: tuple[type, ...] = (SanitizeBoundingBoxes, ClampBoundingBoxes, ConvertBoundingBoxFormat)
@@ -184,10 +185,9 @@ def _default_labels(inputs: Any) -> Any:
         raise ValueError(f"When using the default labels_getter, the input passed to forward must be a dictionary or "
                          f"a two-tuple whose second item is a dictionary or a tensor, but got {type(target).__name__} "
                          f"instead.")
-    for test in (lambda k: k.lower() == "labels", lambda k: "label" in k.lower()):
-        key = next((k for k in target if isinstance(k, str) and test(k)), None)
-        if key is not None:
-            return target[key]
+    key = default_label_key(list(target))
+    if key is not None:
+        return target[key]
     raise ValueError("Could not infer where the labels are in the sample. Try passing a callable as the "
                      "labels_getter parameter? If there are no labels in the sample by design, pass "
                      "labels_getter=None.")
@@ -203,7 +203,7 @@ def _labels(op: SanitizeBoundingBoxes, target: Any, leaves: list[Any]) -> list[i
         keys = tuple(target)
         at = _default_label_at.get(keys)
         if at is None:
-            key = _default_label_key(keys)
+            key = default_label_key(keys)
             at = _default_label_at[keys] = [] if key is None else [keys.index(key)]
         if at and isinstance(leaves[at[0]], torch.Tensor):
             return [j for j, leaf in enumerate(leaves) if leaf is leaves[at[0]]]
@@ -215,15 +215,6 @@ def _labels(op: SanitizeBoundingBoxes, target: Any, leaves: list[Any]) -> list[i
         if not isinstance(g, torch.Tensor):
             raise ValueError(f"The labels in the input to forward() must be a tensor or None, got {type(g)} instead.")
     return [j for j, leaf in enumerate(leaves) if any(leaf is g for g in got)]
-
-
-def _default_label_key(keys: tuple) -> Any:
-    """The key torchvision's default ``labels_getter`` picks among ``keys`` (None: none)."""
-    for test in (lambda k: k.lower() == "labels", lambda k: "label" in k.lower()):
-        key = next((k for k in keys if isinstance(k, str) and test(k)), None)
-        if key is not None:
-            return key
-    return None
 
 
 #: a flat dict's key set -> the leaf positions the default labels_getter names (``_labels``)
