@@ -342,8 +342,7 @@ def _typed(data: torch.Tensor, dtype: torch.dtype, typed: dict) -> torch.Tensor:
     """``data`` viewed as ``dtype`` (kept in ``typed``; every offset is a multiple of its element size)."""
     view = typed.get(dtype)
     if view is None:
-        size = torch.empty((), dtype=dtype).element_size()
-        view = typed[dtype] = data[: len(data) - len(data) % size].view(dtype)
+        view = typed[dtype] = data[: len(data) - len(data) % dtype.itemsize].view(dtype)
     return view
 
 
