@@ -48,3 +48,16 @@ print(layout.NUM_PARAMS)
     kernels, library, width = r.stdout.split()
     assert Path(kernels).is_relative_to(installed) and Path(library).is_relative_to(installed)
     assert int(width) > 0
+
+
+@pytest.mark.parametrize("chosen", [None, "1"])
+def test_import_gives_cuda_32_work_queues_unless_the_user_chose(chosen: str | None) -> None:
+    # CUDA reads CUDA_DEVICE_MAX_CONNECTIONS when it makes the context, so it must be set on import
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
+    if chosen is not None:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = chosen
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    code = "import os, torchdali, torch; print(os.environ['CUDA_DEVICE_MAX_CONNECTIONS'], torch.cuda.is_initialized())"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["32" if chosen is None else chosen, "False"]
