@@ -58,6 +58,30 @@ def test_import_gives_cuda_32_work_queues_unless_the_user_chose(chosen: str | No
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = chosen
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     code = "import os, torchdali, torch; print(os.environ['CUDA_DEVICE_MAX_CONNECTIONS'], torch.cuda.is_initialized())"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    r = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, timeout=120,
+                       env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["32" if chosen is None else chosen, "False"]
+
+
+@pytest.mark.parametrize("chosen, started, warned", [(None, False, False), (None, True, True),
+                                                     ("8", True, False), ("1", False, False)])
+def test_cuda_started_before_the_import_is_named(chosen: str | None, started: bool, warned: bool) -> None:
+    from torchdali._cuda_env import ask_for_work_queues
+
+    environ = {} if chosen is None else {"CUDA_DEVICE_MAX_CONNECTIONS": chosen}
+    message = ask_for_work_queues(environ, started)
+    assert environ == {"CUDA_DEVICE_MAX_CONNECTIONS": chosen or "32"}
+    assert (message is not None) == warned
+    if warned:
+        assert "Import torchdali before the first CUDA call" in message
+
+
+@pytest.mark.cuda
+def test_import_after_cuda_started_warns() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    code = "import torch; torch.cuda.init(); import torchdali"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "imported after CUDA started" in r.stderr
