@@ -187,6 +187,9 @@ def environment(device: torch.device, argv: list[str]) -> dict:
         "command": "python -m torchdali.bench " + " ".join(argv),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "cpus": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)),  # what ``taskset`` left this process
+        # CUDA's hardware work queues (torchdali sets 32 on import; torchdali/_cuda_env.py)
+        "cuda_device_max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
