@@ -1,5 +1,5 @@
 """An epoch's first batches go to the workers in parts (``_tags.EpochStart``), and the
-fetch thread puts them back together (``_worker.merge_parts``): the batch must be
+staging thread puts them back together (``_worker.merge_parts``): the batch must be
 the one a worker would have packed whole."""
 from __future__ import annotations
 

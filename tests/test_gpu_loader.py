@@ -16,8 +16,6 @@ from ._helpers import jpeg_bytes, make_folder, set_options
 pytestmark = pytest.mark.cuda
 
 RECIPE = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip()])
-#: the background threads of a GPU iterator, by name
-LOADER_THREADS = ("torchdali-fetch", "torchdali-stage", "torchdali-executor")
 
 
 def _batches(loader):
@@ -229,7 +227,7 @@ def test_killed_worker_on_the_gpu_path_raises_and_shuts_down(folder):
             pass
     assert time.perf_counter() - t0 < 5
     time.sleep(0.2)
-    assert not [t for t in threading.enumerate() if t.name in LOADER_THREADS]
+    assert not [t for t in threading.enumerate() if t.name in ("torchdali-executor", "torchdali-stage")]
     torch.cuda.synchronize()
     loader.close()
 
@@ -244,7 +242,7 @@ def test_break_out_of_the_loop_shuts_the_thread_down(folder):
     next(it)
     it.close()
     del it
-    alive = [t for t in threading.enumerate() if t.name in LOADER_THREADS]
+    alive = [t for t in threading.enumerate() if t.name in ("torchdali-executor", "torchdali-stage")]
     assert not alive, alive
     # what is left belongs to the loader and goes with it
     assert all(n == "QueueFeederThread" for n in {t.name for t in threading.enumerate()} - before)

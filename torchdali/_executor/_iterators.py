@@ -1,11 +1,8 @@
 """The iterators ``DataLoader.__iter__`` returns: where batches reach the training loop.
 
-``GpuIterator`` (device="cuda"): a fetch thread takes packed batches from the
-inner torch DataLoader (torch's queue, the unpickling, the next index sent to a
-worker), a staging thread stages their bytes (``_staging.py``) and, from 6 CPUs,
-decodes them, so that taking the next batch from the workers overlaps nvJPEG's
-call, which lets go of the interpreter; an executor thread decodes and
-transforms them (``BatchExecutor.process``); at most
+``GpuIterator`` (device="cuda"): a staging thread takes packed batches from the
+inner torch DataLoader and stages their bytes (``_staging.py``); an executor
+thread decodes and transforms them (``BatchExecutor.process``); at most
 ``prefetch_depth`` finished batches wait in the prefetch queue for the training
 loop, whose stream waits on each batch's ready event. ``CpuIterator``
 (device="cpu"): the workers finished the batches; it only hands them over.
@@ -13,7 +10,7 @@ loop, whose stream waits on each batch's ready event. ``CpuIterator``
 Note [torchdali iterator shutdown]
 ==================================
 
-A GPU iterator ends in one of three ways: the epoch ends (the fetch thread
+A GPU iterator ends in one of three ways: the epoch ends (the staging thread
 meets StopIteration and sends ``_END`` down the queues; ``__next__`` closes the
 iterator; when the pass went on into the next epoch, ``_EPOCH_END`` instead
 parks the iterator, open, on the loader: Note [torchdali run-ahead] in
@@ -32,7 +29,7 @@ this order:
    worker, so ``_next_inner`` waits in ``WORKER_POLL_S`` steps through torch's own
    ``timeout`` (which leaves its state untouched when it fires); the user's
    ``timeout`` still holds across the steps.
-2. Drain the queues, so a producer blocked on a full queue wakes; staged
+2. Drain both queues, so a producer blocked on a full queue wakes; staged
    batches give their pinned slots back.
 3. Join the executor thread (``EXEC_JOIN_S``): it is the only thread that queues
    GPU work on the staged bytes and releases ring slots.
@@ -43,7 +40,7 @@ this order:
    dropped in step 2 or 6 give their decode buffers back (``BatchExecutor.drop``). Workers may be writing
    (or waiting to write) batches this iterator dispatched and will never
    consume; after the release every slot is theirs, so they never block. The
-   fetch thread may still be inside torch's iterator, which refills its
+   staging thread may still be inside torch's iterator, which refills its
    prefetch from the sampler: retiring first means no batch number past
    ``last`` can be handed out by this iterator, so none waits for a slot that
    is never released.
@@ -51,24 +48,24 @@ this order:
    on the next ``iter()``, and the next ``GpuIterator`` gives the previous torch
    iterator the user's ``timeout`` back for that reset (instead of the short
    ``WORKER_POLL_S`` steps). Otherwise (workers not persistent, or the epoch
-   left half-way, when the fetch thread may still be inside torch's iterator
+   left half-way, when the staging thread may still be inside torch's iterator
    and the workers cannot be reset safely) the workers are shut down, and the
    inner loader forgets its persistent iterator so the next epoch starts anew.
-   A parked iterator's fetch and staging threads are inside the next epoch: they
-   are joined first, and the workers stay when both have ended (torch's reset
-   then drops the batches they built ahead).
+   A parked iterator's staging thread is inside the next epoch: it is joined
+   first, and the workers stay when it has ended (torch's reset then drops the
+   batches they built ahead).
    On the error path (``wait_for_workers=False``) the shutdown runs on a
    background thread (``torchdali-worker-shutdown``): a stuck worker (the
    reason for a timeout) must not hold the error back, and torch's shutdown
    ends the workers within seconds.
-6. Join the threads (``THREAD_JOIN_S`` each) and drain the queues once
+6. Join both threads (``THREAD_JOIN_S`` each) and drain the staged queue once
    more: the staging thread may have put a batch there while we drained.
 
 A worker dies
 -------------
 A worker killed by the out-of-memory killer or crashed by a decoder reaches
 the user as torch's RuntimeError ("DataLoader worker (pid N) exited
-unexpectedly" from the fetch thread's wait, or "... is killed by signal"
+unexpectedly" from the staging thread's wait, or "... is killed by signal"
 from torch's SIGCHLD handler in the user's thread). Before closing, both
 iterators pass it through ``_records.worker_died``, which finds the worker
 with a non-zero exit code and reads the batch it had recorded in the
@@ -121,7 +118,7 @@ from ._worker import merge_parts
 
 QUEUE_POLL_S = 0.1  # how often a blocked put, or the executor's wait for a staged batch, checks the stop event
 RING_POLL_S = 0.002  # that wait's step while ring slots wait for the GPU: a worker may be waiting for one
-WORKER_POLL_S = 0.05  # the fetch thread waits for the workers' next batch in steps this long
+WORKER_POLL_S = 0.05  # the staging thread waits for the workers' next batch in steps this long
 EXEC_JOIN_S = 2.0  # close waits this long for the executor thread before it releases ring slots
 THREAD_JOIN_S = 5.0  # close waits this long for each background thread at the end
 CONSUMER_POLL_S = 1.0  # the training loop's wait for a batch checks this often that the threads are alive
@@ -142,7 +139,7 @@ class StagedBatch(NamedTuple):
 
     batch: PackedBatch
     slot: Slot
-    fetch_s: float  # staging thread waiting for the workers' batch (from the fetch thread)
+    fetch_s: float  # staging thread waiting for the workers' batch
     stage_s: float  # copying its bytes into pinned memory
     prepared: Any  # what ``BatchExecutor.prepare`` made of it: the batch decoded (or its sizes), or its clips started
 
@@ -150,10 +147,9 @@ class StagedBatch(NamedTuple):
 class GpuIterator:
     """Iterator over GPU batches.
 
-    Three background threads: one takes packed batches from the workers, one stages
-    their bytes in pinned memory (and, from 6 CPUs, decodes them), the last decodes
-    and transforms them; at most ``prefetch_depth`` finished batches wait for the
-    training loop.
+    Two background threads: one takes packed batches from the workers and stages
+    their bytes in pinned memory, the other decodes and transforms them; at most
+    ``prefetch_depth`` finished batches wait for the training loop.
     """
 
     def __init__(self, loader: Any, inner: torch.utils.data.DataLoader) -> None:
@@ -177,7 +173,6 @@ class GpuIterator:
         self._stats = loader._stats
         self._start_stats(loader, ran_ahead=False)
         self._queue: queue.Queue = queue.Queue(maxsize=loader.prefetch_depth)  # ReadyBatch, _END or _Failure
-        self._fetched: queue.Queue = queue.Queue(maxsize=1)  # PackedBatch (whole), _END or _Failure
         self._staged: queue.Queue = queue.Queue(maxsize=1)  # StagedBatch, _END or _Failure
         self._stop = threading.Event()
         self._closed = False
@@ -191,10 +186,8 @@ class GpuIterator:
             previous._timeout = float(loader.timeout or 0)
         self._inner_it = iter(inner)
         loader._offer_next_epoch()  # before the threads start: the pass has not left this epoch yet
-        self._fetch_thread = threading.Thread(target=self._fetch_loop, name="torchdali-fetch", daemon=True)
-        self._stage_thread = threading.Thread(target=self._stage_loop, name="torchdali-stage", daemon=True)
-        self._exec_thread = threading.Thread(target=self._exec_loop, name="torchdali-executor", daemon=True)
-        self._threads = [self._fetch_thread, self._stage_thread, self._exec_thread]
+        self._threads = [threading.Thread(target=self._stage_loop, name="torchdali-stage", daemon=True),
+                         threading.Thread(target=self._exec_loop, name="torchdali-executor", daemon=True)]
         for t in self._threads:
             t.start()
 
@@ -254,37 +247,8 @@ class GpuIterator:
                 if user_timeout and waited >= user_timeout:
                     raise RuntimeError(f"DataLoader timed out after {user_timeout} seconds") from None
 
-    def _fetch_loop(self) -> None:
-        """Fetch thread: the workers' batches, whole (an epoch's first batches come in parts), in
-        order -> ``_fetched``. Torch's iterator is used from this thread only."""
-        try:
-            while True:
-                try:
-                    batch = self._next_inner()
-                except StopIteration:
-                    break
-                if batch.parts > 1:  # an epoch's first batches come in parts (_tags.EpochStart)
-                    batch = self._whole(batch)
-                if not self._put(self._fetched, batch):
-                    return
-            self._put(self._fetched, _END)
-        except Stopped:
-            return
-        except BaseException as e:  # re-raised in the consumer's thread
-            if not self._stop.is_set():
-                self._put(self._fetched, _Failure(e))
-
-    def _next_fetched(self) -> Any:
-        """The fetch thread's next item; raises ``Stopped`` when the iterator is closed."""
-        while True:
-            try:
-                return self._fetched.get(timeout=QUEUE_POLL_S)
-            except queue.Empty:
-                if self._stop.is_set():
-                    raise Stopped() from None
-
     def _stage_loop(self) -> None:
-        """Staging thread: the fetch thread's batches -> pinned memory (and the scan check started:
+        """Staging thread: workers' batches -> pinned memory (and the scan check started:
         ``BatchExecutor.prepare``) -> ``_staged``."""
         staging = self._executor.staging
         ends = getattr(self._inner.batch_sampler, "ends", None)  # Note [torchdali run-ahead]
@@ -293,10 +257,12 @@ class GpuIterator:
             torch.cuda.set_device(self._device)
             t_fetch = time.perf_counter()
             while True:
-                batch = self._next_fetched()
-                if batch is _END or isinstance(batch, _Failure):
-                    self._put(self._staged, batch)
-                    return
+                try:
+                    batch = self._next_inner()
+                except StopIteration:
+                    break
+                if batch.parts > 1:  # an epoch's first batches come in parts (_tags.EpochStart)
+                    batch = self._whole(batch)
                 if epoch is not None and batch.epoch != epoch:  # never hand the loop another epoch's batch
                     raise RuntimeError(f"torchdali: a batch of epoch {batch.epoch} arrived in epoch {epoch} "
                                        "before the end of that epoch was noted")
@@ -320,6 +286,7 @@ class GpuIterator:
                     epoch = None
                     if not self._put(self._staged, _EPOCH_END):
                         return
+            self._put(self._staged, _END)
         except Stopped:
             return
         except BaseException as e:  # re-raised in the consumer's thread
@@ -500,17 +467,24 @@ class GpuIterator:
             return
         self._closed = True
         self._stop.set()  # step 1
-        self._drain()  # step 2
-        self._exec_thread.join(timeout=EXEC_JOIN_S)  # step 3
+        for q in (self._queue, self._staged):  # step 2
+            while True:
+                try:
+                    item = q.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(item, StagedBatch):
+                    self._executor.drop(item.prepared)
+                    self._executor.staging.give_back(item.slot)
+        self._threads[1].join(timeout=EXEC_JOIN_S)  # step 3
         sampler = getattr(self._inner, "batch_sampler", None)  # step 4
         last = sampler.retire() if hasattr(sampler, "retire") else self._epoch_state.next_seq - 1
         if not self._stuck:  # a stuck executor's stream never finishes: its ring slots stay taken
             self._executor.release_all(last)
         keep = self._persistent and self._finished  # step 5
-        if keep and self._parked:  # the threads went on into the next epoch: wait until they are out
-            for t in (self._fetch_thread, self._stage_thread):
-                t.join(timeout=THREAD_JOIN_S)
-            keep = not (self._fetch_thread.is_alive() or self._stage_thread.is_alive())
+        if keep and self._parked:  # the staging thread went on into the next epoch: wait until it is out
+            self._threads[0].join(timeout=THREAD_JOIN_S)
+            keep = not self._threads[0].is_alive()
         shutdown = getattr(self._inner_it, "_shutdown_workers", None)
         if shutdown is not None and not keep:
             if wait_for_workers:
@@ -521,19 +495,14 @@ class GpuIterator:
                 self._inner._iterator = None
         for t in self._threads:  # step 6
             t.join(timeout=THREAD_JOIN_S)
-        self._drain()
-
-    def _drain(self) -> None:
-        """Empty the queues; a staged batch gives back its decode buffer and pinned slot."""
-        for q in (self._queue, self._staged, self._fetched):
-            while True:
-                try:
-                    item = q.get_nowait()
-                except queue.Empty:
-                    break
-                if isinstance(item, StagedBatch):
-                    self._executor.drop(item.prepared)
-                    self._executor.staging.give_back(item.slot)
+        while True:
+            try:
+                item = self._staged.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, StagedBatch):
+                self._executor.drop(item.prepared)
+                self._executor.staging.give_back(item.slot)
 
     def __del__(self) -> None:
         try:

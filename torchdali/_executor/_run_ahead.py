@@ -22,8 +22,8 @@ the same when it can be sure which samples the next epoch holds:
   then set back, so the loop sees the state it would see without run-ahead. The
   plan is offered to the inner sampler's pass (``TaggedBatchSampler.offer``).
 * When the epoch's batches run out, the pass goes on into the plan instead of
-  ending: the workers, the fetch and staging threads and the executor carry on with
-  the next epoch's batches, as far as the ring and the prefetch queue let them. The pass
+  ending: the workers, the staging thread and the executor carry on with the next
+  epoch's batches, as far as the ring and the prefetch queue let them. The pass
   notes the epoch's last batch number (``ends``); after that batch the staging
   thread sends ``_EPOCH_END`` down the queues. The training loop's iterator
   stops there (``StopIteration``) and parks itself on the loader (``_running``),

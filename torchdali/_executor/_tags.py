@@ -206,7 +206,7 @@ class EpochStart(NamedTuple):
     when a part is; the workers' next tasks are whole batches, which are ready by the
     time the executor is through the first ones (``benchmarks/RESULTS.md``, decisions
     table: epoch start in parts). The parts write their bytes into their batch's
-    staging-ring slot, each into its own ``1 / parts`` of it, and the fetch thread
+    staging-ring slot, each into its own ``1 / parts`` of it, and the staging thread
     puts the batch back together from the parts' metadata (``_worker.merge_parts``).
     Later batches go whole: a whole batch costs the main process one hand-over instead
     of ``parts``.
