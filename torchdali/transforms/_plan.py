@@ -421,7 +421,11 @@ def compile_transforms(transforms: Any) -> Plan:
     is bounded is ``Plan.check_bound``'s question (the loader asks it).
     """
     if transforms is None:
-        raise ValueError("transforms is None")
+        raise ValueError("no transforms: pass transforms=, the image steps the loader runs on each batch, for "
+                         "example T.Compose([T.Resize(256), T.CenterCrop(224), T.ToDtype(torch.float32, scale=True)]) "
+                         "with `from torchdali import transforms as T`; T.Compose([]) delivers the decoded uint8 "
+                         "images (a list when their sizes differ). A torchvision dataset built with transform= needs "
+                         "none: the loader takes its transform over")
     if isinstance(transforms, Sequence) and not isinstance(transforms, (str, bytes)):
         transforms = Compose(list(transforms))
     root = to_torchdali(transforms)
