@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import pickle
+import signal
 import time
 
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 import torch
 
 from torchdali import transforms as T
-from torchdali._executor._ring import HostRing, plan_ring, ring_supported
+from torchdali._executor._ring import PARENT_CHECK_S, HostRing, plan_ring, ring_supported
 from torchdali._executor._tags import SampleTag, TaggedSample
 from torchdali._executor._wire import PackedBatch
 from torchdali._executor._worker import PrepareBatch
@@ -156,6 +158,48 @@ def test_a_long_wait_for_a_slot_is_reported(monkeypatch):
         ring.acquire(2)
     assert ring._released[0] == 0
     ring.close()
+
+
+def _wait_for_a_slot_after_the_owner_died(ring: HostRing, w: int) -> None:
+    """A worker of ``ring`` (forked from its owner) that starts waiting for a slot only once the
+    owner has died: by then its parent is already another process."""
+    while os.getppid() == ring.owner_pid:
+        time.sleep(0.01)
+    try:
+        ring.acquire(2)  # slot 0, which batch 0 holds: never released
+        result = "acquired"
+    except RuntimeError as e:
+        result = str(e)
+    os.write(w, result.encode())
+
+
+def test_a_wait_for_a_slot_ends_when_the_main_process_is_gone():
+    import select
+
+    r, w = os.pipe()
+    owner = os.fork()
+    if owner == 0:  # the main process: makes the ring, forks a worker, dies
+        try:
+            ring = HostRing(2, 4096)
+            worker = os.fork()
+            if worker == 0:
+                try:
+                    _wait_for_a_slot_after_the_owner_died(ring, w)
+                finally:
+                    os._exit(0)
+            os.write(w, f"{worker}\n".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(owner, 0)
+    with os.fdopen(r, "rb", buffering=0) as f:
+        worker = int(f.readline())
+        ready, _, _ = select.select([f], [], [], 10 * PARENT_CHECK_S)
+        if not ready:
+            os.kill(worker, signal.SIGKILL)
+        assert ready, f"the worker still waits for a slot {10 * PARENT_CHECK_S} s after the main process died"
+        result = f.read().decode()
+    assert f"main process (pid {owner})" in result and "staging slot 0" in result, result
 
 
 def _note_row(ring, index, value):

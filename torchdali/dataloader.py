@@ -33,6 +33,7 @@ import torch.utils.data as tud
 from ._executor import _run_ahead
 from ._executor._deliver import Delivery
 from ._executor._iterators import CpuIterator, GpuIterator
+from ._executor._lifeline import Lifeline
 from ._executor._records import EndRecord, WorkerRecords
 from ._executor._replace import check_on_error
 from ._executor._tags import (EpochStart, EpochState, TaggedBatchSampler, TaggedDataset, TaggedIterable,
@@ -513,7 +514,8 @@ class DataLoader(tud.DataLoader):
         kwargs: dict[str, Any] = dict(
             num_workers=self.num_workers, collate_fn=prepare if records is None else EndRecord(prepare, records),
             timeout=self.timeout,
-            worker_init_fn=self.worker_init_fn, multiprocessing_context=self.multiprocessing_context,
+            # each worker ends when this process does, however it ends (_executor/_lifeline.py)
+            worker_init_fn=Lifeline(self.worker_init_fn), multiprocessing_context=self.multiprocessing_context,
             generator=self.generator, prefetch_factor=self.prefetch_factor,
             persistent_workers=self.persistent_workers,
         )

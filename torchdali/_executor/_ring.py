@@ -24,7 +24,9 @@ again.
 
 The mapping is an anonymous ``memfd``: forked workers inherit it, spawned ones
 open it through ``/proc/<pid>/fd``, and it disappears with the last process
-that maps it, even after a crash.
+that maps it, even after a crash: the workers end within a second of the main
+process, however it ends (``_lifeline.py``), and a worker waiting for a slot
+stops waiting once the main process is gone.
 """
 from __future__ import annotations
 
@@ -37,13 +39,14 @@ import numpy as np
 import torch
 
 from .._fork import keep_in_children
+from . import _lifeline
 
 _HEADER = 4096  # released[n_slots] int64, then the abandon watermark
 _ALIGN = 4096
 MAX_SLOTS = 256  # the header holds this many release counters
 ACQUIRE_FIRST_SLEEP_S = 1e-4  # a worker waiting for a slot first sleeps this long, doubling each time ...
 ACQUIRE_MAX_SLEEP_S = 5e-3  # ... up to this, so a slot released soon is taken soon without a busy loop
-PARENT_CHECK_S = 1.0  # a waiting worker checks this often that the main process is still there
+PARENT_CHECK_S = 1.0  # a waiting worker checks this often that the main process is still running
 # The header table: one row per dataset sample, (size, mtime_ns, H, W, C, header code, scan start, check).
 TABLE_COLUMNS = 8
 MAX_TABLE_BYTES = 512 << 20  # 8.4 million samples; a larger dataset goes without the table
@@ -77,7 +80,8 @@ class HostRing:
         # rows of the header table (0: none); its pages are only allocated once written
         self.samples = int(samples) if 0 < int(samples) * TABLE_COLUMNS * 8 <= MAX_TABLE_BYTES else 0
         self.size = _HEADER + self.n_slots * self.slot_bytes + self.samples * TABLE_COLUMNS * 8
-        self.owner_pid = os.getpid()
+        # the main process, which workers check while they wait (its start time tells a reused pid)
+        self.owner_pid, self.owner_start = os.getpid(), _lifeline.here().start
         keep_in_children(self)
         self._fd = os.memfd_create("torchdali-ring", os.MFD_CLOEXEC)
         os.ftruncate(self._fd, self.size)
@@ -101,12 +105,13 @@ class HostRing:
     def __getstate__(self) -> dict:
         # spawned/forkserver workers re-open the same memfd through /proc
         return {"n_slots": self.n_slots, "slot_bytes": self.slot_bytes, "size": self.size,
-                "samples": self.samples, "owner_pid": self.owner_pid, "fd": self._fd}
+                "samples": self.samples, "owner_pid": self.owner_pid, "owner_start": self.owner_start,
+                "fd": self._fd}
 
     def __setstate__(self, state: dict) -> None:
         self.n_slots, self.slot_bytes, self.size = state["n_slots"], state["slot_bytes"], state["size"]
         self.samples = state["samples"]
-        self.owner_pid, self._registered = state["owner_pid"], False
+        self.owner_pid, self.owner_start, self._registered = state["owner_pid"], state["owner_start"], False
         fd = os.open(f"/proc/{state['owner_pid']}/fd/{state['fd']}", os.O_RDWR | os.O_CLOEXEC)
         try:
             self._attach(fd)
@@ -120,23 +125,30 @@ class HostRing:
 
     # -- worker side -----------------------------------------------------------
     def acquire(self, seq: int) -> torch.Tensor:
-        """The slot of batch ``seq``, once the batch before it in that slot is released."""
+        """The slot of batch ``seq``, once the batch before it in that slot is released.
+
+        In a worker, a wait ends in RuntimeError once the main process that made the ring
+        is no longer running (checked every ``PARENT_CHECK_S``, first at the first sleep):
+        no one would release the slot. The process itself ends soon after
+        (``_lifeline.py``)."""
         k = seq % self.n_slots
         need = seq - self.n_slots
         if self._released[k] < need:
-            delay, waited, since_check = ACQUIRE_FIRST_SLEEP_S, 0.0, 0.0
-            parent = os.getppid()
+            delay, waited, since_check = ACQUIRE_FIRST_SLEEP_S, 0.0, PARENT_CHECK_S
+            in_worker = os.getpid() != self.owner_pid
             warned = False
             while self._released[k] < need:
                 time.sleep(delay)
                 waited += delay
                 since_check += delay
                 delay = min(delay * 2, ACQUIRE_MAX_SLEEP_S)
-                if since_check > PARENT_CHECK_S:
+                if in_worker and since_check >= PARENT_CHECK_S:
                     since_check = 0.0
-                    if os.getpid() != self.owner_pid and os.getppid() != parent:
-                        raise RuntimeError("torchdali: the main process went away while a worker waited "
-                                           "for a staging slot")
+                    # the owner, not the parent seen when the wait began: that may already be init
+                    if not _lifeline.running(self.owner_pid, self.owner_start):
+                        raise RuntimeError(f"torchdali: the main process (pid {self.owner_pid}) that this "
+                                           f"worker writes batches for is gone; it stops waiting for staging "
+                                           f"slot {k}")
                 if not warned and waited > self.WARN_AFTER_S:
                     warned = True
                     import warnings
