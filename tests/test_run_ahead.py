@@ -14,7 +14,8 @@ import torch.utils.data as tud
 import torchdali as td
 import torchdali.dataloader as dl
 from torchdali import transforms as T
-from torchdali._executor._tags import EpochPlan, EpochStart, EpochState, TaggedBatchSampler
+from torchdali import _rng
+from torchdali._executor._tags import EpochPlan, EpochStart, EpochState, SeededRandomSampler, TaggedBatchSampler
 
 from ._helpers import set_options
 
@@ -270,6 +271,29 @@ def test_a_distributed_sampler_follows_the_loaders_epochs_or_stays(monkeypatch, 
     assert got[3] == ([0, 1, 2, 3] if calls_set_epoch else [0, 0, 1, 2])
     orders = [[b[3] for b in epoch] for epoch in got[0]]
     assert (orders[1] == orders[0]) is not calls_set_epoch  # the same order every epoch without set_epoch
+
+
+def test_an_order_drawn_from_the_seed_runs_ahead_past_a_draw_from_the_generator(monkeypatch):
+    """With seed= (shuffle, no generator) the order comes from (seed, epoch), not from torch's
+    generator: a draw from it between epochs is no miss, the loop finds the generator where it
+    left it, and each epoch's order is the one of its own (seed, epoch)."""
+    def between(e):
+        if e:
+            torch.rand(1)
+
+    torch.manual_seed(0)
+    expected = _epochs(_loader(monkeypatch, run_ahead=False, seed=5), 5, between)
+    torch.manual_seed(0)
+    loader = _loader(monkeypatch, seed=5)
+    assert type(loader.sampler) is SeededRandomSampler and loader._run_ahead_blocker() is None
+    got = _epochs(loader, 5, between)
+    assert got[0] == expected[0] and all(torch.equal(a, b) for a, b in zip(got[1], expected[1]))
+    _same_states(got[2], expected[2])
+    assert got[3] == [0, 1, 2, 3, 4]  # each epoch after the first was run ahead
+    generator = lambda e: torch.Generator().manual_seed(_rng.order_seed(5, e))  # noqa: E731
+    assert [[i for b in epoch for i in b[3]] for epoch in got[0]] == \
+        [list(tud.RandomSampler(range(60), generator=generator(e))) for e in range(5)]
+    assert loader.sampler.epoch == 4  # keyed back to the epoch running after the next one was drawn
 
 
 def test_what_does_not_run_ahead_and_why(monkeypatch):

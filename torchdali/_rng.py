@@ -53,6 +53,20 @@ def batch_key(seed: int, epoch: int, batch: int) -> int:
     return int(_splitmix64(base ^ _splitmix64(np.array([batch & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64)))[0])
 
 
+# The shuffle's seeds live apart from sample and batch keys: an epoch's order never repeats their draws.
+_ORDER_DOMAIN = np.uint64(0xBB67AE8584CAA73B)
+
+
+def order_seed(seed: int, epoch: int) -> int:
+    """Seed of the generator that shuffles ``epoch`` (``torch.Generator().manual_seed``).
+
+    32 bits: torch's CPU generator (mt19937) starts from the low 32 bits of its seed, so
+    more would only look like more orders."""
+    base = _splitmix64(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64) ^ _ORDER_DOMAIN)
+    z = int(_splitmix64(base ^ np.uint64(epoch & 0xFFFFFFFFFFFFFFFF))[0])
+    return (z ^ (z >> 32)) & 0xFFFFFFFF
+
+
 class Stream:
     """Uniforms from one key, drawn in sequence: each call continues where the last stopped.
 

@@ -3,11 +3,14 @@ decode + transform executor.
 
 Everything that decides *which* samples form a batch (sampler, batch_sampler,
 shuffle, generator, drop_last, len(), workers, worker_init_fn, persistent_workers)
-is torch's own code. Only ``_get_iterator`` changes: an inner torch DataLoader
-reads and packs bytes in the workers, and the executor turns each packed batch
-into one ``[B, 3, H, W]`` tensor on ``device`` (the images at their own sizes, in
-one buffer, when the pipeline does not fix the size); ``collate_fn`` then sees the
-samples with their images decoded and transformed.
+is torch's own code, with one exception: ``shuffle=True`` with ``seed=`` and
+neither a ``sampler`` nor a ``generator`` shuffles each epoch with a generator
+seeded from ``(seed, epoch)`` (``_tags.SeededRandomSampler``), so that ``seed``
+fixes the order as it fixes the draws. Only ``_get_iterator`` changes: an inner
+torch DataLoader reads and packs bytes in the workers, and the executor turns
+each packed batch into one ``[B, 3, H, W]`` tensor on ``device`` (the images at
+their own sizes, in one buffer, when the pipeline does not fix the size);
+``collate_fn`` then sees the samples with their images decoded and transformed.
 
 A video dataset (``torchdali.video``) gives one clip per sample: each batch is
 ``[B, F, 3, H, W]`` (``_executor/_video.py``).
@@ -36,8 +39,8 @@ from ._executor._iterators import CpuIterator, GpuIterator
 from ._executor._lifeline import Lifeline
 from ._executor._records import EndRecord, WorkerRecords
 from ._executor._replace import check_on_error
-from ._executor._tags import (EpochStart, EpochState, TaggedBatchSampler, TaggedDataset, TaggedIterable,
-                             is_video_dataset, plan_epoch_start)
+from ._executor._tags import (EpochStart, EpochState, SeededRandomSampler, TaggedBatchSampler, TaggedDataset,
+                             TaggedIterable, is_video_dataset, plan_epoch_start)
 from ._executor._video import PrepareClips, check_video_pipeline
 from ._executor._worker import PrepareBatch
 from . import _options
@@ -178,9 +181,16 @@ class DataLoader(tud.DataLoader):
         device: where batches are produced: ``"cuda"`` (nvJPEG + fused Triton kernel)
             or ``"cpu"`` (decode + reference kernel inside the workers). Default:
             cuda if available.
-        seed: seeds the per-sample random parameters. Default: derived from the
-            ``generator``'s or torch's initial seed, so ``torch.manual_seed`` makes
-            a run reproducible.
+        seed: seeds the per-sample random parameters and, with ``shuffle=True`` and
+            neither a ``sampler`` nor a ``generator``, the order: each epoch's is the
+            one torch's ``RandomSampler`` gives with a generator seeded from ``(seed,
+            epoch)`` (the loader's epoch: ``set_epoch``, ``load_state_dict``), whatever
+            torch's global generator holds, in any process. A ``generator`` or
+            ``sampler`` decides the order as under torch (``distributed=True``: a
+            ``DistributedSampler`` seeded ``seed``, moved on by ``set_epoch``). Default:
+            derived from the ``generator``'s or torch's initial seed (the order is then
+            torch's global generator's), so ``torch.manual_seed`` makes a run
+            reproducible.
         batch_transforms: a callable ``(images, targets) -> (images, targets)`` run on
             the finished batch, e.g. ``torchdali.transforms.MixUp``/``CutMix``, or
             torchvision's ``v2.MixUp``, ``v2.CutMix`` or a ``v2.RandomChoice`` of them
@@ -273,6 +283,11 @@ class DataLoader(tud.DataLoader):
             warnings.warn(f"torchdali.DataLoader: the dataset's transform is not run by torchdali, so the dataset "
                           f"is used as it is, as under torch (its transform runs on the CPU in the workers). "
                           f"Why: {not_lifted}", stacklevel=2)
+        if (shuffle not in (False, None) and seed is not None and sampler is None and batch_sampler is None
+                and generator is None and not isinstance(dataset, tud.IterableDataset)):
+            # the order from (seed, epoch), as the samples' draws; the rest is torch's shuffle=True.
+            # self.generator stays the user's (None): Lightning re-creates loaders from it
+            kwargs.update(sampler=SeededRandomSampler(dataset, seed), shuffle=None)
         super().__init__(dataset, **kwargs)
         if self.batch_sampler is None:
             raise ValueError("torchdali.DataLoader needs batches: batch_size=None (no automatic batching) "
@@ -344,12 +359,14 @@ class DataLoader(tud.DataLoader):
         if running is not None and running.parked and _run_ahead.take_parked(self, running, resume):
             return running  # Note [torchdali run-ahead]
         if resume is not None:
-            self._restore_rng(resume["rng_state"])
+            if not self._orders_by_seed():  # the generator that drew the order draws it again
+                self._restore_rng(resume["rng_state"])
             # (the "cpu_share" of a state_dict saved when the loader had a CPU decode share is ignored)
             state.skip_batches = resume["batches_done"]
         self._set(_epoch_rng_state=self._rng_state())
         state.seed = self._effective_seed()
         state.epoch = self._epochs_started
+        self._key_order(state.seed, state.epoch)
         self._set(_batches_done=state.skip_batches, _epochs_started=self._epochs_started + 1)
         inner = self._inner_loader()
         if self.device.type == "cuda":
@@ -374,8 +391,10 @@ class DataLoader(tud.DataLoader):
         """Where the loader is, to resume mid-epoch with ``load_state_dict``.
 
         The resumed stream equals the uninterrupted one bitwise: the epoch's index
-        order is replayed from the saved RNG state, batches already consumed are
-        skipped without being read, and per-sample parameters are keyed by position.
+        order is drawn again from ``(seed, epoch)`` (``seed=`` with ``shuffle=True``) or
+        replayed from the saved state of the generator that drew it, batches already
+        consumed are skipped without being read, and per-sample parameters are keyed
+        by position.
         """
         done = self.__dict__.get("_batches_done", 0)
         if "_epoch_rng_state" in self.__dict__ and 0 < done < len(self):  # mid-epoch
@@ -387,7 +406,8 @@ class DataLoader(tud.DataLoader):
             "batches_done": done,
             "seed": self._effective_seed(),
             "rng_state": rng_state,
-            "sampler_epoch": getattr(self.sampler, "epoch", None),
+            # a sampler moved on by set_epoch (DistributedSampler); the loader keys a SeededRandomSampler itself
+            "sampler_epoch": getattr(self.sampler, "epoch", None) if hasattr(self.sampler, "set_epoch") else None,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -453,6 +473,17 @@ class DataLoader(tud.DataLoader):
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             base = base * 1_000_003 + torch.distributed.get_rank()
         return int(base)
+
+    def _key_order(self, seed: int, epoch: int) -> None:
+        """Key the order the sampler draws next by the ``(seed, epoch)`` that keys the samples'
+        draws, when the order is the loader's own (``SeededRandomSampler``)."""
+        if isinstance(self.sampler, SeededRandomSampler):
+            self.sampler.seed, self.sampler.epoch = seed, epoch
+
+    def _orders_by_seed(self) -> bool:
+        """Whether the order depends on ``(seed, epoch)`` alone, not on torch's global generator
+        or the loader's ``generator``."""
+        return isinstance(self.sampler, SeededRandomSampler)
 
     def _rng_state(self) -> torch.Tensor:
         return (self.generator.get_state() if self.generator is not None else torch.get_rng_state()).clone()

@@ -34,7 +34,10 @@ the same when it can be sure which samples the next epoch holds:
   ``load_state_dict`` in between, the same seed, epoch number (``set_epoch``),
   number of batches, the generator's state and a DistributedSampler's epoch.
   Then it sets the generator to its state after the draw, as the draw at this
-  ``iter()`` would have left it, and offers the epoch after. Batches,
+  ``iter()`` would have left it, and offers the epoch after. The loader's own
+  shuffle of ``seed=`` (``_tags.SeededRandomSampler``) draws from ``(seed,
+  epoch)`` alone, not from the generator: its draw leaves the generator as it
+  was, and a draw from the generator in between changes nothing. Batches,
   ``state_dict()`` and the generator's state are the same as without run-ahead.
   The offer comes late for an epoch the pipeline went through whole while
   parked (one of at most about ``prefetch_factor * num_workers`` batches): the
@@ -51,7 +54,8 @@ The draw is only known to depend on nothing else for torch's ``BatchSampler``
 over a ``SequentialSampler``, a ``RandomSampler`` without a ``generator`` (it
 seeds a generator of its own from torch's global one, once per epoch; one it is
 given, it draws from again as its pass ends, after the next epoch was drawn),
-or a ``DistributedSampler``, whose next epoch is taken to follow the
+the loader's ``SeededRandomSampler`` (keyed by the next epoch for the draw, then
+set back), or a ``DistributedSampler``, whose next epoch is taken to follow the
 loader's (``set_epoch`` each epoch) if it did this epoch, and otherwise to stay.
 Other samplers, workers that are not persistent and out-of-order delivery never
 run ahead; nor does anything when ``TORCHDALI_RUN_AHEAD=0`` was set before
@@ -66,7 +70,7 @@ import torch
 import torch.utils.data as tud
 
 from .. import _options
-from ._tags import EpochPlan, TaggedBatchSampler
+from ._tags import EpochPlan, SeededRandomSampler, TaggedBatchSampler
 
 _log = logging.getLogger("torchdali")
 
@@ -96,16 +100,21 @@ def _continue(loader: Any, running: Any) -> bool:
     plan: EpochPlan | None = sampler.ahead
     if plan is None or blocker(loader) is not None:
         return False
+    by_seed = loader._orders_by_seed()  # the draw took nothing from the generator
     if (plan.epoch != loader._epochs_started or plan.seed != loader._effective_seed()
             or plan.count != len(loader.batch_sampler)
             or (plan.sampler_epoch is not None and getattr(loader.sampler, "epoch", None) != plan.sampler_epoch)
-            or not torch.equal(loader._rng_state(), plan.rng_before)):
+            or (not by_seed and not torch.equal(loader._rng_state(), plan.rng_before))):
         return False
     sampler.ahead = None
     state = loader._epoch_state
-    loader._set(_epoch_rng_state=plan.rng_before)
-    loader._restore_rng(plan.rng_after)
+    if by_seed:  # the generator is where the loop left it, as this iter() would find and leave it
+        loader._set(_epoch_rng_state=loader._rng_state())
+    else:
+        loader._set(_epoch_rng_state=plan.rng_before)
+        loader._restore_rng(plan.rng_after)
     state.seed, state.epoch = plan.seed, plan.epoch
+    loader._key_order(plan.seed, plan.epoch)
     loader._set(_batches_done=0, _epochs_started=plan.epoch + 1)
     running.resume_epoch(loader)
     offer_next_epoch(loader)
@@ -127,6 +136,8 @@ def blocker(loader: Any) -> str | None:
     sampler = loader.sampler
     if type(loader.batch_sampler) is not tud.BatchSampler:
         return "a batch_sampler of the user's"
+    if type(sampler) is SeededRandomSampler:
+        return None
     if type(sampler) is tud.RandomSampler:
         if sampler.generator is not None or loader.generator is not None:
             # torch's RandomSampler draws from a generator it was given again as the pass ends
@@ -146,20 +157,23 @@ def offer_next_epoch(loader: Any) -> None:
     plan = None
     if blocker(loader) is None and len(loader) > 0:
         state = loader._epoch_state
+        seed, epoch = loader._effective_seed(), loader._epochs_started
         before = loader._rng_state()
         dist = loader.sampler if isinstance(loader.sampler, tud.DistributedSampler) else None
         sampler_epoch = None
         if dist is not None:  # it follows the loader's epoch, or stays where it is
             sampler_epoch = loader._epochs_started if dist.epoch == state.epoch else dist.epoch
             current, dist.epoch = dist.epoch, sampler_epoch
+        # this epoch's order was drawn at its iter() (the workers' first tasks): the key can move on
+        loader._key_order(seed, epoch)
         try:
             batches = EpochPlan.draw(loader.batch_sampler)
             after = loader._rng_state()
         finally:
             if dist is not None:
                 dist.epoch = current
+            loader._key_order(state.seed, state.epoch)
             loader._restore_rng(before)
         if batches is not None:
-            plan = EpochPlan(loader._effective_seed(), loader._epochs_started, batches,
-                             len(loader.batch_sampler), before, after, sampler_epoch)
+            plan = EpochPlan(seed, epoch, batches, len(loader.batch_sampler), before, after, sampler_epoch)
     sampler.offer(plan)

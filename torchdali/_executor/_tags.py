@@ -44,6 +44,30 @@ def clip_uniforms(seed: int, epoch: int, positions: Any) -> np.ndarray:
     return _rng.uniform(_rng.sample_keys(seed, epoch, np.asarray(positions, dtype=np.int64)), CLIP_STREAM, 1)[:, 0]
 
 
+class SeededRandomSampler(torch.utils.data.RandomSampler):
+    """The sampler of ``DataLoader(shuffle=True, seed=...)`` without a ``sampler`` or
+    ``generator``: torch's ``RandomSampler`` (every sample once per epoch), whose order is
+    the one torch's gives with a generator seeded ``_rng.order_seed(seed, epoch)``.
+
+    The order thus depends on ``(seed, epoch)`` alone, as the samples' draws do, and not
+    on torch's global generator: the same in any process and for any ``num_workers``.
+    The loader sets ``seed`` and ``epoch`` to its draws' before each epoch (and for the
+    draw of the epoch it runs ahead into; Note [torchdali run-ahead]). Each pass seeds a
+    generator of its own, so two passes drawn at once never share one.
+    """
+
+    def __init__(self, data_source: Any, seed: int) -> None:
+        super().__init__(data_source)
+        self.seed = int(seed)
+        self.epoch = 0
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator()
+        generator.manual_seed(_rng.order_seed(self.seed, self.epoch))
+        # drawn at iter(): the order is fixed by the (seed, epoch) of that moment
+        return iter(torch.randperm(len(self.data_source), generator=generator).tolist())
+
+
 def num_spares(batch_size: int) -> int:
     """Replacement candidates sent with a batch of ``batch_size`` samples."""
     return max(NUM_SPARES, math.ceil(batch_size * SPARES_PER_SAMPLE))
