@@ -19,11 +19,13 @@ ON = (240, 200, 40)
 OFF = (40, 60, 220)
 _ROWS, _COLS = 2, 4
 
-_MATRIX = {"bt601": 5, "bt709": 1}  # AVColorSpace
-_PRIMARIES = {"bt601": 6, "bt709": 1}  # AVColorPrimaries: SMPTE170M, BT709
-_TRC = {"bt601": 6, "bt709": 1}  # AVColorTransferCharacteristic
+_MATRIX = {"bt601": 5, "bt709": 1, "bt2020": 9}  # AVColorSpace (BT.2020: non-constant luminance)
+_PRIMARIES = {"bt601": 6, "bt709": 1, "bt2020": 9}  # AVColorPrimaries: SMPTE170M, BT709, BT2020
+_TRC = {"bt601": 6, "bt709": 1, "bt2020": 14}  # AVColorTransferCharacteristic (BT2020_10)
 _RANGE = {"limited": 1, "full": 2}  # AVColorRange
-_SWS_MATRIX = {"bt601": "itu601", "bt709": "itu709"}
+_SWS_MATRIX = {"bt601": "itu601", "bt709": "itu709", "bt2020": "bt2020"}
+#: (Kr, Kb) of each matrix: the luma weights of red and blue
+KR_KB = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722), "bt2020": (0.2627, 0.0593)}
 _SWS_RANGE = {"limited": "MPEG", "full": "JPEG"}
 
 
@@ -63,17 +65,18 @@ def vfr_pts(count: int, seed: int = 0) -> list[int]:
 def write_video(path: str | os.PathLike, codec: str = "libx264", frames: int = 24, width: int = 64,
                 height: int = 48, rate: int = 25, options: dict[str, str] | None = None,
                 pts_ms: list[int] | None = None, matrix: str = "bt601", color_range: str = "limited",
-                first: int = 0) -> str:
+                first: int = 0, pix_fmt: str = "yuv420p") -> str:
     """Write ``frames`` frames (``frame_rgb(first + i)``) with encoder ``codec``; the container comes
     from the file's extension. ``pts_ms`` gives variable-rate presentation times (time base 1/1000).
-    The stream is tagged with ``matrix`` ("bt601" or "bt709") and ``color_range`` ("limited" or
-    "full"), and the pictures are converted to YCbCr with them."""
+    The stream is tagged with ``matrix`` ("bt601", "bt709" or "bt2020") and ``color_range``
+    ("limited" or "full"), and the pictures are converted to YCbCr with them, in the pixel format
+    ``pix_fmt`` (FFmpeg's name: "yuv420p", "yuv444p10le", ...)."""
     import av
 
     path = os.fspath(path)
     with av.open(path, "w") as out:
         stream: Any = out.add_stream(codec, rate=rate, options=dict(options or {}))
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
         cc = stream.codec_context
         cc.colorspace, cc.color_range = _MATRIX[matrix], _RANGE[color_range]
         cc.color_primaries, cc.color_trc = _PRIMARIES[matrix], _TRC[matrix]
@@ -81,7 +84,7 @@ def write_video(path: str | os.PathLike, codec: str = "libx264", frames: int = 2
             stream.time_base = cc.time_base = Fraction(1, 1000)
         for i in range(frames):
             rgb = av.VideoFrame.from_ndarray(frame_rgb(first + i, width, height), format="rgb24")
-            frame = rgb.reformat(format="yuv420p", src_colorspace=_SWS_MATRIX[matrix],
+            frame = rgb.reformat(format=pix_fmt, src_colorspace=_SWS_MATRIX[matrix],
                                  dst_colorspace=_SWS_MATRIX[matrix], src_color_range="JPEG",
                                  dst_color_range=_SWS_RANGE[color_range])
             frame.colorspace, frame.color_range = _MATRIX[matrix], _RANGE[color_range]
@@ -143,3 +146,57 @@ def decode_all(path: str | os.PathLike) -> list[Any]:
     with av.open(os.fspath(path)) as container:
         stream = container.streams.video[0]
         return list(container.decode(stream))
+
+
+def ycbcr_planes(frame: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """A planar YCbCr frame's ``Y``, ``Cb``, ``Cr`` planes (float64, each at its own size) and bit depth."""
+    bits = frame.format.components[0].bits
+    dtype = np.dtype(np.uint8) if bits <= 8 else np.dtype("<u2")
+    planes = []
+    for p in frame.planes[:3]:
+        rows = np.frombuffer(p, dtype=dtype).reshape(p.height, p.line_size // dtype.itemsize)
+        planes.append(rows[:, :p.width].astype(np.float64))
+    return planes[0], planes[1], planes[2], bits
+
+
+def _upsample_chroma(c: np.ndarray, height: int, width: int) -> np.ndarray:
+    """A chroma plane at full size, bilinearly, sited as H.264 and HEVC's default: samples on the even
+    columns (the odd ones halfway between two) and, when rows are subsampled, halfway between two rows."""
+    ch, cw = c.shape
+    if cw < width:
+        x = np.arange(width) / 2.0
+        k0 = np.floor(x).astype(int)
+        t = x - k0
+        c = c[:, k0] * (1 - t) + c[:, np.minimum(k0 + 1, cw - 1)] * t
+    if ch < height:
+        y = (np.arange(height) - 0.5) / 2.0
+        j0 = np.floor(y).astype(int)
+        t = (y - j0)[:, None]
+        c = c[np.clip(j0, 0, ch - 1)] * (1 - t) + c[np.clip(j0 + 1, 0, ch - 1)] * t
+    return c
+
+
+def rgb_formula(frame: Any, matrix: str = "bt601", color_range: str = "limited") -> np.ndarray:
+    """R'G'B' (float64 ``[H, W, 3]``, 0..255 before rounding) of a decoded planar YCbCr frame of any
+    subsampling and bit depth, by the matrix's formula (ITU-R BT.601/709/2020): limited range Y
+    ``16..235``, Cb, Cr ``16..240`` times ``2 ** (bits - 8)``; full range the code values over
+    ``2 ** bits - 1``. The chroma is interpolated bilinearly (``_upsample_chroma``)."""
+    y, cb, cr, bits = ycbcr_planes(frame)
+    height, width = y.shape
+    cb, cr = _upsample_chroma(cb, height, width), _upsample_chroma(cr, height, width)
+    if color_range == "limited":
+        s = 2.0 ** (bits - 8)
+        ys, cbs, crs = (y / s - 16) * 255 / 219, (cb / s - 128) * 255 / 224, (cr / s - 128) * 255 / 224
+    else:
+        mid, top = 2.0 ** (bits - 1), 2.0 ** bits - 1
+        ys, cbs, crs = y * 255 / top, (cb - mid) * 255 / top, (cr - mid) * 255 / top
+    kr, kb = KR_KB[matrix]
+    kg = 1 - kr - kb
+    return np.stack([ys + 2 * (1 - kr) * crs,
+                     ys - 2 * kb * (1 - kb) / kg * cbs - 2 * kr * (1 - kr) / kg * crs,
+                     ys + 2 * (1 - kb) * cbs], axis=-1)
+
+
+def reference_rgb(frame: Any, matrix: str = "bt601", color_range: str = "limited") -> np.ndarray:
+    """``rgb_formula`` rounded and clamped: uint8 ``[H, W, 3]``."""
+    return np.clip(np.floor(rgb_formula(frame, matrix, color_range) + 0.5), 0, 255).astype(np.uint8)

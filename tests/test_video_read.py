@@ -55,11 +55,12 @@ def reference_nv12(frame: Any) -> tuple[np.ndarray, np.ndarray]:
     return a[:h], a[h:].reshape(h // 2, w // 2, 2)
 
 
-def reference_rgb(frame: Any, color: ColorInfo) -> np.ndarray:
-    matrix = {"bt601": "itu601", "bt709": "itu709"}[color.conversion_matrix]
-    rng = "JPEG" if color.full_range else "MPEG"
-    return frame.to_ndarray(format="rgb24", src_colorspace=matrix, dst_colorspace=matrix, src_color_range=rng,
-                            dst_color_range="JPEG")
+def assert_rgb_of(rgb: torch.Tensor, frame: Any, color: ColorInfo, where: Any) -> None:
+    """``rgb`` (uint8 ``[H, W, 3]``) is ``frame`` converted with ``color``: within one level of the
+    float formula (``_video.rgb_formula``; swscale's fixed point rounds near ties either way)."""
+    want = _video.reference_rgb(frame, color.conversion_matrix, "full" if color.full_range else "limited")
+    diff = np.abs(rgb.numpy().astype(np.int16) - want)
+    assert diff.max() <= 1, (where, int(diff.max()))
 
 
 # --------------------------------------------------------------------------- #
@@ -139,7 +140,7 @@ def test_clip_frames_equal_sequential_decode(videos: dict[str, str], name: str) 
         rgb = decode_clip_rgb(read_clip(path, indices, info))
         assert rgb.shape == (len(indices), info.height, info.width, 3) and rgb.dtype == torch.uint8
         for k, i in enumerate(indices.tolist()):
-            assert np.array_equal(rgb[k].numpy(), reference_rgb(frames[i], info.color)), (name, i)
+            assert_rgb_of(rgb[k], frames[i], info.color, (name, i))
             assert _video.frame_number(rgb[k].numpy()) == i
 
 
@@ -152,7 +153,7 @@ def test_clip_in_any_order_with_repeats(videos: dict[str, str]) -> None:
     assert clip.frame_pts.tolist() == [int(info.pts[i]) for i in indices]
     rgb = decode_clip_rgb(clip)
     for k, i in enumerate(indices):
-        assert np.array_equal(rgb[k].numpy(), reference_rgb(frames[i], info.color))
+        assert_rgb_of(rgb[k], frames[i], info.color, i)
         assert _video.frame_number(rgb[k].numpy()) == i
 
 
@@ -233,7 +234,7 @@ def test_padding_frames(videos: dict[str, str]) -> None:
     assert clip.missing.tolist() == [False, False, True, True]
     rgb = decode_clip_rgb(clip)
     assert rgb[2:].count_nonzero() == 0
-    assert np.array_equal(rgb[1].numpy(), reference_rgb(frames[11], info.color))
+    assert_rgb_of(rgb[1], frames[11], info.color, 11)
     y, uv, _ = decode_clip_nv12(clip)
     assert (y[2:] == 16).all() and (uv[2:] == 128).all()  # black, limited range
     empty = read_clip(path, [MISSING_FRAME], info)
@@ -268,7 +269,7 @@ def test_rgb_uses_the_stream_colour_tags(videos: dict[str, str], name: str) -> N
     def error(c: EncodedClip) -> float:
         return float(np.abs(decode_clip_rgb(c).numpy().astype(np.int16) - source).mean())
 
-    assert error(clip) < 2.5  # about 1.5: lossy coding and 4:2:0
+    assert error(clip) < 3.5  # 1.5 to 2.6: lossy coding, and the 4:2:0 chroma interpolated across the blocks' edges
     other_matrix = "bt601" if info.color.matrix == "bt709" else "bt709"
     assert error(dataclasses.replace(clip, color=dataclasses.replace(info.color, matrix=other_matrix))) > 5
     if not info.pix_fmt.startswith("yuvj"):  # swscale takes FFmpeg's yuvj formats as full range whatever it is told

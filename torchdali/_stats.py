@@ -38,7 +38,9 @@ class EpochStats:
     decoded_one_by_one: int = 0
     decoded_cpu: int = 0
     # GPU path, video: clips decoded by NVDEC, and by FFmpeg's software decoders in the executor
-    # (streams NVDEC does not take); the CPU path decodes every clip in its workers
+    # (streams NVDEC does not take: pixel formats other than 8-bit 4:2:0 and colour matrices other
+    # than BT.601/709, decided from the stream's parameters, codecs or sizes its engine lacks, failures);
+    # the CPU path decodes every clip in its workers
     decoded_nvdec: int = 0
     decoded_video_cpu: int = 0
 

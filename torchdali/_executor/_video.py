@@ -11,16 +11,20 @@ torchvision's transforms give every frame of a ``[T, C, H, W]`` video.
 
 * Worker (``PrepareClips``, the inner DataLoader's ``collate_fn`` for a video dataset): reads each
   clip; a clip that cannot be read (or, on the CPU path, decoded) goes to on_error, whose spares
-  are read with their own ``u`` (``_replace.replace``). CPU path: the clips are decoded by FFmpeg
-  (``decode_clip_nv12``), each frame converted by ``reference.nv12_to_rgb`` (the conversion of the
-  kernel's NV12 source; swscale's ``decode_clip_rgb`` for a colour matrix other than BT.601 and
-  BT.709), and the reference kernel runs on the batch's ``B * F`` frames. GPU path: the clips
+  are read with their own ``u`` (``_replace.replace``). CPU path: the clips are decoded by FFmpeg,
+  8-bit 4:2:0 ones (``as_nv12``) to NV12 (``decode_clip_nv12``), each frame converted by
+  ``reference.nv12_to_rgb`` (the conversion of the kernel's NV12 source), the others (4:2:2, 4:4:4,
+  10 bits, a colour matrix other than BT.601 and BT.709) by swscale to RGB (``decode_clip_rgb``),
+  and the reference kernel runs on the batch's ``B * F`` frames. GPU path: the clips
   travel pickled in the ``PackedBatch`` (``clips``: a clip's packets are a few kilobytes to a few
   hundred), never through the staging ring.
 * Executor (``ClipRunner``, the video branch of ``BatchExecutor.process``): ``ClipDecoder``
   (``torchdali/video/_nvdec.py``: NVDEC, or FFmpeg per clip where NVDEC cannot) decodes every frame
   of the batch into one buffer of NV12 frames, and the fused kernel reads them through its NV12
-  source (``csrc_triton/layout.py``). A clip that does not decode goes to on_error there.
+  source (``csrc_triton/layout.py``). Clips that ``as_nv12`` sends to swscale come as RGB frames
+  (the CPU path's conversion); a batch holding any is read through the interleaved source, its
+  NV12 frames converted first by ``reference.nv12_to_rgb`` (``kernel_frames``). A clip that does
+  not decode goes to on_error there.
 
 The loop gets ``[B, F, C, H, W]`` (the loader's ``video_layout="BFCHW"``, the default) or
 ``[B, C, F, H, W]`` (``"BCFHW"``, what torchvision's video models take: a permuted view of the same
@@ -35,12 +39,12 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import torch
 from csrc_triton import layout
-from csrc_triton.reference import nv12_to_rgb
+from csrc_triton.reference import nv12_planes, nv12_to_rgb
 
 from ..errors import SampleError
 from ..transforms._plan import BatchParams, Compose, Plan, run_reference
 from ..transforms._target_plan import has_geometry
-from ..video._container import EncodedClip, decode_clip_nv12, decode_clip_rgb
+from ..video._container import EncodedClip, as_nv12, decode_clip_nv12, decode_clip_rgb
 from ._classify import LoadedSample, split_item
 from ._launch import KernelEvents, KernelLauncher
 from ._replace import Replacement, replace
@@ -100,14 +104,16 @@ def frame_counts(clips: Sequence[Any], indices: np.ndarray, paths: Sequence[str 
 
 
 def decode_frames(clip: EncodedClip) -> torch.Tensor:
-    """``clip`` decoded on the CPU as uint8 RGB frames ``[F, H, W, 3]``: its NV12 planes converted by
-    ``reference.nv12_to_rgb``, the GPU path's conversion (swscale's for a matrix it has not)."""
-    matrix = clip.color.conversion_matrix
-    if matrix not in layout.NV12_MATRICES:
+    """``clip`` decoded on the CPU as uint8 RGB frames ``[F, H, W, 3]``, as the GPU path converts it:
+    8-bit 4:2:0 (``as_nv12``) through its NV12 planes and ``reference.nv12_to_rgb`` (the NV12 source's
+    conversion), other formats and matrices by swscale (``decode_clip_rgb``)."""
+    if not as_nv12(clip):
         return decode_clip_rgb(clip)
     planes = decode_clip_nv12(clip)
     y, uv = torch.from_numpy(planes.y), torch.from_numpy(planes.uv)
-    return torch.stack([nv12_to_rgb(y[f], uv[f], matrix, clip.color.full_range) for f in range(len(y))])
+    matrix, full = clip.color.conversion_matrix, clip.color.full_range
+    return torch.stack([nv12_to_rgb(y[f], uv[f], matrix, full) for f in range(len(y))]) if len(y) \
+        else torch.zeros((0, clip.height, clip.width, 3), dtype=torch.uint8)
 
 
 class PrepareClips(PrepareBatch):
@@ -138,18 +144,15 @@ class PrepareClips(PrepareBatch):
 
     def load(self, data: Any, idx: int, path: str | None) -> LoadedSample:
         """One clip as it is packed: on the GPU path the ``EncodedClip`` itself, shape ``(H, W, NV12
-        code)``; on the CPU path its frames decoded (``[F, H, W, 3]``), shape ``(H, W, 3)``.
-        SampleError naming the sample where it is no clip or does not decode."""
+        code)`` (``(H, W, 3)`` for a clip swscale converts, see ``as_nv12``); on the CPU path its frames
+        decoded (``[F, H, W, 3]``), shape ``(H, W, 3)``. SampleError naming the sample where it is no
+        clip or does not decode."""
         if not isinstance(data, EncodedClip):
             raise SampleError.for_sample(idx, path, "unsupported sample", f"a video dataset's items must be "
                                          f"(EncodedClip, target), got {type(data).__name__}")
-        matrix, full = data.color.conversion_matrix, data.color.full_range
         if self.mode == "gpu":
-            if matrix not in layout.NV12_MATRICES:
-                raise SampleError.for_sample(idx, path, "unsupported video", f"colour matrix {matrix}: the GPU "
-                                             f"path converts {list(layout.NV12_MATRICES)} (device='cpu' converts "
-                                             f"it with swscale)")
-            return LoadedSample(RAW, data, (data.height, data.width, layout.nv12_code(matrix, full)), -1, -1)
+            code = layout.nv12_code(data.color.conversion_matrix, data.color.full_range) if as_nv12(data) else 3
+            return LoadedSample(RAW, data, (data.height, data.width, code), -1, -1)
         try:
             frames = decode_frames(data)
         except ImportError:
@@ -223,13 +226,38 @@ class PrepareClips(PrepareBatch):
 
 
 class DecodedFrames(NamedTuple):
-    """A batch's clips decoded for the kernel (``KernelLauncher.launch``): every frame NV12, back to
-    back in one buffer, ``shapes`` rows ``(H, W, NV12 code)``."""
+    """A batch's clips decoded for the kernel (``KernelLauncher.launch``), every frame back to back in
+    one buffer: NV12 (``shapes`` rows ``(H, W, NV12 code)``) or interleaved RGB (``(H, W, 3)``)."""
 
     buffer: torch.Tensor
     shapes: np.ndarray
     offsets: np.ndarray
     source: int = layout.SOURCE_NV12
+
+
+def kernel_frames(decoded: Any) -> DecodedFrames:
+    """The frames of ``decoded`` (``_nvdec.DecodedClips``) as the kernel reads them: as they are when
+    every frame is NV12; where some are RGB (clips swscale converted), every frame as interleaved RGB,
+    the NV12 ones converted by ``reference.nv12_to_rgb``, which the NV12 source equals bit for bit, so
+    that a clip comes out the same whatever clips share its batch. Queued on the current stream."""
+    rgb = np.asarray(decoded.rgb, dtype=bool)
+    if not rgb.any():
+        return DecodedFrames(decoded.data, decoded.shapes, decoded.offsets)
+    shapes = np.array(decoded.shapes, dtype=np.int64).reshape(-1, 3)
+    sizes = shapes[:, 0] * shapes[:, 1] * 3
+    offsets = np.zeros(len(shapes), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=offsets[1:])
+    buffer = torch.empty(max(int(sizes.sum()), 1), dtype=torch.uint8, device=decoded.data.device)
+    for k, (H, W, code) in enumerate(shapes.tolist()):
+        src, dst = int(decoded.offsets[k]), int(offsets[k])
+        out = buffer[dst: dst + H * W * 3]
+        if rgb[k]:
+            out.copy_(decoded.data[src: src + H * W * 3])
+        else:
+            y, uv = nv12_planes(decoded.data, src, H, W)
+            out.view(H, W, 3).copy_(nv12_to_rgb(y, uv, *layout.nv12_format(code)))
+    shapes[:, 2] = 3
+    return DecodedFrames(buffer, shapes, offsets, layout.SOURCE_INTERLEAVED)
 
 
 class ClipRunner:
@@ -279,8 +307,8 @@ class ClipRunner:
         decoded = self._decode(batch, stream, pending)
         decode_s = time.perf_counter() - t0
         frames = frame_counts(batch.clips, batch.indices, batch.paths)
-        images, events, _ = self.launcher.launch(DecodedFrames(decoded.data, decoded.shapes, decoded.offsets),
-                                                 frame_params(batch.batch_params, frames), stream)
+        images, events, _ = self.launcher.launch(kernel_frames(decoded), frame_params(batch.batch_params, frames),
+                                                 stream)
         counts = {"decoded_nvdec": int(decoded.nvdec), "decoded_video_cpu": int(decoded.cpu)}
         return clip_batch(images, len(batch.clips), self.video_layout), events, counts, decode_s
 

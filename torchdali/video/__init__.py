@@ -2,7 +2,8 @@
 
 * ``_clips``: which frames make a clip (``ClipSampler``; uniform and random clips, padding).
 * ``_container``: ``probe`` a file (demux only), ``read_clip`` (the packets a clip needs, as a
-  picklable ``EncodedClip``), ``decode_clip_nv12`` / ``decode_clip_rgb`` (FFmpeg's software decoders).
+  picklable ``EncodedClip``), ``decode_clip_nv12`` / ``decode_clip_rgb`` (FFmpeg's software decoders;
+  ``as_nv12`` says which a clip's pixel format and colour matrix take).
 * ``_datasets``: ``VideoFolder`` and ``VideoFileList``.
 
 ``torchdali.DataLoader`` takes these datasets: one sample is one clip, placed by the loader's seeded
@@ -17,8 +18,8 @@ from ._clips import (
     random_clip_start, uniform_clip_starts,
 )
 from ._container import (
-    ClipDecodeError, ColorInfo, EncodedClip, NV12Clip, UnsupportedVideoError, VideoInfo, decode_clip_nv12,
-    decode_clip_rgb, probe, read_clip,
+    NV12_PIX_FMTS, ClipDecodeError, ColorInfo, EncodedClip, NV12Clip, UnsupportedVideoError, VideoInfo, as_nv12,
+    decode_clip_nv12, decode_clip_rgb, probe, read_clip,
 )
 from ._datasets import VIDEO_EXTENSIONS, VideoFileList, VideoFolder, probe_videos
 
@@ -26,6 +27,6 @@ __all__ = [
     "CLIP_MODES", "MISSING_FRAME", "PAD_MODES", "VIDEO_EXTENSIONS",
     "ClipSampler", "ShortVideoError", "clip_frame_indices", "clip_span", "random_clip_start", "uniform_clip_starts",
     "ClipDecodeError", "ColorInfo", "EncodedClip", "NV12Clip", "UnsupportedVideoError", "VideoInfo",
-    "decode_clip_nv12", "decode_clip_rgb", "probe", "read_clip",
+    "NV12_PIX_FMTS", "as_nv12", "decode_clip_nv12", "decode_clip_rgb", "probe", "read_clip",
     "VideoFileList", "VideoFolder", "probe_videos",
 ]

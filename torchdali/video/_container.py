@@ -6,6 +6,14 @@ when a dataset is built; ``read_clip`` runs in a DataLoader worker and returns a
 ``decode_clip_nv12`` / ``decode_clip_rgb`` turn an ``EncodedClip`` into pixels with
 FFmpeg's software decoders (through PyAV), where NVDEC cannot.
 
+Which of the two a clip takes (``as_nv12``): 8-bit 4:2:0 frames (``NV12_PIX_FMTS``) with a matrix
+the NV12 conversion has (BT.601, BT.709) go through their NV12 planes, which hold them exactly,
+and are converted by the fused kernel's NV12 source (``reference.nv12_to_rgb`` on the CPU), as
+NVDEC's frames are. Every other format (4:2:2, 4:4:4, 10 and 12 bits, BT.2020, ...) goes to RGB
+through swscale in one step (``_RgbConverter``), at the frame's chroma resolution and bit depth:
+NV12 would drop the chroma resolution of 4:2:2 and 4:4:4 and round 10-bit samples to 8 bits
+before the conversion.
+
 Frame ``i`` of a video is the ``i``-th frame in presentation order, i.e. the packet
 with the ``i``-th smallest presentation timestamp (pts) among the video stream's
 packets. Nothing is derived from the frame rate, so variable-rate videos index exactly.
@@ -24,6 +32,7 @@ PyAV (``pip install torchdali[video]``) is imported when first needed, so
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from fractions import Fraction
@@ -31,18 +40,19 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import torch
+from csrc_triton import layout
 
 __all__ = [
     "ColorInfo", "VideoInfo", "EncodedClip", "NV12Clip", "ClipDecodeError", "UnsupportedVideoError",
-    "probe", "read_clip", "decode_clip_nv12", "decode_clip_rgb",
+    "NV12_PIX_FMTS", "as_nv12", "probe", "read_clip", "decode_clip_nv12", "decode_clip_rgb",
 ]
 
 # FFmpeg's AVColorSpace codes and the matrix names used here
 _MATRIX_NAMES = {0: "rgb", 1: "bt709", 2: "unspecified", 4: "fcc", 5: "bt601", 6: "bt601", 7: "smpte240m",
                  8: "ycgco", 9: "bt2020", 10: "bt2020"}
 _RANGE_NAMES = {0: "unspecified", 1: "limited", 2: "full"}  # AVColorRange
-# swscale's YCbCr->RGB coefficient sets (PyAV's Colorspace names) by matrix; others fall back to BT.601
-_SWS_MATRIX = {"bt601": "itu601", "bt709": "itu709", "bt2020": "bt2020", "smpte240m": "smpte240m", "fcc": "fcc"}
+# the matrices whose YCbCr->RGB coefficients swscale has (the scale filter's names); others fall back to BT.601
+_SWS_MATRICES = frozenset({"bt601", "bt709", "bt2020", "smpte240m", "fcc"})
 # FFmpeg's decoder for a codec, where the one FFmpeg registers first is not the one to use:
 # its own AV1 decoder decodes only through a hardware accelerator
 _DECODERS = {"av1": "libdav1d"}
@@ -50,6 +60,9 @@ _DECODERS = {"av1": "libdav1d"}
 _AVI_IN_ORDER = frozenset({"mpeg4"})
 # demuxer options shared by probe and read_clip, so both see the same timestamps
 _OPEN_OPTIONS = {"fflags": "+genpts"}
+#: FFmpeg's pixel formats of 8-bit 4:2:0 frames: NV12 holds their planes as decoded, and NVDEC decodes
+#: their streams to NV12 (its frames of other formats are P010, P016 or 4:4:4 planes)
+NV12_PIX_FMTS = frozenset({"yuv420p", "yuvj420p", "nv12"})
 #: FFmpeg's names of the ISO media family (its ``mov`` demuxer), which hands over each sample's bytes
 #: as the file stores them: ``read_clip`` reads those straight from the file
 _DIRECT_FORMATS = frozenset({"mov", "mp4", "m4a", "3gp", "3g2", "mj2"})
@@ -100,7 +113,7 @@ class ColorInfo:
     def conversion_matrix(self) -> str:
         """The matrix the YCbCr->RGB conversion uses: ``matrix``, or BT.601 where it is
         unspecified or one swscale lacks (swscale's own default)."""
-        return self.matrix if self.matrix in _SWS_MATRIX else "bt601"
+        return self.matrix if self.matrix in _SWS_MATRICES else "bt601"
 
     @property
     def full_range(self) -> bool:
@@ -303,6 +316,14 @@ class EncodedClip:
         return memoryview(self.data)[int(self.offsets[j]):int(self.offsets[j + 1])]
 
 
+def as_nv12(clip: "EncodedClip | VideoInfo") -> bool:
+    """Whether ``clip``'s frames are converted to RGB from their NV12 planes (``decode_clip_nv12``, the
+    fused kernel's NV12 source; NVDEC on the GPU path): 8-bit 4:2:0 (``NV12_PIX_FMTS``) with a matrix of
+    ``layout.NV12_MATRICES``. Otherwise swscale converts them to RGB (``decode_clip_rgb``) on the CPU,
+    keeping their chroma resolution and bit depth (see the module docstring)."""
+    return clip.pix_fmt in NV12_PIX_FMTS and clip.color.conversion_matrix in layout.NV12_MATRICES
+
+
 def _packet_range(info: VideoInfo, wanted: np.ndarray) -> tuple[int, int]:
     """First and last packet (decode order, inclusive) to decode the frames ``wanted`` (sorted indices)."""
     first_pts, last_pts = int(info.pts[wanted[0]]), int(info.pts[wanted[-1]])
@@ -497,7 +518,10 @@ def _nv12_planes(frame: Any, color: ColorInfo) -> tuple[np.ndarray, np.ndarray]:
         rng = "JPEG" if color.full_range else "MPEG"
         frame = frame.reformat(format="nv12", src_color_range=rng, dst_color_range=rng)
     y = _plane(frame, 0).copy()
-    uv = _plane(frame, 1).reshape(frame.planes[1].height, -1, 2).copy()
+    # PyAV gives the CbCr plane's width in chroma samples, each two bytes (Cb, Cr)
+    chroma = frame.planes[1]
+    rows = np.frombuffer(chroma, dtype=np.uint8).reshape(chroma.height, chroma.line_size)
+    uv = rows[:, :2 * chroma.width].reshape(chroma.height, chroma.width, 2).copy()
     return y, uv
 
 
@@ -505,8 +529,9 @@ def decode_clip_nv12(clip: EncodedClip) -> NV12Clip:
     """Decode ``clip`` on the CPU into NV12 planes (``NV12Clip``), in the clip's frame order.
 
     4:2:0 8-bit frames are copied as decoded; other pixel formats are converted to NV12
-    by swscale (chroma subsampled, 8 bits), keeping the stream's range. Raises
-    ``ClipDecodeError`` where the data does not decode to every wanted frame.
+    by swscale (chroma subsampled, 8 bits: ``decode_clip_rgb`` keeps what those lose), keeping
+    the stream's range. Raises ``ClipDecodeError`` where the data does not decode to every
+    wanted frame.
     """
     height, width = clip.height, clip.width
     frames = _decoded_frames(clip, lambda frame: _nv12_planes(frame, clip.color))
@@ -522,21 +547,88 @@ def decode_clip_nv12(clip: EncodedClip) -> NV12Clip:
     return NV12Clip(y, uv, clip.color)
 
 
-def _rgb(frame: Any, color: ColorInfo) -> np.ndarray:
-    matrix = _SWS_MATRIX[color.conversion_matrix]
-    return frame.to_ndarray(format="rgb24", src_colorspace=matrix, dst_colorspace=matrix,
-                            src_color_range="JPEG" if color.full_range else "MPEG", dst_color_range="JPEG")
+@functools.lru_cache(maxsize=None)
+def _has_chroma_loc() -> bool:
+    """Whether this FFmpeg's scale filter takes ``in_chroma_loc`` (FFmpeg 8, which deprecates the
+    chroma positions that older ones take instead)."""
+    av = _av()
+    try:
+        graph = av.filter.Graph()
+        src = graph.add_buffer(width=2, height=2, format="yuv420p", time_base=1)
+        scale = graph.add("scale", "in_chroma_loc=left")
+        sink = graph.add("buffersink")
+        src.link_to(scale)
+        scale.link_to(sink)
+        graph.configure()
+    except Exception:  # the option does not exist
+        return False
+    return True
+
+
+class _RgbConverter:
+    """swscale's conversion of decoded frames to RGB (``rgb24``) with the stream's matrix and range,
+    exact rounding and the chroma interpolated at every pixel, where the chroma samples lie in
+    H.264's and HEVC's default siting (what the NV12 source assumes): horizontally on the even
+    columns, vertically half-way between two rows where the rows are subsampled. A filter graph per
+    frame format: ``VideoFrame.reformat`` cannot say where the chroma lies (it takes what the decoder
+    says, centred where it says nothing), and by default interpolates no chroma and rounds coarsely
+    (8 to 17 levels off on saturated gradients)."""
+
+    def __init__(self, color: ColorInfo) -> None:
+        self.color = color
+        self._graphs: dict[tuple[str, int, int], Any] = {}
+
+    def _build(self, frame: Any, siting: str) -> Any:
+        av = _av()
+        graph = av.filter.Graph()
+        src = graph.add_buffer(width=frame.width, height=frame.height, format=frame.format.name, time_base=1)
+        scale = graph.add("scale", f"in_color_matrix={self.color.conversion_matrix}:"
+                                   f"in_range={'pc' if self.color.full_range else 'tv'}:out_range=pc:{siting}:"
+                                   f"flags=bilinear+accurate_rnd+full_chroma_int+bitexact")
+        out = graph.add("format", "rgb24")
+        sink = graph.add("buffersink")
+        src.link_to(scale)
+        scale.link_to(out)
+        out.link_to(sink)
+        graph.configure()
+        return graph
+
+    def _graph(self, frame: Any) -> Any:
+        key = (frame.format.name, frame.width, frame.height)
+        graph = self._graphs.get(key)
+        if graph is None:
+            if _has_chroma_loc():
+                siting = "in_chroma_loc=left"
+            else:  # positions in 1/256 of a luma sample; vertically halfway only where rows are subsampled
+                chroma = frame.planes[1] if len(frame.planes) > 1 else None
+                v_sub = chroma is not None and frame.format.name.startswith(("yuv", "nv")) \
+                    and chroma.height < frame.height
+                siting = f"in_h_chr_pos=0:in_v_chr_pos={128 if v_sub else 0}"
+            graph = self._graphs[key] = self._build(frame, siting)
+        return graph
+
+    def __call__(self, frame: Any) -> np.ndarray:
+        graph = self._graph(frame)
+        # the graph is told the matrix and range: the frame's own tags would only make its source
+        # filter log that they differ from its (unset) ones
+        frame.colorspace, frame.color_range = 2, 0
+        graph.push(frame)
+        rgb = graph.pull()
+        plane = rgb.planes[0]
+        rows = np.frombuffer(plane, dtype=np.uint8).reshape(rgb.height, plane.line_size)
+        return rows[:, :3 * rgb.width].reshape(rgb.height, rgb.width, 3).copy()
 
 
 def decode_clip_rgb(clip: EncodedClip) -> torch.Tensor:
     """Decode ``clip`` on the CPU into RGB, uint8 ``[F, H, W, 3]``, in the clip's frame order.
 
     swscale converts with the stream's colour matrix and range (``clip.color``; BT.601 and
-    limited where unspecified), given explicitly rather than taken from each frame.
-    Padding frames are zeros. Raises ``ClipDecodeError`` where the data does not decode
-    to every wanted frame.
+    limited where unspecified), given explicitly rather than taken from each frame, at the
+    frame's chroma resolution and bit depth, with exact rounding (``_RgbConverter``): within a
+    level of the float formula, for any pixel format. Padding frames are zeros. Raises
+    ``ClipDecodeError`` where the data does not decode to every wanted frame.
     """
-    frames = _decoded_frames(clip, lambda frame: _rgb(frame, clip.color))
+    frames = _decoded_frames(clip, _RgbConverter(clip.color))
     out = torch.zeros((clip.num_frames, clip.height, clip.width, 3), dtype=torch.uint8)
     for f in range(clip.num_frames):
         if clip.frame_indices[f] >= 0:

@@ -8,9 +8,13 @@ FFmpeg's frame pool) and copied into the batch's buffer in the layout the fused
 kernel's NV12 source reads (``csrc_triton/layout.py``: Y plane, then the CbCr plane,
 no pitch).
 
-Streams NVDEC does not take (AV1 on engines without it, odd frame sizes, pixel
-formats other than 8-bit 4:2:0, a decoder that fails) are decoded on the CPU per clip
-(``decode_clip_nv12``) and uploaded; ``DecodedClips`` counts both routes.
+Only 8-bit 4:2:0 streams with a matrix the NV12 source converts (``as_nv12``) go to NVDEC:
+its frames of other formats are not 8-bit NV12 (P010, P016, 4:4:4 planes). The others (4:2:2,
+4:4:4, 10 and 12 bits, BT.2020, ...) are decided up front from the stream's parameters and
+decoded on the CPU per clip to RGB by swscale at their chroma resolution and bit depth
+(``decode_clip_rgb``), their frames stored as interleaved RGB (``DecodedClips.rgb``); 8-bit 4:2:0
+clips NVDEC does not take (a codec it lacks, odd frame sizes, a decoder that fails) are decoded
+on the CPU to NV12 (``decode_clip_nv12``). Both are uploaded; ``DecodedClips`` counts the routes.
 
 Several clips decode at once, one per decode thread, each thread with its own FFmpeg
 decoders and its own copy stream (one NVDEC session decodes one picture at a time).
@@ -41,7 +45,9 @@ import numpy as np
 import torch
 from csrc_triton import layout
 
-from ._container import ClipDecodeError, EncodedClip, VideoInfo, _av, decode_clip_nv12
+from ._container import (
+    NV12_PIX_FMTS, ClipDecodeError, EncodedClip, VideoInfo, _av, as_nv12, decode_clip_nv12, decode_clip_rgb,
+)
 
 __all__ = ["ClipDecoder", "DecodedClips", "PendingClips"]
 
@@ -55,23 +61,24 @@ _DECODERS_PER_THREAD = 4
 NVDEC_FAILURES = 3
 #: FFmpeg codec names NVDEC decodes (where the engine supports the profile)
 NVDEC_CODECS = frozenset({"h264", "hevc", "vp9", "vp8", "av1", "mpeg2video", "mpeg4", "vc1"})
-#: FFmpeg software pixel formats whose frames come out of NVDEC as 8-bit NV12
-_NV12_SOURCES = frozenset({"yuv420p", "yuvj420p", "nv12"})
 #: device frames a decoder's pool holds beyond its reference frames: decoded frames are held until
 #: this many wait, then copied out together (NVDEC takes at most 32 surfaces, references included)
 _HELD_FRAMES = 8
 
 
 class DecodedClips(NamedTuple):
-    """Every frame of a batch of clips, packed for the fused kernel's NV12 source: frame ``k``
-    at ``data[offsets[k]:]``, ``shapes[k] = (H, W, layout.nv12_code(...))``; clip 0's frames
-    first. ``nvdec`` and ``cpu``: clips decoded by each route."""
+    """Every frame of a batch of clips, back to back: frame ``k`` at ``data[offsets[k]:]``, clip 0's
+    frames first. An NV12 frame (the fused kernel's NV12 source) has ``shapes[k] = (H, W,
+    layout.nv12_code(...))``; a frame of a clip swscale converted (``rgb[k]``, see ``as_nv12``) is
+    ``H x W x 3`` interleaved RGB, ``shapes[k] = (H, W, 3)``. ``nvdec`` and ``cpu``: clips decoded
+    by each route."""
 
     data: torch.Tensor
     offsets: np.ndarray
     shapes: np.ndarray
     nvdec: int
     cpu: int
+    rgb: np.ndarray  # bool [frames]
 
 
 def _code(clip: EncodedClip) -> int:
@@ -104,8 +111,10 @@ os.register_at_fork(after_in_child=_keep_lanes_in_child)
 class PendingClips:
     """A batch's clips being decoded (``ClipDecoder.start``)."""
 
-    def __init__(self, data: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray, futures: list[Future]) -> None:
+    def __init__(self, data: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray, futures: list[Future],
+                 rgb: np.ndarray | None = None) -> None:
         self.data, self.offsets, self.shapes, self.futures = data, offsets, shapes, futures
+        self.rgb = np.zeros(len(offsets), dtype=bool) if rgb is None else rgb
 
     def result(self) -> DecodedClips:
         """Every clip decoded: the buffer is written. A clip's failure is raised once every clip
@@ -113,7 +122,7 @@ class PendingClips:
         wait(self.futures)
         routes = [f.result() for f in self.futures]  # the first failure, if any
         nvdec = sum(routes)
-        return DecodedClips(self.data, self.offsets, self.shapes, nvdec, len(routes) - nvdec)
+        return DecodedClips(self.data, self.offsets, self.shapes, nvdec, len(routes) - nvdec, self.rgb)
 
 
 class ClipDecoder:
@@ -150,12 +159,15 @@ class ClipDecoder:
         """Start decoding ``clips`` into one buffer, allocated on ``stream`` (where it will be read),
         ``threads`` clips at once; returns at once. Any thread may call it: the loader's staging
         thread starts a batch's decode while the executor still works on the batches before it."""
-        sizes = [layout.nv12_size(c.height, c.width) for c in clips for _ in range(c.num_frames)]
+        nv12 = [as_nv12(c) for c in clips]
+        sizes = [layout.nv12_size(c.height, c.width) if n else c.height * c.width * 3
+                 for c, n in zip(clips, nv12) for _ in range(c.num_frames)]
         offsets = np.zeros(len(sizes), dtype=np.int64)
         if sizes:
             np.cumsum(sizes[:-1], out=offsets[1:])
-        shapes = np.array([(c.height, c.width, _code(c)) for c in clips for _ in range(c.num_frames)],
-                          dtype=np.int64).reshape(-1, 3)
+        shapes = np.array([(c.height, c.width, _code(c) if n else 3)
+                           for c, n in zip(clips, nv12) for _ in range(c.num_frames)], dtype=np.int64).reshape(-1, 3)
+        rgb = np.array([not n for c, n in zip(clips, nv12) for _ in range(c.num_frames)], dtype=bool)
         with torch.cuda.stream(stream):
             data = torch.empty(max(int(sum(sizes)), 1), dtype=torch.uint8, device=self.device)
         allocated = torch.cuda.Event()
@@ -169,7 +181,7 @@ class ClipDecoder:
         # pool, and go with it (``close``)
         futures = [pool.submit(self._one, clip, data, offsets[starts[i]: starts[i + 1]], allocated)
                    for i, clip in enumerate(clips)]
-        return PendingClips(data, offsets, shapes, futures)
+        return PendingClips(data, offsets, shapes, futures, rgb)
 
     def decode(self, clips: Sequence[EncodedClip], stream: torch.cuda.Stream) -> DecodedClips:
         """``start(clips, stream).result()``: when this returns, the buffer is written, and ``stream``
@@ -194,6 +206,11 @@ class ClipDecoder:
         copy is done when this returns (the lane's copy stream is waited for)."""
         lane = self._lane()
         lane.copy_stream.wait_event(allocated)
+        if not as_nv12(clip):  # decided from the stream's parameters, as ``start`` sized its frames
+            self._count(f"pixel format {clip.pix_fmt}" if clip.pix_fmt not in NV12_PIX_FMTS
+                        else f"colour matrix {clip.color.conversion_matrix}")
+            self._upload(decode_clip_rgb(clip).reshape(-1), data, at)
+            return False
         done = self._nvdec(clip, data, at)
         if not done:
             self._on_cpu(clip, data, at)
@@ -208,8 +225,6 @@ class ClipDecoder:
         """Why ``clip`` does not go to NVDEC (None: it does)."""
         if clip.codec not in NVDEC_CODECS:
             return f"codec {clip.codec}"
-        if clip.pix_fmt not in _NV12_SOURCES:
-            return f"pixel format {clip.pix_fmt}"
         if clip.width % 2 or clip.height % 2:
             return "odd frame size"
         if self._failures.get(self._key(clip), 0) >= NVDEC_FAILURES:
@@ -323,11 +338,16 @@ class ClipDecoder:
                 data[off + H * W: off + layout.nv12_size(H, W)].fill_(128)
 
     def _on_cpu(self, clip: EncodedClip, data: torch.Tensor, offsets: np.ndarray) -> None:
-        """``clip`` decoded by FFmpeg's software decoder, its planes uploaded into ``data``."""
+        """``clip`` decoded by FFmpeg's software decoder, its NV12 planes uploaded into ``data``."""
         planes = decode_clip_nv12(clip)
         packed = np.concatenate([np.concatenate([planes.y[f].reshape(-1), planes.uv[f].reshape(-1)])
                                  for f in range(clip.num_frames)]) if clip.num_frames else np.zeros(0, np.uint8)
-        host = torch.from_numpy(packed).pin_memory()
+        self._upload(torch.from_numpy(packed), data, offsets)
+
+    def _upload(self, packed: torch.Tensor, data: torch.Tensor, offsets: np.ndarray) -> None:
+        """A clip's frames decoded on the host (uint8, back to back) into ``data`` from its first
+        frame's offset, on this thread's copy stream; done when this returns."""
+        host = packed.pin_memory()
         start = int(offsets[0]) if len(offsets) else 0
         with torch.cuda.stream(self._lane().copy_stream):
             data[start: start + host.numel()].copy_(host, non_blocking=True)
