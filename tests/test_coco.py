@@ -71,10 +71,12 @@ def test_rle_strings_decode_to_the_drawn_masks():
     tall = np.zeros((70000, 1), np.uint8)
     tall[5:65000] = 1
     assert np.array_equal(rle_to_mask({"size": [70000, 1], "counts": "5S_o1Xl4"}), tall)
-    # uncompressed, as COCO's crowd annotations are stored; short runs leave the rest background
+    # uncompressed, as COCO's crowd annotations are stored
     assert np.array_equal(rle_to_mask({"size": [2, 3], "counts": [1, 2, 3]}), [[0, 1, 0], [1, 0, 0]])
-    assert np.array_equal(rle_to_mask({"size": [2, 3], "counts": [1, 2]}), [[0, 1, 0], [1, 0, 0]])
-    with pytest.raises(ValueError, match="more than its 2x3"):
+    # runs that stop short (pycocotools leaves the rest uninitialised) or go past the end (it raises)
+    with pytest.raises(ValueError, match="cover 3 pixels, not the 6 of its 2x3"):
+        rle_to_mask({"size": [2, 3], "counts": [1, 2]})
+    with pytest.raises(ValueError, match="cover 7 pixels, not the 6 of its 2x3"):
         rle_to_mask({"size": [2, 3], "counts": [4, 3]})
     with pytest.raises(ValueError, match="negative"):
         rle_to_mask({"size": [2, 3], "counts": [4, -1]})
@@ -83,6 +85,31 @@ def test_rle_strings_decode_to_the_drawn_masks():
     with pytest.raises(ValueError, match="non-finite"):
         polygons_to_mask([[0, 0, float("nan"), 1, 2, 2]], 4, 4)
     assert polygons_to_mask([], 3, 4).shape == (3, 4)
+
+
+@pytest.mark.parametrize("segmentation,match", [
+    ({"size": [3000, 3000], "counts": [9_000_000]}, "RLE is 3000x3000 but its image is 4x5"),
+    ({"size": [4, 5], "counts": [3, 4]}, "cover 7 pixels, not the 20 of its 4x5"),
+    ({"size": [4, 5], "counts": "Q1"}, "cover 33 pixels, not the 20"),  # a compressed string, one run of 33
+    ([[0, 0, 4, 0, 4, 3, 1]], "polygon 0 has an odd number of coordinates"),  # pycocotools drops the last
+    ([[0, 0, 4, 0, 4, 3], [1, 1, 3, 1]], "polygon 1 has 2 points; a polygon needs 3"),
+    ([[0, 0, 4, 0, 4, float("inf")]], "polygon 0 has a non-finite coordinate"),
+    ([[0, 0, 1e9, 0, 4, 3]], r"polygon 0 has the point \(1e\+09, 0\), far outside its 4x5 image"),
+    ([[-6, 0, 4, 0, 4, 3]], r"point \(-6, 0\), far outside"),
+])
+def test_a_segmentation_that_does_not_fit_its_image_is_refused_before_drawing(segmentation, match):
+    with pytest.raises(ValueError, match=match):
+        segmentation_to_mask(segmentation, 4, 5)
+
+
+def test_segmentations_within_reach_of_their_image_are_drawn():
+    """A polygon reaching outside its image by less than the image's size is cut at its border, as pycocotools
+    does; so is the recorded two-squares case (``POLYGON_MASKS``)."""
+    (h, w), polygons, runs = POLYGON_MASKS[1]
+    assert np.array_equal(segmentation_to_mask(polygons, h, w), _from_runs(runs, h, w))
+    around = segmentation_to_mask([[-4.5, -3.5, 9.5, -3.5, 9.5, 7.5, -4.5, 7.5]], 4, 5)
+    assert np.array_equal(around, np.ones((4, 5), np.uint8))
+    assert np.array_equal(segmentation_to_mask({"size": [4, 5], "counts": [20]}, 4, 5), np.zeros((4, 5), np.uint8))
 
 
 @pytest.mark.skipif(coco_mask is None, reason="needs pycocotools")
@@ -311,13 +338,14 @@ def test_coco_size_from_the_header_when_the_file_has_none(tmp_path):
 # VOC-style segmentation
 # --------------------------------------------------------------------------- #
 
-def _voc_set(tmp_path, year: str = "2012") -> str:
+def _voc_set(tmp_path, year: str = "2012", extra: int = 0) -> str:
+    """A VOC folder: 2 training images and 1 validation image, and ``extra`` more training images."""
     from torchvision.datasets.voc import DATASET_YEAR_DICT
 
     voc = tmp_path / DATASET_YEAR_DICT[year]["base_dir"]
     for sub in ("JPEGImages", "SegmentationClass", "ImageSets/Segmentation"):
         (voc / sub).mkdir(parents=True)
-    names = ["2007_000032", "2007_000039", "2008_000123"]
+    names = ["2007_000032", "2007_000039", "2008_000123"] + [f"2009_{k:06d}" for k in range(extra)]
     palette = list(np.random.default_rng(1).integers(0, 256, 768, dtype=np.uint8))
     for i, name in enumerate(names):
         h, w = 20 + 3 * i, 25 + 2 * i
@@ -327,7 +355,7 @@ def _voc_set(tmp_path, year: str = "2012") -> str:
         mask = Image.fromarray(classes, mode="P")
         mask.putpalette(palette)
         mask.save(voc / "SegmentationClass" / f"{name}.png")
-    (voc / "ImageSets/Segmentation/train.txt").write_text("\n".join(names[:2]) + "\n")
+    (voc / "ImageSets/Segmentation/train.txt").write_text("\n".join(names[:2] + names[3:]) + "\n")
     (voc / "ImageSets/Segmentation/val.txt").write_text(names[2] + "\n")
     return str(tmp_path)
 

@@ -125,8 +125,9 @@ def rle_to_mask(rle: Mapping[str, Any]) -> np.ndarray:
     """``[H, W]`` uint8 from a COCO RLE ``{"size": [H, W], "counts": ...}``, compressed (a string) or not (a list).
 
     Runs alternate background and foreground, column-major, starting with background.
-    Runs that end before the last pixel leave the rest background (pycocotools leaves
-    it uninitialised); runs that go past it raise ValueError, as pycocotools does.
+    Runs that do not cover the image exactly raise ValueError: pycocotools raises for
+    runs past the last pixel, and leaves the pixels after runs that end short
+    uninitialised.
     """
     try:
         height, width = (int(v) for v in rle["size"])
@@ -140,28 +141,55 @@ def rle_to_mask(rle: Mapping[str, Any]) -> np.ndarray:
         if (runs < 0).any():
             raise ValueError("an RLE run length is negative")
     n = height * width
-    if int(runs.sum()) > n:
-        raise ValueError(f"the RLE's runs cover {int(runs.sum())} pixels, more than its {height}x{width}")
+    if height < 0 or width < 0:
+        raise ValueError(f"the RLE's size {height}x{width} is negative")
+    if int(runs.sum()) != n:
+        # pycocotools raises past the end and leaves pixels short of it uninitialised
+        raise ValueError(f"the RLE's runs cover {int(runs.sum())} pixels, not the {n} of its {height}x{width}")
     values = (np.arange(len(runs)) & 1).astype(np.uint8)
-    flat = np.zeros(n, dtype=np.uint8)
-    flat[: int(runs.sum())] = np.repeat(values, runs)
-    return flat.reshape(width, height).T
+    return np.repeat(values, runs).reshape(width, height).T
+
+
+#: how far outside its image (in image sizes) a polygon's vertex may lie: the rasteriser walks every
+#: edge pixel by pixel, so one vertex at 1e9 would take gigabytes; real outlines stay within a pixel
+_POLYGON_REACH = 1.0
+
+
+def _check_polygon(i: int, xy: np.ndarray, height: int, width: int) -> None:
+    """Raise ValueError for a polygon that does not fit an ``H x W`` image (see ``segmentation_to_mask``)."""
+    if len(xy) % 2:
+        raise ValueError(f"polygon {i} has an odd number of coordinates ({len(xy)}); it lists x, y pairs")
+    if len(xy) < 6:
+        raise ValueError(f"polygon {i} has {len(xy) // 2} points; a polygon needs 3 at least")
+    if not np.isfinite(xy).all():
+        raise ValueError(f"polygon {i} has a non-finite coordinate")
+    x, y = xy[0::2], xy[1::2]
+    far = ((x < -_POLYGON_REACH * width) | (x > (1 + _POLYGON_REACH) * width)
+           | (y < -_POLYGON_REACH * height) | (y > (1 + _POLYGON_REACH) * height))
+    if far.any():
+        k = int(np.argmax(far))
+        raise ValueError(f"polygon {i} has the point ({x[k]:g}, {y[k]:g}), far outside its {height}x{width} image")
 
 
 def segmentation_to_mask(segmentation: Any, height: int, width: int) -> np.ndarray:
     """``[H, W]`` uint8 mask of one annotation's ``segmentation`` on an ``H x W`` image.
 
     Polygons (a list of lists) are rasterised at ``H x W``; an RLE (a dict) carries its own
-    size, which must be ``H x W`` (ValueError otherwise: torchvision would give a mask of
-    another size than its image).
+    size, which must be ``H x W`` (ValueError otherwise, before it is decoded: torchvision
+    would give a mask of another size than its image). A segmentation that does not fit
+    its image raises ValueError before any mask is made: an RLE whose runs do not cover
+    it exactly, a polygon with an odd number of coordinates (pycocotools drops the last)
+    or fewer than 3 points, or with a point further than the image's size outside it.
     """
     if isinstance(segmentation, Mapping):
-        mask = rle_to_mask(segmentation)
-        if mask.shape != (height, width):
-            raise ValueError(f"the RLE is {mask.shape[0]}x{mask.shape[1]} but its image is {height}x{width}")
-        return mask
+        size = segmentation.get("size")
+        if isinstance(size, (list, tuple)) and len(size) == 2 and [height, width] != list(size):
+            raise ValueError(f"the RLE is {size[0]}x{size[1]} but its image is {height}x{width}")
+        return rle_to_mask(segmentation)
     if isinstance(segmentation, (list, tuple)):
         if segmentation and not all(isinstance(p, (list, tuple)) for p in segmentation):
             raise ValueError("polygons must be a list of [x0, y0, x1, y1, ...] lists")
+        for i, poly in enumerate(segmentation):
+            _check_polygon(i, np.asarray(poly, dtype=np.float64).reshape(-1), height, width)
         return polygons_to_mask(segmentation, height, width)
     raise ValueError(f"COCO segmentation expected to be a dict or a list, got {type(segmentation).__name__}")

@@ -274,6 +274,34 @@ COCO_TARGET_KEYS = frozenset({"segmentation", "area", "iscrowd", "image_id", "bb
 COCO_DEFAULT_KEYS = frozenset({"image_id", "boxes", "labels"})
 
 
+_PIL_LIMIT = object()  # max_image_pixels default: Pillow's Image.MAX_IMAGE_PIXELS, as the DataLoader's
+
+
+def _pixel_limit(max_image_pixels: int | None | object) -> int | None:
+    if max_image_pixels is _PIL_LIMIT:
+        from .decode._limits import default_max_image_pixels
+
+        max_image_pixels = default_max_image_pixels()
+    if max_image_pixels is None:
+        return None
+    if isinstance(max_image_pixels, bool) or int(max_image_pixels) < 1:  # type: ignore[call-overload]
+        raise ValueError(f"max_image_pixels must be a positive int or None, got {max_image_pixels!r}")
+    return int(max_image_pixels)  # type: ignore[call-overload]
+
+
+def _load_json(path: str) -> Any:
+    """The JSON value in file ``path``; a file that is not JSON raises ValueError naming it and where it breaks."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        return json.loads(raw.decode("utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"annotation file {path} is not valid JSON: line {e.lineno} column {e.colno}: {e.msg} "
+                         f"(a truncated or hand-edited file?)") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"annotation file {path} is not UTF-8 text (JSON): byte {e.start}: {e.reason}") from None
+
+
 def _coco_target_keys(target_keys: Iterable[str] | str | None) -> frozenset[str]:
     if target_keys is None:
         return COCO_DEFAULT_KEYS
@@ -313,10 +341,17 @@ class CocoDetection(_TargetFiles):
       ``labels`` ``[0]``, ``masks`` ``[0, H, W]``, the lists ``[]``); torchvision's wrapper
       gives ``{"image_id": id}`` alone, which its SanitizeBoundingBoxes and detection
       models then refuse.
-    * A segmentation whose mask cannot be made (an RLE whose size is not the image's,
-      a non-finite polygon), a ``bbox`` that is not four numbers and a missing file raise
-      ``SampleError`` naming the sample's index and path. An empty polygon list gives an
-      empty mask (pycocotools raises IndexError).
+    * A segmentation whose mask cannot be made (an RLE whose size is not the image's or
+      whose runs do not cover it exactly; a polygon with an odd number of coordinates,
+      fewer than 3 points, a non-finite coordinate or a point further than the image's
+      size outside it), a ``bbox`` that is not four numbers and a missing file raise
+      ``SampleError`` naming the sample's index and path; so does, with ``masks``
+      requested, an image whose size in the annotation file is not the one its header
+      gives or is over ``max_image_pixels`` (default: Pillow's ``Image.MAX_IMAGE_PIXELS``,
+      as the DataLoader's; None: no limit), before any mask is drawn. The DataLoader's
+      ``on_error`` applies to all of them. An empty polygon list gives an empty mask
+      (pycocotools raises IndexError). An annotation file that is not JSON raises
+      ValueError naming the file, line and column.
 
     ``transform`` runs on the bytes tensor if given, ``target_transform`` on the target
     dict; image transforms belong to the DataLoader.
@@ -324,14 +359,15 @@ class CocoDetection(_TargetFiles):
 
     def __init__(self, root: str | os.PathLike, annFile: str | os.PathLike, transform: Callable | None = None,
                  target_transform: Callable | None = None,
-                 target_keys: Iterable[str] | str | None = None) -> None:
+                 target_keys: Iterable[str] | str | None = None,
+                 max_image_pixels: int | None | object = _PIL_LIMIT) -> None:
         self.root = os.fspath(root)
         self.annFile = os.fspath(annFile)
         self.transform = transform
         self.target_transform = target_transform
         self.target_keys = _coco_target_keys(target_keys)
-        with open(self.annFile, encoding="utf-8") as f:
-            data = json.load(f)
+        self.max_image_pixels = _pixel_limit(max_image_pixels)
+        data = _load_json(self.annFile)
         if not isinstance(data, dict) or not isinstance(data.get("images"), list):
             raise ValueError(f"{self.annFile}: a COCO annotation file is a JSON object with an 'images' list")
         anns = data.get("annotations", [])
@@ -374,6 +410,22 @@ class CocoDetection(_TargetFiles):
                                          "the annotation file gives no height/width and the header is unreadable")
         return size
 
+    def _check_canvas(self, index: int, height: int, width: int) -> None:
+        """Raise SampleError when image ``index``'s size in the annotation file is over ``max_image_pixels`` or not
+        the size its file's header gives: its masks would take ``height * width`` bytes each."""
+        path = self.path_of(index)
+        limit = self.max_image_pixels
+        if limit is not None and height * width > limit:
+            raise SampleError.for_sample(index, path, "refused before drawing its masks",
+                                         f"the annotation file gives the image {height}x{width} pixels "
+                                         f"({height * width:,}), more than max_image_pixels={limit:,}; pass a larger "
+                                         f"max_image_pixels (or None) to CocoDetection if such images are expected")
+        size = _header_size(path)
+        if size is not None and size != (height, width):
+            raise SampleError.for_sample(index, path, "the annotation's image size is not the file's",
+                                         f"the annotation file gives {height}x{width} (HxW), the image's header "
+                                         f"{size[0]}x{size[1]}")
+
     def _target(self, index: int) -> dict[str, Any]:
         try:
             return self._coco_target(index)
@@ -408,6 +460,8 @@ class CocoDetection(_TargetFiles):
             # BoundingBoxes(xyxy, format="XYXY", canvas_size=...) without its checks (an [N, 4] float tensor)
             target["boxes"] = _bounding_boxes(xyxy, "XYXY", (height, width), "soft")  # (the constructor's default)
         if "masks" in keys:
+            if anns:  # [K, H, W] bytes: the size is checked before any of them is drawn
+                self._check_canvas(index, height, width)
             masks = [segmentation_to_mask(ann["segmentation"], height, width) for ann in anns]
             stacked = np.stack(masks) if masks else np.zeros((0, height, width), dtype=np.uint8)
             target["masks"] = tv_tensors.Mask(torch.from_numpy(stacked))
@@ -439,18 +493,21 @@ class _SegmentationPairs(_TargetFiles):
         from torchvision import tv_tensors
 
         path, mask_path = self.images[index], self.masks[index]
+        size = _header_size(path)
+        mask, mask_size = None, None
         try:
             with Image.open(mask_path) as im:
-                im.load()
-                # as torchvision's wrapper: Mask(PIL image) is pil_to_tensor, [C, H, W] ([1, H, W] for palette PNGs)
-                mask = tv_tensors.Mask(im)
+                mask_size = im.height, im.width
+                if size is None or mask_size == size:  # (a mask of another size is refused before it is decoded)
+                    im.load()
+                    # as torchvision's wrapper: Mask(PIL image) is pil_to_tensor, [C, H, W] ([1, H, W] for palettes)
+                    mask = tv_tensors.Mask(im)
         except Exception as e:  # PIL raises many types on a bad file
             raise SampleError.for_sample(index, path, f"cannot read mask {mask_path}",
                                          f"{type(e).__name__}: {e}") from None
-        size = _header_size(path)
-        if size is not None and tuple(mask.shape[-2:]) != size:
+        if mask is None:
             raise SampleError.for_sample(index, path, "mask does not fit its image",
-                                         f"mask {mask_path} is {mask.shape[-2]}x{mask.shape[-1]} (HxW), the image "
+                                         f"mask {mask_path} is {mask_size[0]}x{mask_size[1]} (HxW), the image "
                                          f"{size[0]}x{size[1]}")
         return mask
 

@@ -24,6 +24,26 @@ class SampleError(RuntimeError):
         return err
 
 
+class SampleDrawError(ValueError):
+    """A transform cannot take one sample of a batch, found while the batch's parameters are
+    drawn, where only positions in the batch are known (``sample``). ``reason`` is what is
+    wrong with it; the message adds the position.
+
+    The worker that drew the batch (``_executor/_worker.py``) raises it again as a
+    ``SampleError`` naming the sample's dataset index and path, or hands the sample to
+    ``on_error`` like any other bad sample.
+    """
+
+    def __init__(self, reason: str, sample: int | None = None) -> None:
+        # (torch re-raises a worker's error from its message alone: the position is then unknown)
+        super().__init__(reason if sample is None else f"{reason} (sample {sample} of the batch)")
+        self.reason = reason
+        self.sample = sample
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.reason, self.sample)
+
+
 def without_frames(err: BaseException) -> BaseException:
     """``err`` with its traceback, and those of the errors it was raised from, dropped.
 

@@ -489,7 +489,8 @@ class GpuDecoder:
         params = batch.params.clone()
         slots = batch.slots.clone() if batch.slots is not None else None
         for i, err in failed:
-            sub = self.fallback.replace(err, batch.spares, used)
+            # a replacement whose parameters can be drawn (at its own position): drawn again below
+            sub = self.fallback.replace(err, batch.spares, used, at=(batch.seed, batch.epoch, int(batch.positions[i])))
             batch.skipped.append(Skipped(err.index, err.path, str(err)))
             if sub.tag is not None:
                 batch.indices[i], batch.positions[i], batch.paths[i] = sub.tag.index, sub.tag.position, sub.path

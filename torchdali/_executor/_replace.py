@@ -13,7 +13,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from ..errors import SampleError
+from ..errors import SampleDrawError, SampleError
 from ._classify import LoadedSample, split_item
 from ._tags import SampleTag, sample_path
 
@@ -28,6 +28,8 @@ class Replacement(NamedTuple):
     kind: int
     payload: torch.Tensor
     shape: tuple
+    hint: int = -1  # its header code for nvJPEG (``LoadedSample``)
+    scan_start: int = -1  # where its JPEG scan data starts (-1: not checked)
 
 
 def check_on_error(on_error: Any) -> None:
@@ -40,11 +42,13 @@ def check_on_error(on_error: Any) -> None:
 def replace(err: SampleError, spares: list[SampleTag], used: set[SampleTag], on_error: Any, dataset: Any,
             load: Callable[[Any, int, str | None], LoadedSample],
             check: Callable[[Any, Any, int, str | None], Any] | None = None,
-            read: Callable[[SampleTag], Any] | None = None) -> Replacement:
+            read: Callable[[SampleTag], Any] | None = None,
+            vet: Callable[[SampleTag | None, tuple, Any], None] | None = None) -> Replacement:
     """A replacement for a failed sample, its data loaded by ``load(data, index, path)`` and its
     target checked by ``check(target, (H, W), index, path)`` (boxes and masks against the image).
     A spare's item is ``read(tag)`` (default: ``dataset[tag.index]``; a video clip is read with
-    the spare's own ``u``).
+    the spare's own ``u``). ``vet(tag, shape, target)`` (the spare's tag; None for the callable
+    policy's sample) raises for a replacement the transforms cannot take (``errors.SampleDrawError``).
 
     The callable policy is asked first; then the ``spares`` of ``dataset`` not ``used``
     yet are tried in order (each one tried is added to ``used``). Raises the original
@@ -57,7 +61,14 @@ def replace(err: SampleError, spares: list[SampleTag], used: set[SampleTag], on_
             loaded = load(data, err.index, err.path)
             if has and check is not None:
                 check(target, loaded.shape[:2], err.index, err.path)
-            return Replacement(None, err.path, target, has, loaded.kind, loaded.payload, loaded.shape)
+            if vet is not None:
+                try:
+                    vet(None, loaded.shape, target)
+                except SampleDrawError as e:
+                    raise SampleError.for_sample(err.index, err.path, "cannot transform the sample on_error gave "
+                                                 "in its place", e.reason) from None
+            return Replacement(None, err.path, target, has, loaded.kind, loaded.payload, loaded.shape, loaded.hint,
+                               loaded.scan_start)
     for tag in spares:
         if tag in used or dataset is None:
             continue
@@ -68,9 +79,12 @@ def replace(err: SampleError, spares: list[SampleTag], used: set[SampleTag], on_
             loaded = load(data, tag.index, path)
             if has and check is not None:
                 check(target, loaded.shape[:2], tag.index, path)
+            if vet is not None:
+                vet(tag, loaded.shape, target)
         except Exception:
             continue
-        return Replacement(tag, path, target, has, loaded.kind, loaded.payload, loaded.shape)
+        return Replacement(tag, path, target, has, loaded.kind, loaded.payload, loaded.shape, loaded.hint,
+                           loaded.scan_start)
     raise SampleError(f"{err} (on_error could not replace it: the {len(spares)} spare samples sent with this "
                       "batch are used up or unreadable; more bad files in one batch than that)",
                       index=err.index, path=err.path) from err

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .. import _rng
+from ..errors import SampleError
 
 NUM_SPARES = 4  # replacement candidates sent with each batch when on_error is not "raise" ...
 SPARES_PER_SAMPLE = 1 / 16  # ... or this many per sample of a larger batch: at 1% bad files a batch of
@@ -174,10 +175,30 @@ def batch_head(samples: Sequence[TaggedSample]) -> BatchHead:
                      [s.path for s in own])
 
 
+#: what a dataset raises for a bad sample (its own SampleError; OSError for a file that cannot be
+#: read or, from PIL, identified): the packing step applies on_error to it (``FailedRead``)
+READ_ERRORS = (SampleError, OSError)
+
 SPARE = object()  # placeholder item: a spare candidate that has not been read
 # placeholder item: a video clip, read by the packing step with its ``u`` (``_video.PrepareClips``),
 # where on_error applies
 CLIP = object()
+
+
+@dataclass(frozen=True)
+class FailedRead:
+    """The item of a sample whose dataset read raised (``TaggedDataset``): the error, naming
+    the sample, raised again by the packing step, where on_error applies to it as to a
+    sample that fails to decode (``_worker.PrepareBatch``). The two run in the same worker."""
+
+    error: SampleError
+
+
+def read_failure(err: BaseException, index: int, path: str | None) -> FailedRead:
+    """``err``, raised reading sample ``index``, as a ``FailedRead`` whose error names the sample."""
+    if not isinstance(err, SampleError):
+        err = SampleError.for_sample(index, path, "cannot read sample", f"{type(err).__name__}: {err}")
+    return FailedRead(err)
 
 
 class FileRef(NamedTuple):
@@ -435,12 +456,16 @@ class TaggedDataset(torch.utils.data.Dataset):
             return TaggedSample(tag, None, SPARE)
         if self.video:
             return TaggedSample(tag, sample_path(self.dataset, tag.index), CLIP)
-        if self.defer_files:
-            found = self.dataset.file_item(tag.index)
-            if found is not None:
-                path, target = found
-                return TaggedSample(tag, path, (FileRef(path), target))
-        return TaggedSample(tag, sample_path(self.dataset, tag.index), self.dataset[tag.index])
+        try:
+            if self.defer_files:
+                found = self.dataset.file_item(tag.index)
+                if found is not None:
+                    path, target = found
+                    return TaggedSample(tag, path, (FileRef(path), target))
+            return TaggedSample(tag, sample_path(self.dataset, tag.index), self.dataset[tag.index])
+        except READ_ERRORS as e:  # a bad sample: on_error decides (FailedRead)
+            path = sample_path(self.dataset, tag.index)
+            return TaggedSample(tag, path, read_failure(e, tag.index, path))
 
     def __getitems__(self, tags: TagBatch | list[SampleTag]) -> list[TaggedSample]:
         tags = list(tags)
@@ -458,7 +483,10 @@ class TaggedDataset(torch.utils.data.Dataset):
         if getitems is None or self.defer_files or self.video:
             return [self[t] for t in tags]
         real = [t for t in tags if not t.spare]
-        items = getitems([t.index for t in real])
+        try:
+            items = getitems([t.index for t in real])
+        except READ_ERRORS:  # which sample failed is only known read one by one
+            return [self[t] for t in tags]
         out = [TaggedSample(t, sample_path(self.dataset, t.index), it) for t, it in zip(real, items)]
         return out + [TaggedSample(t, None, SPARE) for t in tags if t.spare]
 

@@ -5,8 +5,8 @@ The workers receive ``TaggedSample`` records (``_tags.py``). For each sample a w
 gets its bytes (``_reads.py``: files read straight into the batch's staging-ring slot,
 the header table), finds its kind and which decoder takes it (``_classify.py``),
 replaces it under on_error when it cannot be used (``_replace.py``), then draws the
-batch's random parameters (``draw_params``) and packs the bytes into the slot or one
-blob. On the CPU path it also decodes and runs the reference kernel here. In the main
+batch's random parameters (``draw_params``; a sample they cannot be drawn for is
+replaced as well) and packs the bytes into the slot or one blob. On the CPU path it also decodes and runs the reference kernel here. In the main
 process, ``merge_parts`` puts the parts of a batch sent in parts back together.
 """
 from __future__ import annotations
@@ -18,16 +18,15 @@ import numpy as np
 import torch
 
 from .. import _rng
-from ..errors import SampleError
+from ..errors import SampleDrawError, SampleError
 from ..transforms._plan import BatchParams, Plan, run_reference
-from ..transforms._iou_crop import NoCropFound
 from ..transforms._target_plan import BoxesMapped, TargetPlan, has_geometry
 from ..transforms._targets import BoxTrack, TargetGeometry, draw_and_trace
 from ._classify import LoadedSample, load_sample, split_item
 from ._deliver import Delivery
 from ._reads import load_noted, read_into, sample_bytes
 from ._replace import Replacement, check_on_error, replace
-from ._tags import FileRef, SampleTag, TaggedSample, batch_head
+from ._tags import FailedRead, FileRef, SampleTag, TaggedSample, batch_head
 from ._wire import PackedBatch, PackedTargets, Skipped
 
 RING_PART_ALIGN = 4096  # where a part of a batch starts in its batch's staging-ring slot
@@ -44,12 +43,20 @@ def draw_params(plan: Plan, shapes: np.ndarray, seed: int, epoch: int, positions
 
     The one place parameters are drawn: a sample's draw depends on ``(seed, epoch,
     position)``, its size and its boxes only, so a sample packed in a worker and a
-    replacement found later on the GPU get their parameters the same way.
+    replacement found later on the GPU get their parameters the same way. A sample the
+    transforms cannot take (a pad larger than a reflected image, a resize to no pixels,
+    non-finite parameters) raises ``SampleDrawError`` with its position in the batch.
     """
     keys = _rng.sample_keys(seed, epoch, positions)
     if trace:
-        return draw_and_trace(plan, shapes[:, :2], keys, boxes)
-    return plan.params(shapes[:, :2], keys, BoxTrack(boxes) if boxes is not None else None), None
+        drawn, traced = draw_and_trace(plan, shapes[:, :2], keys, boxes)
+    else:
+        drawn, traced = plan.params(shapes[:, :2], keys, BoxTrack(boxes) if boxes is not None else None), None
+    finite = torch.isfinite(drawn.params).all(dim=1)
+    if not bool(finite.all()):  # the kernel refuses them: name the sample here, where on_error applies
+        i = int(torch.argmin(finite.to(torch.uint8)))
+        raise SampleDrawError(f"its transform parameters hold a non-finite value: {drawn.params[i].tolist()}", i)
+    return drawn, traced
 
 
 class PrepareBatch:
@@ -58,7 +65,11 @@ class PrepareBatch:
     ``mode="cpu"``: decode with the CPU decoder and run the reference kernel here,
     so the work scales with ``num_workers``. ``mode="gpu"``: read JPEG headers and
     pack the bytes; samples the GPU cannot decode (PNG, CMYK, ...) are decoded here.
-    A sample that cannot be used is handled by ``on_error``.
+    A sample that cannot be used is handled by ``on_error``, whatever failed: the
+    dataset reading it or building its target (``_tags.FailedRead``), its file, its
+    header or decoding, its target against its image, or drawing its parameters
+    (``errors.SampleDrawError``). Its replacement is drawn before it is taken, and the
+    batch's other samples keep their draws: each depends on its own position only.
 
     Targets holding boxes or masks (``transforms/_target_plan.py``) are checked here
     against their image, sample by sample (a bad one goes to ``on_error``); the CPU
@@ -85,18 +96,32 @@ class PrepareBatch:
         SampleError naming it (``_classify.load_sample``)."""
         return load_sample(data, idx, path, self.mode, self.max_image_pixels)
 
-    def replace(self, err: SampleError, spares: list[SampleTag], used: set[SampleTag]) -> Replacement:
+    def replace(self, err: SampleError, spares: list[SampleTag], used: set[SampleTag],
+                at: tuple[int, int, int] | None = None) -> Replacement:
         """A replacement for a failed sample (in the worker, or later on the GPU) under this
-        batch's on_error policy (``_replace.replace``)."""
-        return replace(err, spares, used, self.on_error, self.dataset, self.load, self.targets.check)
+        batch's on_error policy (``_replace.replace``). With ``at``, the failed sample's
+        ``(seed, epoch, position)``, only a replacement whose parameters can be drawn
+        (``draw_params``, at the spare's own position) is taken."""
+        vet = None
+        if at is not None:
+            seed, epoch, position = at
+
+            def vet(tag: SampleTag | None, shape: tuple, target: Any) -> None:
+                boxes = self.targets.draw_boxes([target])
+                draw_params(self.plan, np.asarray([shape], dtype=np.int64), seed, epoch,
+                            np.asarray([position if tag is None else tag.position], dtype=np.int64), boxes)
+
+        return replace(err, spares, used, self.on_error, self.dataset, self.load, self.targets.check, vet=vet)
 
     def __call__(self, samples: Sequence[TaggedSample]) -> PackedBatch:
         t0 = time.perf_counter()
         samples, spares, seed, epoch, indices, positions, paths = batch_head(samples)
         n = len(samples)
-        targets, has_target, geometry = [], True, False
         kinds = np.empty(n, dtype=np.int8)
-        payloads: list[torch.Tensor] = []
+        payloads: list[Any] = [None] * n
+        targets: list[Any] = [None] * n
+        has = np.zeros(n, dtype=bool)  # whether sample i's item holds a target
+        geo = np.zeros(n, dtype=bool)  # ... one with boxes or masks
         shapes = np.zeros((n, 3), dtype=np.int64)
         hints = np.full(n, -1, dtype=np.int64)
         scan_starts = np.full(n, -1, dtype=np.int64)
@@ -111,39 +136,59 @@ class PrepareBatch:
             slot = self.ring.acquire(seq)
             files = [(i, it[0].path) for i, it in enumerate(items) if isinstance(it[0], FileRef)]
             direct, stamps, read_end = read_into(slot, room[0], room[0] + room[1], files)
-        for i, sample in enumerate(samples):
-            data, target, has = items[i]
-            try:
-                data = sample_bytes(data, direct.get(i), int(indices[i]), sample.path)
-                kind, payload, shape, hints[i], scan_starts[i] = load_noted(
-                    self.ring, self.load, data, int(indices[i]), sample.path, stamps.get(i))
-                if has:
-                    geometry |= self.targets.check(target, shape[:2], int(indices[i]), sample.path)
-            except SampleError as err:
-                if self.on_error == "raise":
-                    raise
-                sub = self.replace(err, spares, used)
-                target, has, kind, payload, shape = sub.target, sub.has_target, sub.kind, sub.payload, sub.shape
-                skipped.append(Skipped(err.index, err.path, str(err)))
-                if sub.tag is not None:
-                    indices[i], positions[i], paths[i] = sub.tag.index, sub.tag.position, sub.path
-                if has:  # (checked by replace)
-                    geometry |= has_geometry(target)
-            targets.append(target)
-            has_target = has_target and has
-            kinds[i], shapes[i] = kind, shape
-            payloads.append(payload)
 
+        def substitute(i: int, err: SampleError) -> None:
+            """Sample ``i`` replaced under on_error (``_replace.replace``), by a sample whose
+            parameters can be drawn; raises ``err`` under "raise"."""
+            if self.on_error == "raise":
+                raise err
+            sub = self.replace(err, spares, used, at=(seed, epoch, int(positions[i])))
+            skipped.append(Skipped(err.index, err.path, str(err)))
+            if sub.tag is not None:
+                indices[i], positions[i], paths[i] = sub.tag.index, sub.tag.position, sub.path
+            targets[i], has[i], kinds[i], payloads[i], shapes[i] = (sub.target, sub.has_target, sub.kind,
+                                                                    sub.payload, sub.shape)
+            hints[i], scan_starts[i] = sub.hint, sub.scan_start
+            geo[i] = sub.has_target and has_geometry(sub.target)  # (checked by replace)
+
+        # reading, the target, decoding: one on_error policy for every way a sample fails
+        for i, sample in enumerate(samples):
+            data, targets[i], has[i] = items[i]
+            try:
+                if isinstance(data, FailedRead):  # the dataset raised reading it (_tags.TaggedDataset)
+                    raise data.error
+                data = sample_bytes(data, direct.get(i), int(indices[i]), sample.path)
+                kinds[i], payloads[i], shape, hints[i], scan_starts[i] = load_noted(
+                    self.ring, self.load, data, int(indices[i]), sample.path, stamps.get(i))
+                shapes[i] = shape
+                if has[i]:
+                    geo[i] = self.targets.check(targets[i], shape[:2], int(indices[i]), sample.path)
+            except SampleError as err:
+                substitute(i, err)
+
+        has_target = bool(has.all())
         if self.plan.draws_from_boxes and not has_target:
             step = next(t for t in self.plan.transforms if t.draws_from_boxes)
             raise ValueError(f"{step!r} draws from each sample's BoundingBoxes, but the dataset's items have no "
                              f"targets")
-        boxes = self.targets.draw_boxes(targets)
-        geometry = geometry and has_target
-        try:  # boxes and masks: their steps are recorded by the same draw, for the mapping after the kernel
-            drawn, trace = draw_params(self.plan, shapes, seed, epoch, positions, boxes, trace=geometry)
-        except NoCropFound as e:
-            raise SampleError.for_sample(int(indices[e.sample]), paths[e.sample], "bad target", str(e)) from None
+        geometry = bool(geo.any()) and has_target
+        redrawn: set[int] = set()
+        while True:  # boxes and masks: their steps are recorded by the same draw, for the mapping after the kernel
+            boxes = self.targets.draw_boxes(targets)
+            try:
+                drawn, trace = draw_params(self.plan, shapes, seed, epoch, positions, boxes, trace=geometry)
+                break
+            except SampleDrawError as e:
+                if e.sample is None:
+                    raise
+                i = e.sample
+                err = SampleError.for_sample(int(indices[i]), paths[i], "cannot transform", e.reason)
+                if self.on_error == "raise" or i in redrawn:  # (a replacement's draw was tried before it was taken)
+                    raise err from None
+                redrawn.add(i)
+                substitute(i, err)
+                has_target = bool(has.all())
+                geometry = bool(geo.any()) and has_target
         parts = samples[0].tag.parts if self.mode == "gpu" else 1
         if geometry and self.mode == "cpu":  # boxes and masks: mapped here after the kernel
             collated = targets

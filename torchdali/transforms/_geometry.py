@@ -28,6 +28,8 @@ import torch
 
 from csrc_triton import layout
 
+from ..errors import SampleDrawError
+
 
 @dataclass
 class BatchGeometry:
@@ -212,12 +214,12 @@ def _fold_axis(g: BatchGeometry, axis: str, before: np.ndarray, after: np.ndarra
     side = "height" if axis == "y" else "width"
     if mode == "reflect" and (pads & ((before >= size) | (after >= size))).any():
         i = int(np.argmax(pads & ((before >= size) | (after >= size))))
-        raise ValueError(f"padding_mode='reflect' needs padding smaller than the image's {side} {int(size[i])}, got "
-                         f"{int(before[i])} and {int(after[i])} (sample {i}), as torch's reflection pad")
+        raise SampleDrawError(f"padding_mode='reflect' needs padding smaller than the image's {side} "
+                              f"{int(size[i])}, got {int(before[i])} and {int(after[i])}, as torch's reflection pad", i)
     if mode == "symmetric" and (pads & ((before > size) | (after > size))).any():
         i = int(np.argmax(pads & ((before > size) | (after > size))))
-        raise ValueError(f"padding_mode='symmetric' needs padding at most the image's {side} {int(size[i])}, got "
-                         f"{int(before[i])} and {int(after[i])} (sample {i}), as torchvision")
+        raise SampleDrawError(f"padding_mode='symmetric' needs padding at most the image's {side} "
+                              f"{int(size[i])}, got {int(before[i])} and {int(after[i])}, as torchvision", i)
     if mode != "constant" and (pads & ~full).any():
         raise ValueError(f"padding_mode={mode!r} of an image that was padded with zeros before (sample "
                          f"{int(np.argmax(pads & ~full))}): one fold box cannot mirror zeros; pad with the mode first")

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import _rng
+from ..errors import SampleDrawError
 from . import _geometry as G
 from ._plan import Transform
 from ._reference_geometry import rand32
@@ -40,12 +41,8 @@ _MAX_ROUNDS = 1000
 _ROUNDS = 4
 
 
-class NoCropFound(ValueError):
+class NoCropFound(SampleDrawError):
     """No crop could take a sample's boxes (``sample``: its position in the batch)."""
-
-    def __init__(self, message: str, sample: int) -> None:
-        super().__init__(message)
-        self.sample = sample
 
 
 @register("RandomIoUCrop", usage="RandomIoUCrop(min_scale=0.3, max_scale=1.0, min_aspect_ratio=0.5, "

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from csrc_triton import layout
 
+from ..errors import SampleDrawError
 from . import _geometry as G
 from ._args import interpolation_code, interpolation_codes, setup_size
 from ._plan import Compose, Transform, _KeepSize, apply_to_images, to_hwc
@@ -155,6 +156,11 @@ class Resize(Transform):
 
     def make_params(self, geometry: G.BatchGeometry, u: np.ndarray | None) -> dict[str, np.ndarray]:
         height, width = G.resized_output_size(geometry.height, geometry.width, self.size, self.max_size)
+        empty = (height < 1) | (width < 1)
+        if np.any(empty):  # an extreme aspect ratio under max_size: torchvision fails on it as well
+            i = int(np.argmax(empty))
+            raise SampleDrawError(f"{self!r} gives a {int(geometry.height[i])}x{int(geometry.width[i])} image a size "
+                                  f"of {int(height[i])}x{int(width[i])}, without pixels", i)
         return {"height": height, "width": width}
 
     def transform(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray]) -> None:
@@ -367,9 +373,9 @@ class RandomCrop(_FixedCrop):
         if np.any(small):
             i = int(np.argmax(small))
             padded = "padded " if self.padding is not None else ""
-            raise ValueError(f"RandomCrop: required crop size {(ch, cw)} is larger than {padded}input image size "
-                             f"{(int(padded_h[i]), int(padded_w[i]))} (sample {i} of the batch); pass "
-                             f"pad_if_needed=True to pad small images, or Resize them first")
+            raise SampleDrawError(f"RandomCrop: required crop size {(ch, cw)} is larger than {padded}input image "
+                                  f"size {(int(padded_h[i]), int(padded_w[i]))}; pass pad_if_needed=True to pad "
+                                  f"small images, or Resize them first", i)
         params = {"top": top, "left": left}
         if self.pad_mode is not None:
             # the padding of each side, pad_if_needed's included (what the padded image adds)
@@ -448,8 +454,8 @@ class Pad(Transform):
         empty = (geometry.height + top + bottom <= 0) | (geometry.width + left + right <= 0)
         if np.any(empty):
             i = int(np.argmax(empty))
-            raise ValueError(f"Pad: padding {self.padding} leaves no pixels of a "
-                             f"{int(geometry.height[i])}x{int(geometry.width[i])} image (sample {i} of the batch)")
+            raise SampleDrawError(f"Pad: padding {self.padding} leaves no pixels of a "
+                                  f"{int(geometry.height[i])}x{int(geometry.width[i])} image", i)
         return {}
 
     def transform(self, geometry: G.BatchGeometry, params: dict[str, np.ndarray]) -> None:
