@@ -331,3 +331,14 @@ def test_an_annotation_file_that_is_not_json_names_the_file_and_where(tmp_path, 
     ann_file.write_bytes(b'{"images": "\xff"}')
     with pytest.raises(ValueError, match=rf"annotation file {ann_file} is not UTF-8 text"):
         td.datasets.CocoDetection(str(tmp_path), str(ann_file))
+
+
+@pytest.mark.parametrize("make", [coco_missing_file, resize_to_no_pixels], ids=lambda f: f.__name__)
+def test_raise_from_a_worker_keeps_the_index_and_path(tmp_path, make):
+    """torch re-raises a worker's error from its formatted traceback alone; the error still says which sample."""
+    case = make(tmp_path)
+    loader = td.DataLoader(case.bad, batch_size=BATCH, device="cpu", on_error="raise", transforms=case.transforms,
+                           seed=SEED, collate_fn=_pairs, num_workers=1)
+    with pytest.raises(SampleError, match=case.match) as err:
+        list(loader)
+    assert (err.value.index, err.value.path) == (case.index, case.path)

@@ -1,6 +1,7 @@
 """Exceptions that name the sample that caused them."""
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 
@@ -14,6 +15,8 @@ class SampleError(RuntimeError):
 
     def __init__(self, message: str, index: int | None = None, path: str | None = None) -> None:
         super().__init__(message)
+        if index is None:
+            index, path = _named_sample(message)
         self.index = index
         self.path = path
 
@@ -22,6 +25,20 @@ class SampleError(RuntimeError):
         where = f"sample {index}" + (f" ({path})" if path else "")
         err = cls(f"{where}: {what}: {reason}", index=index, path=path)
         return err
+
+
+# torch re-raises a worker's error as ``type(message)``, the message being the worker's
+# formatted traceback: its last line is ``<module>.<Error>: sample <index> (<path>): ...``,
+# which ``for_sample`` wrote, so the sample can be read back from it.
+_NAMED = re.compile(r"^[\w.]*Error: sample (\d+)(?: \((.+?)\))?: ", re.M)
+
+
+def _named_sample(message: str) -> tuple[int | None, str | None]:
+    """``(index, path)`` of the last error line of ``message`` that names a sample, else Nones."""
+    found = None
+    for found in _NAMED.finditer(message):
+        pass
+    return (int(found.group(1)), found.group(2)) if found is not None else (None, None)
 
 
 class SampleDrawError(ValueError):
