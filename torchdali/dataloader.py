@@ -46,6 +46,7 @@ from ._executor._worker import PrepareBatch
 from . import _options
 from ._fork import keep_in_children
 from ._stats import LoaderStats
+from ._torch_compat import persistent_iterator, shutdown_workers, torch_get_iterator
 from .datasets import FileBytes, lift_blocker, read_file
 from .transforms import compile_transforms
 
@@ -347,9 +348,9 @@ class DataLoader(tud.DataLoader):
             return super().__iter__()
         return self._get_iterator()
 
-    def _get_iterator(self):
+    def _get_iterator(self):  # torch's hook: _torch_compat.ITERATOR_HOOK
         if self.plan is None:
-            return super()._get_iterator()
+            return torch_get_iterator(self)
         if self._stalled is not None:
             raise RuntimeError(f"this DataLoader's GPU executor is stuck on an earlier batch ({self._stalled}); "
                                "build a new DataLoader, without the files named there") from self._stalled
@@ -429,9 +430,8 @@ class DataLoader(tud.DataLoader):
             running.close()
         executors = self.__dict__.pop("_executors", {})
         inner = self.__dict__.get("_inner")
-        it = getattr(inner, "_iterator", None) if inner is not None else None
-        if it is not None and hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()
+        if inner is not None:
+            shutdown_workers(persistent_iterator(inner))
         ring = self.__dict__.pop("_ring", None)
         if self._stalled is not None:
             # the stuck executor thread may still be reading the ring's pinned memory and be

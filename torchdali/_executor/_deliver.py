@@ -55,7 +55,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
-from torch.utils.data._utils.collate import default_collate
+from torch.utils.data import default_collate
 
 from .. import _rng
 from ..transforms import _ragged

@@ -26,9 +26,9 @@ this order:
    ``_staging.SLOT_POLL_S``) and checks the event in between. A put that sees it
    gives up and its thread returns; a wait that sees it raises ``Stopped``, which
    ends the thread quietly. Torch's iterator has no way to cancel a wait for a
-   worker, so ``_next_inner`` waits in ``WORKER_POLL_S`` steps through torch's own
-   ``timeout`` (which leaves its state untouched when it fires); the user's
-   ``timeout`` still holds across the steps.
+   worker, so ``_next_inner`` waits in ``WORKER_POLL_S`` steps
+   (``_torch_compat.next_within``, which leaves torch's state untouched when a
+   step ends); the user's ``timeout`` still holds across the steps.
 2. Drain both queues, so a producer blocked on a full queue wakes; staged
    batches give their pinned slots back.
 3. Join the executor thread (``EXEC_JOIN_S``): it is the only thread that queues
@@ -45,9 +45,8 @@ this order:
    ``last`` can be handed out by this iterator, so none waits for a slot that
    is never released.
 5. Workers. At the end of an epoch, persistent workers stay: torch resets them
-   on the next ``iter()``, and the next ``GpuIterator`` gives the previous torch
-   iterator the user's ``timeout`` back for that reset (instead of the short
-   ``WORKER_POLL_S`` steps). Otherwise (workers not persistent, or the epoch
+   on the next ``iter()`` (with the user's ``timeout``: the short steps are the
+   staging thread's alone). Otherwise (workers not persistent, or the epoch
    left half-way, when the staging thread may still be inside torch's iterator
    and the workers cannot be reset safely) the workers are shut down, and the
    inner loader forgets its persistent iterator so the next epoch starts anew.
@@ -106,6 +105,7 @@ import torch
 
 from .. import _rng
 from .._fork import keep_in_children
+from .._torch_compat import WorkerWaitTimeout, forget_persistent_iterator, has_workers, next_within, workers_shutdown
 from ..errors import DecoderStalled, SampleError, WorkerDied
 from ..transforms._ragged import for_loop, tensors_of
 from ..transforms._target_plan import TargetList, target_tensors
@@ -180,10 +180,6 @@ class GpuIterator:
         self._finished = False
         self._busy: tuple[float, int, PackedBatch] | None = None  # (since, number, batch) inside the executor
         self._stuck = False
-        previous = getattr(inner, "_iterator", None)
-        if previous is not None and hasattr(previous, "_timeout"):
-            # persistent workers' reset for this epoch: Note [torchdali iterator shutdown], step 5
-            previous._timeout = float(loader.timeout or 0)
         self._inner_it = iter(inner)
         loader._offer_next_epoch()  # before the threads start: the pass has not left this epoch yet
         self._threads = [threading.Thread(target=self._stage_loop, name="torchdali-stage", daemon=True),
@@ -230,21 +226,19 @@ class GpuIterator:
         Waits in ``WORKER_POLL_S`` steps: Note [torchdali iterator shutdown], step 1.
         """
         it = self._inner_it
-        if not hasattr(it, "_timeout") or not hasattr(it, "_workers"):
+        if not has_workers(it):
             return next(it)
         user_timeout = self._user_timeout
-        it._timeout = WORKER_POLL_S if not user_timeout else min(WORKER_POLL_S, user_timeout)
+        step = WORKER_POLL_S if not user_timeout else min(WORKER_POLL_S, user_timeout)
         waited = 0.0
         while True:
             try:
-                return next(it)
-            except RuntimeError as e:
-                if not str(e).startswith("DataLoader timed out after"):
-                    raise
+                return next_within(it, step)
+            except WorkerWaitTimeout:
                 if self._stop.is_set():
                     raise Stopped() from None
-                waited += it._timeout
-                if user_timeout and waited >= user_timeout:
+                waited += step
+                if user_timeout and waited >= user_timeout:  # torch's own error for the user's timeout
                     raise RuntimeError(f"DataLoader timed out after {user_timeout} seconds") from None
 
     def _stage_loop(self) -> None:
@@ -485,14 +479,14 @@ class GpuIterator:
         if keep and self._parked:  # the staging thread went on into the next epoch: wait until it is out
             self._threads[0].join(timeout=THREAD_JOIN_S)
             keep = not self._threads[0].is_alive()
-        shutdown = getattr(self._inner_it, "_shutdown_workers", None)
+        shutdown = workers_shutdown(self._inner_it)
         if shutdown is not None and not keep:
             if wait_for_workers:
                 shutdown()
             else:
                 threading.Thread(target=shutdown, name="torchdali-worker-shutdown", daemon=True).start()
-            if self._persistent and getattr(self._inner, "_iterator", None) is self._inner_it:
-                self._inner._iterator = None
+            if self._persistent:
+                forget_persistent_iterator(self._inner, self._inner_it)
         for t in self._threads:  # step 6
             t.join(timeout=THREAD_JOIN_S)
         while True:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..errors import SampleError, WorkerDied
+from .._torch_compat import WORKER_DEATH_TEXT, worker_processes
 from ._tags import sample_path
 
 _STATE, _COUNT = 0, 1  # columns of a row; the indices follow
@@ -116,9 +117,6 @@ class EndRecord:
             records.end()
 
 
-_DEATH_MARKERS = ("DataLoader worker", "exited unexpectedly", "is killed by signal")
-
-
 def _how(exitcode: int | None) -> str:
     if exitcode is None:
         return "exited unexpectedly"
@@ -142,9 +140,9 @@ def worker_died(exc: BaseException, torch_iter: Any, records: WorkerRecords | No
     if records is None or not isinstance(exc, RuntimeError) or isinstance(exc, SampleError):
         return None
     text = str(exc)
-    if not any(m in text for m in _DEATH_MARKERS):
+    if not any(m in text for m in WORKER_DEATH_TEXT):
         return None
-    workers = getattr(torch_iter, "_workers", None) or []
+    workers = worker_processes(torch_iter)
     for worker_id, w in enumerate(workers):
         try:
             exitcode = w.exitcode
