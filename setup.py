@@ -20,6 +20,7 @@ setup(
         "torch>=2.4",
         "torchvision>=0.19",
         "numpy",
+        "pillow",  # the CPU decoder (torchvision.io's image decoding is deprecated since torchvision 0.29)
         "tqdm",
         "triton; platform_system == 'Linux'",
         # nvJPEG for CUDA 13 torch builds; CUDA 12 builds use the `cu12` extra.

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import struct
+import warnings
+import zlib
 
 import numpy as np
 import pytest
@@ -46,9 +48,6 @@ from torchdali.decode import _nvjpeg_lib
 
 from ._helpers import jpeg_bytes
 from ._ycbcr import jpeg_planes
-
-# torchvision >= 0.29 flags its image codecs as deprecated on every call.
-pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding capabilities:DeprecationWarning")
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -405,6 +404,252 @@ def test_decode_cpu_errors():
     with pytest.raises(DecodeError, match="png"):
         decode_cpu(png[:40])
     assert issubclass(DecodeError, RuntimeError)
+
+
+# ------------------------------------------------------------------------------ decode_cpu against torchvision.io
+
+
+def torchvision_rgb(data: bytes) -> np.ndarray:
+    """``torchvision.io.decode_image(mode=RGB)`` as HWC, 16-bit reduced to its high byte: the decoder
+    whose pixels decode_cpu keeps, bit for bit (deprecated since torchvision 0.29: a reference only)."""
+    import torchvision.io as tio
+
+    if not hasattr(tio, "decode_image"):
+        pytest.skip("this torchvision has no image decoding")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        img = tio.decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=tio.ImageReadMode.RGB)
+    if img.dtype != torch.uint8:
+        img = (img.to(torch.int32) >> 8).to(torch.uint8)
+    return img.permute(1, 2, 0).numpy()
+
+
+def photo(h: int, w: int, seed: int = 0) -> np.ndarray:
+    """Photo-like pixels (edges and noise): rounding differences in a decoder show, unlike on smooth fields."""
+    from torchdali._synthetic import synthetic_image
+
+    return synthetic_image(np.random.default_rng(seed), h, w)
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+
+
+def png16(samples: np.ndarray, color_type: int) -> bytes:
+    """A 16-bit PNG of ``(H, W, C)`` samples (Pillow writes 16-bit grey only)."""
+    h, w, _ = samples.shape
+    raw = b"".join(b"\0" + row.astype(">u2").tobytes() for row in samples)
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, color_type, 0, 0, 0))
+            + _png_chunk(b"IDAT", zlib.compress(raw)) + _png_chunk(b"IEND", b""))
+
+
+def _exif(orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return exif.tobytes()
+
+
+def _bit_exact_cases() -> dict:
+    a = photo(45, 61, seed=5)
+    rgba = np.dstack([a, a[:, :, :1] ^ 0x5A])
+    im = Image.fromarray(a)
+    return {
+        "jpeg_420": lambda: encode(im, "JPEG", quality=90, subsampling=2),
+        "jpeg_422": lambda: encode(im, "JPEG", quality=90, subsampling=1),
+        "jpeg_444": lambda: encode(im, "JPEG", quality=90, subsampling=0),
+        "jpeg_gray": lambda: encode(im.convert("L"), "JPEG", quality=90),
+        "jpeg_cmyk": lambda: encode(im.convert("CMYK"), "JPEG", quality=90),
+        "jpeg_progressive": lambda: encode(im, "JPEG", quality=90, progressive=True),
+        "jpeg_restart": lambda: encode(im, "JPEG", quality=90, **restart_kwargs()),
+        "jpeg_optimized_q100": lambda: encode(im, "JPEG", quality=100, optimize=True),
+        "jpeg_1x1": lambda: encode(Image.fromarray(a[:1, :1]), "JPEG"),
+        "png_rgb": lambda: encode(im, "PNG"),
+        "png_rgba": lambda: encode(Image.fromarray(rgba), "PNG"),
+        "png_gray": lambda: encode(im.convert("L"), "PNG"),
+        "png_gray_alpha": lambda: encode(Image.fromarray(rgba).convert("LA"), "PNG"),
+        "png_palette": lambda: encode(im.convert("P"), "PNG"),
+        "png_palette_transparency": lambda: encode(im.convert("P"), "PNG", transparency=3),
+        "png_palette_4bit": lambda: encode(im.quantize(16), "PNG", bits=4),
+        "png_1bit": lambda: encode(im.convert("1"), "PNG"),
+        "png_gray16": lambda: encode(Image.fromarray(a[:, :, 0].astype(np.uint16) * 257 + 3), "PNG"),
+        "png_rgb16": lambda: png16(a.astype(np.uint16) * 257 + 5, 2),
+        "png_rgba16": lambda: png16(rgba.astype(np.uint16) * 255 + 11, 6),
+        "png_gray_alpha16": lambda: png16(rgba[:, :, 2:].astype(np.uint16) * 251, 4),
+        "webp_lossy": lambda: encode(im, "WEBP", quality=85),
+        "webp_lossless": lambda: encode(im, "WEBP", lossless=True),
+        "webp_lossy_alpha": lambda: encode(Image.fromarray(rgba), "WEBP", quality=85),
+        "webp_lossless_alpha": lambda: encode(Image.fromarray(rgba), "WEBP", lossless=True, exact=True),
+    }
+
+
+@pytest.mark.parametrize("kind", list(_bit_exact_cases()))
+def test_decode_cpu_matches_torchvision_bit_for_bit(kind):
+    """The pixels torchvision.io's decoder gave (and the GPU path's tests compare with): libjpeg-turbo
+    with ISLOW and fancy upsampling, Adobe CMYK, alpha dropped, 16-bit to its high byte."""
+    data = _bit_exact_cases()[kind]()
+    out = decode_cpu(data)
+    expected = torchvision_rgb(data)
+    _check_hwc(out, *expected.shape[:2])
+    np.testing.assert_array_equal(out.numpy(), expected, err_msg=kind)
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_decode_cpu_leaves_exif_orientation_alone(orientation):
+    """As decode_image by default (and nvJPEG): the pixels as stored, whatever the EXIF orientation."""
+    data = encode(Image.fromarray(photo(30, 44, orientation)), "JPEG", quality=90, exif=_exif(orientation))
+    assert jpeg_info(data).orientation == orientation
+    out = decode_cpu(data)
+    _check_hwc(out, 30, 44)
+    np.testing.assert_array_equal(out.numpy(), torchvision_rgb(data))
+    png = encode(Image.fromarray(photo(30, 44, orientation)), "PNG", exif=_exif(orientation))
+    np.testing.assert_array_equal(decode_cpu(png).numpy(), photo(30, 44, orientation))
+
+
+def _jpeg_segment(marker: int, payload: bytes) -> bytes:
+    return bytes([0xFF, marker]) + struct.pack(">H", len(payload) + 2) + payload
+
+
+def test_decode_cpu_jpeg_with_cut_short_app_segments():
+    """libjpeg skips an APPn segment it cannot use (a JFIF or Adobe segment shorter than its
+    fields, a bare ICC header); Pillow refuses such a file. decode_cpu decodes it as libjpeg does."""
+    clean = encode(Image.fromarray(photo(40, 56, 1)), "JPEG", quality=90)
+    app0_end = 4 + struct.unpack(">H", clean[4:6])[0]
+    body = clean[app0_end:]
+    expected = decode_cpu(clean).numpy()
+    variants = {
+        "short JFIF": b"\xff\xd8" + _jpeg_segment(0xE0, b"JFIF\0\1") + body,
+        "short Adobe": clean[:app0_end] + _jpeg_segment(0xEE, b"Adobe\0") + body,
+        "bare ICC": clean[:app0_end] + _jpeg_segment(0xE2, b"ICC_PROFILE\0") + body,
+    }
+    for name, data in variants.items():
+        with pytest.raises(Exception):  # what decode_cpu recovers from
+            with Image.open(io.BytesIO(data)) as im:
+                im.load()
+        np.testing.assert_array_equal(decode_cpu(data).numpy(), expected, err_msg=name)
+        np.testing.assert_array_equal(decode_cpu(data).numpy(), torchvision_rgb(data), err_msg=name)
+    # an Adobe segment libjpeg reads still counts: CMYK keeps its colours
+    cmyk = encode(Image.fromarray(photo(24, 32, 2)).convert("CMYK"), "JPEG", quality=90)
+    cut_icc = cmyk[:2] + _jpeg_segment(0xE2, b"ICC_PROFILE\0") + cmyk[2:]
+    np.testing.assert_array_equal(decode_cpu(cut_icc).numpy(), decode_cpu(cmyk).numpy())
+    np.testing.assert_array_equal(decode_cpu(cut_icc).numpy(), torchvision_rgb(cmyk))
+
+
+def test_decode_cpu_png_with_metadata_pillow_refuses():
+    """An ancillary chunk with a bad checksum (libpng drops it) or compressed text over Pillow's
+    limit: the pixels still decode, from the critical chunks."""
+    rgb = photo(20, 30, 3)
+    clean = encode(Image.fromarray(rgb), "PNG")
+    text = _png_chunk(b"tEXt", b"Comment\0hello")
+    variants = {
+        "tEXt with a bad CRC": clean[:33] + text[:-1] + bytes([text[-1] ^ 1]) + clean[33:],
+        "3 MB of zTXt": clean[:33] + _png_chunk(b"zTXt", b"Comment\0\0" + zlib.compress(b"x" * 3_000_000))
+        + clean[33:],
+    }
+    for name, data in variants.items():
+        with pytest.raises(Exception):
+            with Image.open(io.BytesIO(data)) as im:
+                im.load()
+        np.testing.assert_array_equal(decode_cpu(data).numpy(), rgb, err_msg=name)
+    # a broken critical chunk stays an error, named
+    bad_ihdr = bytearray(clean)
+    bad_ihdr[20] ^= 0x40  # inside IHDR: its checksum no longer matches
+    with pytest.raises(DecodeError, match="png"):
+        decode_cpu(bytes(bad_ihdr))
+
+
+def test_decode_cpu_corrupt_png_data_is_an_error():
+    """Bytes flipped inside the compressed pixels: an error to report (torchvision 0.29's PNG
+    decoder crashed the process on this one)."""
+    data = bytearray(encode(Image.fromarray(photo(120, 160, 99)), "PNG"))
+    assert data[37:41] == b"IDAT"
+    data[53] ^= 1
+    with pytest.raises(DecodeError, match="cannot decode png image"):
+        decode_cpu(bytes(data))
+
+
+def test_decode_cpu_limit_is_max_pixels_not_pillows(monkeypatch):
+    """JPEG, PNG and WebP are limited by max_pixels alone (None: no limit), not by Pillow's
+    Image.MAX_IMAGE_PIXELS, which Image.open applies (a warning above it, an error above twice it).
+    Pillow's WebP reader refuses above twice the limit by itself."""
+    from PIL import Image as PILImage
+
+    from torchdali.decode._limits import ImageTooLarge
+
+    rgb = photo(40, 50, 4)  # 2,000 pixels
+    for fmt, kw, pil_limit in (("JPEG", {"quality": 90}, 100), ("PNG", {}, 100), ("WEBP", {"lossless": True}, 1500)):
+        monkeypatch.setattr(PILImage, "MAX_IMAGE_PIXELS", pil_limit)
+        data = encode(Image.fromarray(rgb), fmt, **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PILImage.DecompressionBombWarning)
+            out = decode_cpu(data)
+            assert tuple(decode_cpu(data, max_pixels=2000).shape) == (40, 50, 3)
+        _check_hwc(out, 40, 50)
+        if fmt != "JPEG":
+            np.testing.assert_array_equal(out.numpy(), rgb, err_msg=fmt)
+        with pytest.raises(ImageTooLarge, match="max_image_pixels=1,999"):
+            decode_cpu(data, max_pixels=1999)
+
+
+def test_decode_cpu_refuses_a_forged_size_without_max_pixels():
+    """Pillow's limit does not apply to JPEG and PNG, so the header check does, max_pixels or not:
+    a header claiming far more pixels than its data can hold is refused before any allocation."""
+    from torchdali.decode._limits import ImplausibleHeader
+
+    png = bytearray(encode(Image.fromarray(photo(20, 30)), "PNG"))
+    struct.pack_into(">I", png, 20, 1 << 30)  # IHDR height
+    struct.pack_into(">I", png, 29, zlib.crc32(bytes(png[12:29])) & 0xFFFFFFFF)
+    jpg = bytearray(jpeg(20, 30))
+    struct.pack_into(">HH", jpg, _sof_offset(bytes(jpg)) + 5, 65500, 65500)
+    for data in (png, jpg):
+        with pytest.raises(ImplausibleHeader, match="forged header"):
+            decode_cpu(bytes(data))
+
+
+def test_cpu_loader_does_not_use_torchvision_image_decoding(monkeypatch):
+    """Through the CPU path, no deprecated torchvision.io decoder runs and no DeprecationWarning
+    comes from torchvision or torchdali."""
+    import torchvision.io as tio
+
+    import torchdali as td
+    from torchdali import transforms as T
+
+    rgb = photo(40, 48, 6)
+    rgba = np.dstack([rgb, rgb[:, :, :1]])
+    blobs = [encode(Image.fromarray(rgb), "JPEG", quality=90),
+             encode(Image.fromarray(rgb).convert("CMYK"), "JPEG", quality=90),
+             encode(Image.fromarray(rgb), "JPEG", quality=90, progressive=True),
+             encode(Image.fromarray(rgba), "PNG"),
+             encode(Image.fromarray(rgb), "WEBP", lossless=True),
+             encode(Image.fromarray(rgb).convert("P"), "GIF")]
+    expected = [pil_rgb(b)[12:28, 16:32] for b in blobs]  # CenterCrop(16) of 40x48
+
+    called = []
+
+    def refuse(name):
+        def call(*args, **kwargs):
+            called.append(name)  # the decoder might swallow the error: the call is what counts
+            raise AssertionError(f"torchvision.io.{name} was called")
+        return call
+
+    for name in ("decode_image", "decode_jpeg", "decode_png", "decode_webp", "decode_gif", "decode_avif",
+                 "decode_heic", "read_image"):
+        if hasattr(tio, name):
+            monkeypatch.setattr(tio, name, refuse(name))
+    loader = td.DataLoader([(b, i) for i, b in enumerate(blobs)], batch_size=3, num_workers=0, device="cpu",
+                           transforms=T.Compose([T.CenterCrop(16)]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = [(img, int(t)) for images, targets in loader for img, t in zip(images, targets)]
+        direct = [decode_cpu(b) for b in blobs]
+    deprecations = [f"{w.filename}:{w.lineno}: {w.message}" for w in caught
+                    if issubclass(w.category, DeprecationWarning)
+                    and ("torchvision" in w.filename or "torchdali" in w.filename)]
+    assert called == [] and deprecations == []
+    assert sorted(t for _, t in got) == list(range(len(blobs)))
+    for img, t in got:
+        np.testing.assert_array_equal(img.permute(1, 2, 0).numpy(), expected[t], err_msg=str(t))
+    for out, b in zip(direct, blobs):
+        np.testing.assert_array_equal(out.numpy(), pil_rgb(b))
 
 
 # ------------------------------------------------------------------------------ nvJPEG, no GPU needed

@@ -233,21 +233,24 @@ def test_fuzzed_jpegs_end_as_an_image_or_a_sample_error_on_the_cpu_path():
 
 
 def test_animated_gif_decodes_only_its_first_frame(monkeypatch):
-    """torchvision decodes every frame of a GIF at the canvas size, which the header
-    check cannot see; GIFs go to Pillow, which decodes the first frame only."""
-    from PIL import Image
-
-    from torchdali.decode import _cpu
+    """Only the first frame of an animation is decoded: every frame at the canvas size
+    would claim memory the header check cannot see."""
+    from PIL import GifImagePlugin, Image
 
     frames = [Image.fromarray(np.full((300, 400, 3), 40 * k, np.uint8)).convert("P") for k in range(6)]
     buf = io.BytesIO()
     frames[0].save(buf, format="GIF", save_all=True, append_images=frames[1:])
 
-    def refuse(data):
-        raise AssertionError("a GIF reached torchvision")
+    seen = []
+    seek = GifImagePlugin.GifImageFile.seek
 
-    monkeypatch.setattr(_cpu, "_torchvision_rgb", refuse)
+    def recorded_seek(self, frame):
+        seen.append(frame)
+        return seek(self, frame)
+
+    monkeypatch.setattr(GifImagePlugin.GifImageFile, "seek", recorded_seek)
     out = decode_cpu(buf.getvalue())
+    assert max(seen, default=0) == 0
     assert tuple(out.shape) == (300, 400, 3) and int(out[0, 0, 0]) == 0
 
 
