@@ -158,9 +158,9 @@ def _decoding_loaders() -> tuple[Callable, ...]:
     import torchvision.io as tio
     from torchvision.datasets import folder
 
-    found = [folder.default_loader, folder.pil_loader, folder.accimage_loader, tio.decode_image]
-    if hasattr(tio, "read_image"):
-        found.append(tio.read_image)
+    found = [folder.default_loader, folder.pil_loader, folder.accimage_loader]
+    # torchvision.io's image decoding is deprecated since 0.29, to be removed: recognised while it exists
+    found += [getattr(tio, name) for name in ("decode_image", "read_image") if hasattr(tio, name)]
     return tuple(found)
 
 
