@@ -21,12 +21,14 @@ from torchvision.datasets import DatasetFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from ._coco_masks import segmentation_to_mask
+from ._file_list import read_file_list
 from .errors import SampleError
 from .transforms._box_ops import _bounding_boxes
+from .video import VideoFileList, VideoFolder  # as torchvision keeps its video datasets in datasets
 
 __all__ = [
     "ImageFolder", "FileList", "FileBytes", "CocoDetection", "VOCSegmentation", "SegmentationFolder",
-    "lift_blocker", "read_file", "IMG_EXTENSIONS",
+    "lift_blocker", "read_file", "IMG_EXTENSIONS", "VideoFolder", "VideoFileList",
 ]
 
 
@@ -120,30 +122,7 @@ class FileList(_FileSamples):
     def __init__(self, files: str | os.PathLike | Sequence[str | tuple[str, int]],
                  root: str | os.PathLike | None = None,
                  target_transform: Callable | None = None) -> None:
-        entries: list[tuple[str, int]] = []
-        if isinstance(files, (str, os.PathLike)):
-            list_path = os.fspath(files)
-            root = root if root is not None else os.path.dirname(list_path)
-            with open(list_path, encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    line = line.strip()
-                    if not line or line.startswith("#"):
-                        continue
-                    path, _, label = line.rpartition(" ") if " " in line else (line, "", "")
-                    if not path:
-                        path, label = label, ""
-                    try:
-                        entries.append((path, int(label) if label else -1))
-                    except ValueError:
-                        raise ValueError(f"{list_path}:{lineno}: label {label!r} is not an integer") from None
-        else:
-            for item in files:
-                if isinstance(item, (tuple, list)):
-                    entries.append((os.fspath(item[0]), int(item[1])))
-                else:
-                    entries.append((os.fspath(item), -1))
-        if root is not None:
-            entries = [(p if os.path.isabs(p) else os.path.join(root, p), t) for p, t in entries]
+        entries = read_file_list(files, root)
         self.samples = entries
         self.targets = [t for _, t in entries]
         self.target_transform = target_transform

@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from .._file_list import read_file_list
 from ..errors import SampleError
 from ._clips import ClipMode, ClipSampler, PadMode, ShortVideoError
 from ._container import EncodedClip, VideoInfo, decode_clip_rgb, probe, read_clip
@@ -188,7 +189,5 @@ class VideoFileList(_VideoClips):
                  pad_mode: PadMode = "none", root: str | os.PathLike | None = None,
                  transform: Callable | None = None, target_transform: Callable | None = None,
                  num_threads: int | None = None) -> None:
-        from ..datasets import FileList
-
-        self._index_videos(list(FileList(files, root=root).samples), num_frames, stride, step, clips,
+        self._index_videos(read_file_list(files, root), num_frames, stride, step, clips,
                            clips_per_video, pad_mode, transform, target_transform, num_threads)
