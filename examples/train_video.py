@@ -5,7 +5,7 @@ CPU:   python examples/train_video.py --device cpu --steps 2 --batch-size 2 --wo
 Data:  python examples/train_video.py --data DIR      (videos in class subfolders)
 
 Without --data it trains on a small set of H.264 videos it makes itself (needs PyAV:
-``pip install torchdali[video]``). Each sample is a clip of 16 consecutive frames at a random
+``pip install av``). Each sample is a clip of 16 consecutive frames at a random
 place in its video, augmented as torchvision's video-classification reference does (resize to
 128x171, random crop 112, horizontal flip, normalize), every frame of a clip with the same
 parameters. Prints the loss of each step and clips/s.

@@ -11,7 +11,7 @@ per-sample generator, every frame of a clip transformed with the same drawn para
 ``[B, F, C, H, W]`` (``video_layout="BCFHW"``: ``[B, C, F, H, W]``), decoded by NVDEC on the GPU path
 (``torchdali/_executor/_video.py``).
 
-PyAV (``pip install torchdali[video]``) is imported only when a file is opened.
+PyAV (``pip install av``, or ``pip install -e ".[video]"`` in a clone) is imported only when a file is opened.
 """
 from ._clips import (
     CLIP_MODES, MISSING_FRAME, PAD_MODES, ClipSampler, ShortVideoError, clip_frame_indices, clip_span,

@@ -27,7 +27,7 @@ it. Frames decoded on the way that were not asked for are dropped by their pts, 
 also drops an open GOP's leading pictures (those after a non-IDR keyframe in decode
 order whose pts precede it), the only ones that may reference packets before the start.
 
-PyAV (``pip install torchdali[video]``) is imported when first needed, so
+PyAV (``pip install av``, or ``pip install -e ".[video]"`` in a clone) is imported when first needed, so
 ``import torchdali`` works without it.
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _av() -> Any:
         import av
     except ImportError as e:
         raise ImportError("torchdali.video reads videos with PyAV, which is not installed: "
-                          "pip install torchdali[video] (or pip install av)") from e
+                          "pip install av (in a clone of torchdali: pip install -e '.[video]')") from e
     return av
 
 
