@@ -10,6 +10,7 @@ import torch
 
 import torchdali as td
 from torchdali import transforms as T
+from torchdali._torch_compat import persistent_iterator, worker_processes
 
 from ._helpers import jpeg_bytes, make_folder, set_options
 
@@ -68,7 +69,7 @@ def test_decode_on_either_thread_gives_the_cpu_paths_batches(folder, monkeypatch
             for (gi, gt), (ci, ct) in zip(g, c):
                 assert torch.equal(gt, ct)
                 assert all(_mean_abs(gi[k], ci[k]) < 2.5 for k in range(gi.shape[0]))
-        ex = next(iter(gpu.__dict__["_executors"].values()))
+        ex = next(iter(gpu._runtime.executors.values()))
         assert ex.decode_ahead == (min_cpus == 1)
     finally:
         gpu.close()
@@ -272,13 +273,13 @@ def test_staging_ring_gives_the_same_batches_as_the_copy_path(folder, monkeypatc
     set_options(monkeypatch, staging_ring=False)
     plain = td.DataLoader(ds, generator=torch.Generator().manual_seed(1), **kw)
     expected = epochs(plain)
-    assert plain.__dict__.get("_ring") is None
+    assert plain._runtime.ring is None
     plain.close()
 
     set_options(monkeypatch, staging_ring=True)
     ringed = td.DataLoader(ds, generator=torch.Generator().manual_seed(1), **kw)
     got = epochs(ringed)
-    ring = ringed.__dict__["_ring"]
+    ring = ringed._runtime.ring
     assert ring is not None and ring.n_slots < len(expected)  # every slot was reused
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, expected))
     ringed.close()
@@ -363,7 +364,7 @@ def test_an_epochs_first_batches_in_parts_give_the_same_batches(folder, monkeypa
         loader = td.DataLoader(ds, generator=torch.Generator().manual_seed(1), **kw)
         start = loader._inner_loader().batch_sampler.start
         out = [b for _ in range(3) for b in _batches(loader)]
-        first = [e.first_batch_s for e in loader._stats.epochs]
+        first = [e.first_batch_s for e in loader.stats().epochs]
         loader.close()
         return out, start, first
 
@@ -477,9 +478,9 @@ def test_a_loader_dropped_with_an_epoch_run_ahead_is_collected_and_ends_its_thre
     loader = td.DataLoader(ds, batch_size=4, shuffle=True, num_workers=2, transforms=RECIPE, device="cuda",
                            persistent_workers=True)
     assert len(_batches(loader)) == 10
-    running = loader._running
+    running = loader._runtime.running
     assert running is not None and running.parked
-    workers = list(loader._inner._iterator._workers)
+    workers = worker_processes(persistent_iterator(loader._runtime.inner))
     ref = weakref.ref(loader)
     del loader, running
     gc.collect()

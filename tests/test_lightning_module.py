@@ -54,7 +54,7 @@ def test_image_folder_datamodule_trains_and_validates(tmp_path):
 def test_a_loader_lightning_reinstantiates_gets_the_arguments_and_none_of_the_state(tmp_path):
     """Lightning rebuilds a loader from its ``__init__`` arguments (to put a sampler in) and sets
     again each attribute set outside ``__init__`` while its dataloader hook ran; the loader's
-    own state is written past that (``DataLoader._set``), so the new loader starts fresh."""
+    own state lives in its runtime object, not in its attributes, so the new loader starts fresh."""
     import torch.utils.data as tud
     from lightning.fabric.utilities.data import _replace_dunder_methods, _update_dataloader
 
@@ -66,8 +66,9 @@ def test_a_loader_lightning_reinstantiates_gets_the_arguments_and_none_of_the_st
     with _replace_dunder_methods(tud.DataLoader, "dataset"):  # what Lightning does around the hook
         loader = DataLoader(ds, batch_size=2, transforms=T.Compose([T.Resize((16, 16))]), device="cpu", seed=3)
         next(iter(loader))
-    assert loader._inner is not None and loader._epochs_started == 1
+    assert loader._runtime.inner is not None and loader._runtime.epochs_started == 1
     new = _update_dataloader(loader, tud.SequentialSampler(ds))
     assert type(new) is DataLoader and new.seed == 3 and new.transforms is loader.transforms
-    assert new._inner is None and new._epochs_started == 0 and new._stats is not loader._stats
+    assert new._runtime is not loader._runtime
+    assert new._runtime.inner is None and new._runtime.epochs_started == 0 and new.stats() is not loader.stats()
     assert [x.shape for x, _ in new] == [(2, 3, 16, 16)] * 3

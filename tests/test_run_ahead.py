@@ -15,6 +15,7 @@ import torchdali as td
 import torchdali.dataloader as dl
 from torchdali import transforms as T
 from torchdali import _rng
+from torchdali._executor._run_ahead import offer_next_epoch
 from torchdali._executor._tags import EpochPlan, EpochStart, EpochState, SeededRandomSampler, TaggedBatchSampler
 
 from ._helpers import set_options
@@ -117,12 +118,12 @@ class _Pipeline:
     more each time it hands a batch over; after the batch that ``ends`` names, the epoch
     ends and the pipeline parks on the loader."""
 
-    def __init__(self, loader, inner) -> None:
-        self.loader = loader
+    def __init__(self, loader, rt, inner) -> None:
+        self.loader, self.rt = loader, rt
         self.sampler = inner.batch_sampler
         self.pass_ = iter(self.sampler)
         self.ready = collections.deque(itertools.islice(self.pass_, 2 * loader.num_workers))
-        loader._offer_next_epoch()
+        offer_next_epoch(loader, rt)
         self.parked = self.closed = self.epoch_over = False
         self.resumed = 0
 
@@ -134,7 +135,7 @@ class _Pipeline:
             raise StopIteration
         if self.epoch_over:
             self.parked, self.epoch_over = True, False
-            self.loader._set(_running=self)
+            self.rt.running = self
             raise StopIteration
         self.ready.extend(itertools.islice(self.pass_, 1))
         if not self.ready:
@@ -142,7 +143,7 @@ class _Pipeline:
             raise StopIteration
         tags = self.ready.popleft()
         if tags.part == tags.parts - 1:
-            self.loader._on_batch(type("B", (), {"skipped": ()})())
+            self.rt.on_batch(type("B", (), {"skipped": ()})(), self.loader.on_error)
             ends = self.sampler.ends
             if ends and tags.seq == ends[0]:
                 ends.popleft()
@@ -229,7 +230,7 @@ def test_a_draw_from_the_generator_between_epochs_is_a_miss_and_two_in_a_row_sto
     # epoch 1 missed, 2 ran ahead, 3 and 4 missed: then it stops
     assert [r > 0 for r in got[3]] == [False, False, True, False, False, False, False]
     assert loader._run_ahead_blocker() == "2 epochs in a row were not the ones drawn ahead"
-    assert loader._running is None
+    assert loader._runtime.running is None
 
 
 def test_set_epoch_and_load_state_dict_between_epochs_are_honoured(monkeypatch):
@@ -321,7 +322,7 @@ def test_what_does_not_run_ahead_and_why(monkeypatch):
 def test_closing_the_loader_closes_a_parked_pipeline(monkeypatch):
     loader = _loader(monkeypatch)
     _epochs(loader, 1)
-    running = loader._running
-    assert running.parked and loader._inner.batch_sampler.ahead is not None
+    running = loader._runtime.running
+    assert running.parked and loader._runtime.inner.batch_sampler.ahead is not None
     loader.close()
-    assert running.closed and loader._running is None
+    assert running.closed and loader._runtime.running is None

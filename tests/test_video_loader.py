@@ -359,7 +359,7 @@ def test_gpu_loader_sends_clips_whole_and_outside_the_ring(paths: list[str], mon
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the plan only: nothing runs
     dl = loader(clips(paths), "cuda", batch_size=32, num_workers=2)
     inner = dl._inner_loader()
-    assert inner.batch_sampler.start == EpochStart() and dl.__dict__["_ring"] is None
+    assert inner.batch_sampler.start == EpochStart() and dl._runtime.ring is None
     prepare = inner.collate_fn.collate  # (an EndRecord: the workers' records)
     assert isinstance(prepare, PrepareClips) and prepare.mode == "gpu"
     dl.close()

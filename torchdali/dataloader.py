@@ -24,8 +24,6 @@ before its ``iter()``: Note [torchdali run-ahead] in ``_executor/_run_ahead.py``
 """
 from __future__ import annotations
 
-import inspect
-import logging
 import os
 import warnings
 from typing import Any, Callable
@@ -39,6 +37,8 @@ from ._executor._iterators import CpuIterator, GpuIterator
 from ._executor._lifeline import Lifeline
 from ._executor._records import EndRecord, WorkerRecords
 from ._executor._replace import check_on_error
+from ._executor._runtime import (HAS_IN_ORDER, LoaderRuntime, effective_seed, in_order, key_order, orders_by_seed,
+                                 restore_rng, rng_state)
 from ._executor._tags import (EpochStart, EpochState, SeededRandomSampler, TaggedBatchSampler, TaggedDataset,
                              TaggedIterable, is_video_dataset, plan_epoch_start)
 from ._executor._video import PrepareClips, check_video_pipeline
@@ -52,9 +52,7 @@ from .transforms import compile_transforms
 
 __all__ = ["DataLoader"]
 
-_log = logging.getLogger("torchdali")
-
-_HAS_IN_ORDER = "in_order" in inspect.signature(tud.DataLoader.__init__).parameters
+_HAS_IN_ORDER = HAS_IN_ORDER
 _PIL_LIMIT = object()  # max_image_pixels default: Pillow's Image.MAX_IMAGE_PIXELS
 
 
@@ -309,7 +307,7 @@ class DataLoader(tud.DataLoader):
             raise ValueError(f"gpu_timeout must be seconds >= 0 (0: wait forever), got {gpu_timeout!r}")
         # The fields below are torchdali's; names match the __init__ arguments so
         # frameworks that re-instantiate loaders from their attributes (Lightning)
-        # get every argument back. After __init__, state is written with _set.
+        # get every argument back. The running state lives in self._runtime.
         self.transforms = transforms
         # None: the dataset runs as under torch (its transform was not lifted)
         self.plan = None if not_lifted is not None else compile_transforms(transforms)
@@ -318,9 +316,9 @@ class DataLoader(tud.DataLoader):
         if self.plan is not None:
             self.plan.check_bound(max_image_pixels)  # an output size that varies must be boundable
         self.batch_transforms = batch_transforms
-        self._delivery = Delivery(self.collate_fn, batch_transforms, self.plan)
-        if self._delivery.native is not None and self.plan is not None:
-            self._delivery.native.check_dtype(self.plan.out_dtype)
+        delivery = Delivery(self.collate_fn, batch_transforms, self.plan)
+        if delivery.native is not None and self.plan is not None:
+            delivery.native.check_dtype(self.plan.out_dtype)
         self.device = _resolve_device(device)
         self.seed = seed
         self.memory_format = memory_format
@@ -331,16 +329,8 @@ class DataLoader(tud.DataLoader):
         self.max_image_pixels = None if max_image_pixels is None else int(max_image_pixels)
         self.gpu_timeout = float(gpu_timeout)
         self.video_layout = video_layout
-        self._video = video  # a dataset of video clips (_executor/_video.py)
-        self._stalled = None  # the DecoderStalled that left the GPU executor stuck
-        self._epoch_state = EpochState(spares=on_error != "raise")
-        self._resume = None
-        self._logged_bad = set()
-        self._epochs_started = 0
-        self._inner = None
-        self._stats = LoaderStats()
-        self._running = None  # a GpuIterator parked with the next epoch under way
-        self._run_ahead_misses = 0  # epochs in a row not as drawn ahead (Note [torchdali run-ahead])
+        # everything that changes once the loader runs (_executor/_runtime.py)
+        self._runtime = LoaderRuntime(delivery, video=video, epoch_state=EpochState(spares=on_error != "raise"))
 
     # -- torch hooks -------------------------------------------------------
     def __iter__(self):
@@ -351,42 +341,38 @@ class DataLoader(tud.DataLoader):
     def _get_iterator(self):  # torch's hook: _torch_compat.ITERATOR_HOOK
         if self.plan is None:
             return torch_get_iterator(self)
-        if self._stalled is not None:
-            raise RuntimeError(f"this DataLoader's GPU executor is stuck on an earlier batch ({self._stalled}); "
-                               "build a new DataLoader, without the files named there") from self._stalled
-        state = self._epoch_state
-        resume, running = self._resume, self._running
-        self._set(_resume=None, _running=None)
-        if running is not None and running.parked and _run_ahead.take_parked(self, running, resume):
+        rt = self._runtime
+        if rt.stalled is not None:
+            raise RuntimeError(f"this DataLoader's GPU executor is stuck on an earlier batch ({rt.stalled}); "
+                               "build a new DataLoader, without the files named there") from rt.stalled
+        state = rt.epoch_state
+        resume, running = rt.resume, rt.running
+        rt.resume = rt.running = None
+        if running is not None and running.parked and _run_ahead.take_parked(self, rt, running, resume):
             return running  # Note [torchdali run-ahead]
         if resume is not None:
-            if not self._orders_by_seed():  # the generator that drew the order draws it again
-                self._restore_rng(resume["rng_state"])
+            if not orders_by_seed(self):  # the generator that drew the order draws it again
+                restore_rng(self, resume["rng_state"])
             # (the "cpu_share" of a state_dict saved when the loader had a CPU decode share is ignored)
             state.skip_batches = resume["batches_done"]
-        self._set(_epoch_rng_state=self._rng_state())
-        state.seed = self._effective_seed()
-        state.epoch = self._epochs_started
-        self._key_order(state.seed, state.epoch)
-        self._set(_batches_done=state.skip_batches, _epochs_started=self._epochs_started + 1)
+        rt.epoch_rng_state = rng_state(self)
+        state.seed = effective_seed(self)
+        state.epoch = rt.epochs_started
+        key_order(self, state.seed, state.epoch)
+        rt.batches_done, rt.epochs_started = state.skip_batches, rt.epochs_started + 1
         inner = self._inner_loader()
         if self.device.type == "cuda":
-            return GpuIterator(self, inner)
-        return CpuIterator(self, inner)
+            return GpuIterator(self, rt, inner)
+        return CpuIterator(self, rt, inner)
 
     def _run_ahead_blocker(self) -> str | None:
         """Why this loader would not run ahead into its next epoch on the GPU path (None: it would)."""
-        return _run_ahead.blocker(self)
-
-    def _offer_next_epoch(self) -> None:
-        """Draw the next epoch now and offer it to the inner sampler's pass, or offer nothing
-        (Note [torchdali run-ahead]). Called once this epoch's own order is drawn."""
-        _run_ahead.offer_next_epoch(self)
+        return _run_ahead.blocker(self, self._runtime)
 
     # -- public ------------------------------------------------------------
     def stats(self) -> LoaderStats:
         """Per-epoch timings: how long the loop waited for data and what each stage took."""
-        return self._stats
+        return self._runtime.stats
 
     def state_dict(self) -> dict:
         """Where the loader is, to resume mid-epoch with ``load_state_dict``.
@@ -397,26 +383,27 @@ class DataLoader(tud.DataLoader):
         consumed are skipped without being read, and per-sample parameters are keyed
         by position.
         """
-        done = self.__dict__.get("_batches_done", 0)
-        if "_epoch_rng_state" in self.__dict__ and 0 < done < len(self):  # mid-epoch
-            epoch, rng_state = self._epochs_started - 1, self.__dict__["_epoch_rng_state"]
+        rt = self._runtime
+        done = rt.batches_done
+        if rt.epoch_rng_state is not None and 0 < done < len(self):  # mid-epoch
+            epoch, state = rt.epochs_started - 1, rt.epoch_rng_state
         else:  # between epochs: the next one starts from the current RNG state
-            epoch, rng_state, done = self._epochs_started, self._rng_state(), 0
+            epoch, state, done = rt.epochs_started, rng_state(self), 0
         return {
             "epoch": epoch,
             "batches_done": done,
-            "seed": self._effective_seed(),
-            "rng_state": rng_state,
+            "seed": effective_seed(self),
+            "rng_state": state,
             # a sampler moved on by set_epoch (DistributedSampler); the loader keys a SeededRandomSampler itself
             "sampler_epoch": getattr(self.sampler, "epoch", None) if hasattr(self.sampler, "set_epoch") else None,
         }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from a ``state_dict()``: the next ``iter()`` resumes that epoch."""
-        if state["seed"] != self._effective_seed():
+        if state["seed"] != effective_seed(self):
             raise ValueError(f"state_dict was saved with seed {state['seed']}, this loader has "
-                             f"{self._effective_seed()}; pass the same seed= to resume exactly")
-        self._set(_epochs_started=state["epoch"], _resume=state)
+                             f"{effective_seed(self)}; pass the same seed= to resume exactly")
+        self._runtime.epochs_started, self._runtime.resume = state["epoch"], state
         if state.get("sampler_epoch") is not None and hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(state["sampler_epoch"])
 
@@ -424,25 +411,26 @@ class DataLoader(tud.DataLoader):
         """Release GPU state (nvJPEG handles, streams, threads) and persistent workers. Idempotent;
         also runs when the loader is garbage-collected."""
         # what outlives iterators: Note [torchdali iterator shutdown] in _executor/_iterators.py
-        running = self.__dict__.get("_running")
+        rt = self.__dict__.get("_runtime")
+        if rt is None:  # __init__ raised before the loader ran
+            return
+        running, rt.running = rt.running, None
         if running is not None:  # Note [torchdali run-ahead]
-            self._set(_running=None)
             running.close()
-        executors = self.__dict__.pop("_executors", {})
-        inner = self.__dict__.get("_inner")
-        if inner is not None:
-            shutdown_workers(persistent_iterator(inner))
-        ring = self.__dict__.pop("_ring", None)
-        if self._stalled is not None:
+        executors, rt.executors = rt.executors, {}
+        if rt.inner is not None:
+            shutdown_workers(persistent_iterator(rt.inner))
+        ring, rt.ring = rt.ring, None
+        if rt.stalled is not None:
             # the stuck executor thread may still be reading the ring's pinned memory and be
             # inside nvJPEG: neither is ever freed (destroying its handles may block as well)
             _STUCK.append((executors, ring))
-            self._set(_inner=None)
+            rt.inner = None
             return
         for ex in executors.values():
             ex.close()
         if ring is not None:
-            self._set(_inner=None)  # its workers wrote into the ring: a later iter() builds anew
+            rt.inner = None  # its workers wrote into the ring: a later iter() builds anew
             ring.close()
 
     def __del__(self) -> None:
@@ -453,72 +441,28 @@ class DataLoader(tud.DataLoader):
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch used for per-sample random parameters (and the sampler's, if it has one)."""
-        self._set(_epochs_started=int(epoch))
+        self._runtime.epochs_started = int(epoch)
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 
     # -- internals ---------------------------------------------------------
-    def _set(self, **values: Any) -> None:
-        """Write loader state after ``__init__`` straight into ``__dict__``, past
-        ``__setattr__``: Lightning, while a dataloader hook runs, records every attribute
-        set on a DataLoader outside ``__init__`` and sets it again on the loader it
-        re-instantiates (to add a sampler), which must not get this loader's epoch
-        counters, resume point, inner loader or ring."""
-        self.__dict__.update(values)
-
     def _effective_seed(self) -> int:
-        if self.seed is not None:
-            return int(self.seed)
-        base = self.generator.initial_seed() if self.generator is not None else torch.initial_seed()
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            base = base * 1_000_003 + torch.distributed.get_rank()
-        return int(base)
-
-    def _key_order(self, seed: int, epoch: int) -> None:
-        """Key the order the sampler draws next by the ``(seed, epoch)`` that keys the samples'
-        draws, when the order is the loader's own (``SeededRandomSampler``)."""
-        if isinstance(self.sampler, SeededRandomSampler):
-            self.sampler.seed, self.sampler.epoch = seed, epoch
-
-    def _orders_by_seed(self) -> bool:
-        """Whether the order depends on ``(seed, epoch)`` alone, not on torch's global generator
-        or the loader's ``generator``."""
-        return isinstance(self.sampler, SeededRandomSampler)
+        return effective_seed(self)
 
     def _rng_state(self) -> torch.Tensor:
-        return (self.generator.get_state() if self.generator is not None else torch.get_rng_state()).clone()
-
-    def _restore_rng(self, state: torch.Tensor) -> None:
-        if self.generator is not None:
-            self.generator.set_state(state)
-        else:
-            torch.set_rng_state(state)
-
-    def _in_order(self) -> bool:
-        """Whether the inner loader hands batches over in the order they were sampled (a torch
-        without the ``in_order`` argument always does)."""
-        return not _HAS_IN_ORDER or self.in_order
-
-    def _on_batch(self, batch: Any) -> None:
-        """Book-keeping for a delivered batch: position for state_dict, skipped samples."""
-        self._set(_batches_done=self.__dict__.get("_batches_done", 0) + 1)
-        for index, path, reason in batch.skipped:
-            self._stats.last.skipped += 1
-            if (index, path) not in self._logged_bad:
-                self._logged_bad.add((index, path))
-                _log.warning("skipped bad sample (on_error=%r): %s", "skip" if not callable(self.on_error)
-                             else getattr(self.on_error, "__name__", "callable"), reason)
+        return rng_state(self)
 
     def _inner_loader(self) -> tud.DataLoader:
-        if self._inner is not None:
-            return self._inner
+        rt = self._runtime
+        if rt.inner is not None:
+            return rt.inner
         mode = "gpu" if self.device.type == "cuda" else "cpu"
         options = _options.OPTIONS
         ring = None
         # torchdali's own file datasets: the workers read each file straight into the ring
         direct = options.direct_read and callable(getattr(self.dataset, "file_item", None))
         if mode == "gpu" and not isinstance(self.dataset, tud.IterableDataset) and options.staging_ring \
-                and not self._video:  # (clips travel pickled with their batch)
+                and not rt.video:  # (clips travel pickled with their batch)
             from ._executor._ring import HostRing, plan_ring
 
             batch_size = self.batch_size or getattr(self.batch_sampler, "batch_size", None) or 256
@@ -528,12 +472,12 @@ class DataLoader(tud.DataLoader):
                 # with those, the ring's table keeps what each file's header said for later epochs
                 table = direct and options.header_table
                 ring = HostRing(*layout, samples=len(self.dataset) if table else 0)
-        self._set(_ring=ring)
-        prepare = PrepareBatch(self.plan, mode, delivery=self._delivery,
+        rt.ring = ring
+        prepare = PrepareBatch(self.plan, mode, delivery=rt.delivery,
                                channels_last=self.memory_format == torch.channels_last,
                                on_error=self.on_error, dataset=self.dataset, ring=ring,
-                               max_image_pixels=self.max_image_pixels) if not self._video else \
-            PrepareClips(self.plan, mode, self.video_layout, delivery=self._delivery,
+                               max_image_pixels=self.max_image_pixels) if not rt.video else \
+            PrepareClips(self.plan, mode, self.video_layout, delivery=rt.delivery,
                          channels_last=self.memory_format == torch.channels_last, on_error=self.on_error,
                          dataset=self.dataset)
         records = None
@@ -541,7 +485,7 @@ class DataLoader(tud.DataLoader):
             # what each worker is building, to name it if the worker dies (_executor/_records.py)
             capacity = (self.batch_size or getattr(self.batch_sampler, "batch_size", None) or 256)
             records = WorkerRecords(self.num_workers, capacity)
-        self._set(_records=records)
+        rt.records = records
         kwargs: dict[str, Any] = dict(
             num_workers=self.num_workers, collate_fn=prepare if records is None else EndRecord(prepare, records),
             timeout=self.timeout,
@@ -553,16 +497,16 @@ class DataLoader(tud.DataLoader):
         if _HAS_IN_ORDER:
             kwargs["in_order"] = self.in_order
         if isinstance(self.dataset, tud.IterableDataset):
-            inner = tud.DataLoader(TaggedIterable(self.dataset, self._epoch_state), batch_size=self.batch_size,
+            inner = tud.DataLoader(TaggedIterable(self.dataset, rt.epoch_state), batch_size=self.batch_size,
                                    drop_last=self.drop_last, **kwargs)
         else:
             start = EpochStart()
-            if mode == "gpu" and self._in_order() and not self._video:  # parts are put together in order
+            if mode == "gpu" and in_order(self) and not rt.video:  # parts are put together in order
                 start = plan_epoch_start(self.batch_size or getattr(self.batch_sampler, "batch_size", None),
                                          self.num_workers)
             inner = tud.DataLoader(TaggedDataset(self.dataset, records, defer_files=direct and ring is not None),
-                                   batch_sampler=TaggedBatchSampler(self.batch_sampler, self._epoch_state, start),
+                                   batch_sampler=TaggedBatchSampler(self.batch_sampler, rt.epoch_state, start),
                                    **kwargs)
-        self._set(_inner=inner)
+        rt.inner = inner
         return inner
 

@@ -306,15 +306,14 @@ def map_targets(tp: TargetPlan, targets: PackedTargets, batch: PackedBatch, shap
     return tp.map(targets.unpack(device), shapes[:, :2], keys, device, boxes, batch.trace)
 
 
-def executor_for(loader: Any, device: torch.device) -> BatchExecutor:
-    """The loader's executor for ``device``, built on first use and kept until ``loader.close()``."""
-    cache = loader.__dict__.setdefault("_executors", {})
-    ex = cache.get(device.index)
+def executor_for(loader: Any, rt: Any, device: torch.device) -> BatchExecutor:
+    """The executor for ``device`` of ``loader`` (its configuration) and ``rt`` (its
+    ``LoaderRuntime``, which keeps it), built on first use and kept until ``loader.close()``."""
+    ex = rt.executors.get(device.index)
     if ex is None:
         ex = BatchExecutor(loader.plan, device, loader.memory_format == torch.channels_last,
                            loader.prefetch_depth, loader.dataset, loader.on_error,
-                           ring=loader.__dict__.get("_ring"), delivery=loader._delivery,
-                           max_image_pixels=loader.__dict__.get("max_image_pixels"),
-                           video_layout=loader.video_layout if loader.__dict__.get("_video") else None)
-        cache[device.index] = ex
+                           ring=rt.ring, delivery=rt.delivery, max_image_pixels=loader.max_image_pixels,
+                           video_layout=loader.video_layout if rt.video else None)
+        rt.executors[device.index] = ex
     return ex

@@ -13,7 +13,7 @@ Note [torchdali iterator shutdown]
 A GPU iterator ends in one of three ways: the epoch ends (the staging thread
 meets StopIteration and sends ``_END`` down the queues; ``__next__`` closes the
 iterator; when the pass went on into the next epoch, ``_EPOCH_END`` instead
-parks the iterator, open, on the loader: Note [torchdali run-ahead] in
+parks the iterator, open, on the loader's runtime: Note [torchdali run-ahead] in
 ``_run_ahead.py``; it ends later, in one of these ways), the user leaves early
 (``close()``, garbage collection, ``DataLoader.close``), or something fails
 (a background thread sends a ``_Failure``; or the user's own wait is
@@ -111,6 +111,8 @@ from ..transforms._ragged import for_loop, tensors_of
 from ..transforms._target_plan import TargetList, target_tensors
 from ._executor import executor_for
 from ._records import LISTED, worker_died
+from ._run_ahead import offer_next_epoch
+from ._runtime import LoaderRuntime
 from ._staging import Slot, Stopped
 from ._tags import sample_path
 from ._wire import PackedBatch
@@ -152,7 +154,7 @@ class GpuIterator:
     ``prefetch_depth`` finished batches wait for the training loop.
     """
 
-    def __init__(self, loader: Any, inner: torch.utils.data.DataLoader) -> None:
+    def __init__(self, loader: Any, rt: LoaderRuntime, inner: torch.utils.data.DataLoader) -> None:
         keep_in_children(self)
         device = loader.device
         if device.index is None:
@@ -163,15 +165,16 @@ class GpuIterator:
         self._loader: Any = loader
         self._loader_ref = weakref.ref(loader)
         self._parked = False
+        self._runtime = rt
         # what the background threads and _close read, so that they never need the loader
         self._user_timeout = float(loader.timeout or 0)
-        self._delivery = loader._delivery
+        self._delivery = rt.delivery
         self._persistent = bool(loader.persistent_workers)
-        self._epoch_state = loader._epoch_state
+        self._epoch_state = rt.epoch_state
         self._device = device
-        self._executor = executor_for(loader, device)
-        self._stats = loader._stats
-        self._start_stats(loader, ran_ahead=False)
+        self._executor = executor_for(loader, rt, device)
+        self._stats = rt.stats
+        self._start_stats(ran_ahead=False)
         self._queue: queue.Queue = queue.Queue(maxsize=loader.prefetch_depth)  # ReadyBatch, _END or _Failure
         self._staged: queue.Queue = queue.Queue(maxsize=1)  # StagedBatch, _END or _Failure
         self._stop = threading.Event()
@@ -181,14 +184,14 @@ class GpuIterator:
         self._busy: tuple[float, int, PackedBatch] | None = None  # (since, number, batch) inside the executor
         self._stuck = False
         self._inner_it = iter(inner)
-        loader._offer_next_epoch()  # before the threads start: the pass has not left this epoch yet
+        offer_next_epoch(loader, rt)  # before the threads start: the pass has not left this epoch yet
         self._threads = [threading.Thread(target=self._stage_loop, name="torchdali-stage", daemon=True),
                          threading.Thread(target=self._exec_loop, name="torchdali-executor", daemon=True)]
         for t in self._threads:
             t.start()
 
-    def _start_stats(self, loader: Any, ran_ahead: bool) -> None:
-        self._stats.start_epoch(loader._epoch_state.epoch)
+    def _start_stats(self, ran_ahead: bool) -> None:
+        self._stats.start_epoch(self._epoch_state.epoch)
         self._stats.last.ran_ahead = ran_ahead
 
     def resume_epoch(self, loader: Any) -> GpuIterator:
@@ -196,7 +199,7 @@ class GpuIterator:
         self._loader = loader
         self._parked = False
         self._finished = False
-        self._start_stats(loader, ran_ahead=True)
+        self._start_stats(ran_ahead=True)
         return self
 
     @property
@@ -386,9 +389,9 @@ class GpuIterator:
         if item is _EPOCH_END:  # Note [torchdali run-ahead]: the threads go on into the next epoch
             self._finished = True
             self._stats.end_epoch()
-            loader, self._loader = self._loader, None
+            self._loader = None
             self._parked = True
-            loader._set(_running=self)
+            self._runtime.running = self
             raise StopIteration
         if isinstance(item, _Failure):
             died = self._worker_died(item.exc)  # Note [torchdali iterator shutdown], "A worker dies"
@@ -410,7 +413,7 @@ class GpuIterator:
             if t.is_cuda:
                 t.record_stream(consumer)
                 keep_in_children(t)
-        delivery = self._loader._delivery
+        delivery = self._delivery
         if delivery.has_foreign:  # in the loop's thread, on its stream: see _deliver.py
             key = _rng.batch_key(batch.seed, batch.epoch, batch.first_position)
             out = delivery.run_foreign(item.images, targets, batch.has_target, key, self._device)
@@ -419,7 +422,7 @@ class GpuIterator:
             out = (images, targets) if batch.has_target else images
         self._stats.add_batch(len(batch.indices), wait=time.perf_counter() - t0, worker=batch.seconds,
                               stages=item.stages)
-        self._loader._on_batch(batch)
+        self._runtime.on_batch(batch, self._loader.on_error)
         return out
 
     def close(self) -> None:
@@ -449,11 +452,11 @@ class GpuIterator:
             "torchdali.decode.decode_cpu to find it.", index=samples[0][0] if samples else None,
             path=samples[0][1] if samples else None, samples=samples, seconds=seconds)
         self._stuck = True
-        self._loader._set(_stalled=err)
+        self._runtime.stalled = err
         return err
 
     def _worker_died(self, exc: BaseException) -> WorkerDied | None:
-        return worker_died(exc, self._inner_it, self._loader.__dict__.get("_records"), self._loader.dataset)
+        return worker_died(exc, self._inner_it, self._runtime.records, self._loader.dataset)
 
     def _close(self, wait_for_workers: bool) -> None:
         """Note [torchdali iterator shutdown]; ``wait_for_workers=False`` is its error path."""
@@ -512,11 +515,12 @@ class CpuIterator:
     shutdown] only "A worker dies" applies here.
     """
 
-    def __init__(self, loader: Any, inner: torch.utils.data.DataLoader) -> None:
+    def __init__(self, loader: Any, rt: LoaderRuntime, inner: torch.utils.data.DataLoader) -> None:
         self._loader = loader
+        self._runtime = rt
         self._it = iter(inner)
-        self._stats = loader._stats
-        self._stats.start_epoch(loader._epoch_state.epoch)
+        self._stats = rt.stats
+        self._stats.start_epoch(rt.epoch_state.epoch)
 
     def __iter__(self) -> CpuIterator:
         return self
@@ -533,16 +537,16 @@ class CpuIterator:
             raise
         except RuntimeError as e:
             # Note [torchdali iterator shutdown], "A worker dies"; torch's iterator shuts its workers down
-            died = worker_died(e, self._it, self._loader.__dict__.get("_records"), self._loader.dataset)
+            died = worker_died(e, self._it, self._runtime.records, self._loader.dataset)
             if died is None:
                 raise
             raise died from e
         self._stats.add_batch(len(batch.indices), wait=time.perf_counter() - t0, worker=batch.seconds)
-        self._loader._on_batch(batch)
+        self._runtime.on_batch(batch, self._loader.on_error)
         if batch.has_output:  # batch transforms or collate_fn ran in the worker (_deliver.py)
             return batch.output
         # a pipeline without a fixed size: the list of a ragged batch's images, a stacked one's targets collated
         images = for_loop(batch.images)
         if batch.has_target:
-            return images, self._loader._delivery.settle_targets(batch.images, batch.targets)
+            return images, self._runtime.delivery.settle_targets(batch.images, batch.targets)
         return images

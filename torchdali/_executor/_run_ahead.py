@@ -1,9 +1,8 @@
 """Run-ahead: on the GPU path, with persistent workers, the next epoch's batches are
-under way before its ``iter()``. The ``DataLoader`` calls these functions with itself
-(``take_parked`` at ``iter()``; ``offer_next_epoch`` through
-``DataLoader._offer_next_epoch``, which ``GpuIterator`` calls; ``blocker`` through
-``DataLoader._run_ahead_blocker``), and keeps the state: ``_running``, the parked
-iterator, and ``_run_ahead_misses``.
+under way before its ``iter()``. These functions get the loader (its public
+configuration) and its ``LoaderRuntime`` (``_runtime.py``), which keeps the state:
+``running``, the parked iterator, and ``run_ahead_misses``. The ``DataLoader`` calls
+``take_parked`` at ``iter()``; ``GpuIterator`` calls ``offer_next_epoch``.
 
 Note [torchdali run-ahead]
 ==========================
@@ -26,7 +25,7 @@ the same when it can be sure which samples the next epoch holds:
   epoch's batches, as far as the ring and the prefetch queue let them. The pass
   notes the epoch's last batch number (``ends``); after that batch the staging
   thread sends ``_EPOCH_END`` down the queues. The training loop's iterator
-  stops there (``StopIteration``) and parks itself on the loader (``_running``),
+  stops there (``StopIteration``) and parks itself on the runtime (``running``),
   holding the loader only weakly, so that a loader dropped without ``close()``
   is still collected and closes it.
 * The next ``iter()`` takes the parked iterator (``resume_epoch``) only if
@@ -70,6 +69,7 @@ import torch
 import torch.utils.data as tud
 
 from .. import _options
+from ._runtime import LoaderRuntime, effective_seed, in_order, key_order, orders_by_seed, restore_rng, rng_state
 from ._tags import EpochPlan, SeededRandomSampler, TaggedBatchSampler
 
 _log = logging.getLogger("torchdali")
@@ -77,61 +77,61 @@ _log = logging.getLogger("torchdali")
 RUN_AHEAD_MISSES = 2  # epochs in a row not drawn as run ahead, after which a loader stops (Note [torchdali run-ahead])
 
 
-def take_parked(loader: Any, running: Any, resume: dict | None) -> bool:
+def take_parked(loader: Any, rt: LoaderRuntime, running: Any, resume: dict | None) -> bool:
     """Whether ``running``, the iterator parked on ``loader`` with the next epoch under way,
     serves this ``iter()`` (``resume``: what ``load_state_dict`` left, if anything). If it
     does not, it is closed and the miss counted (Note [torchdali run-ahead])."""
-    if resume is None and _continue(loader, running):
-        loader._set(_run_ahead_misses=0)
+    if resume is None and _continue(loader, rt, running):
+        rt.run_ahead_misses = 0
         return True
     running.close()
-    loader._set(_run_ahead_misses=loader._run_ahead_misses + 1)
-    if loader._run_ahead_misses == RUN_AHEAD_MISSES:
+    rt.run_ahead_misses += 1
+    if rt.run_ahead_misses == RUN_AHEAD_MISSES:
         _log.info("torchdali: %d epochs in a row were not the ones drawn ahead; this loader no longer starts an "
                   "epoch before its iter() (Note [torchdali run-ahead] in torchdali/_executor/_run_ahead.py)",
                   RUN_AHEAD_MISSES)
     return False
 
 
-def _continue(loader: Any, running: Any) -> bool:
+def _continue(loader: Any, rt: LoaderRuntime, running: Any) -> bool:
     """Hand ``running`` the next epoch if it is the one its threads went on to
     (Note [torchdali run-ahead])."""
-    sampler = loader._inner.batch_sampler
+    sampler = rt.inner.batch_sampler
     plan: EpochPlan | None = sampler.ahead
-    if plan is None or blocker(loader) is not None:
+    if plan is None or blocker(loader, rt) is not None:
         return False
-    by_seed = loader._orders_by_seed()  # the draw took nothing from the generator
-    if (plan.epoch != loader._epochs_started or plan.seed != loader._effective_seed()
+    by_seed = orders_by_seed(loader)  # the draw took nothing from the generator
+    if (plan.epoch != rt.epochs_started or plan.seed != effective_seed(loader)
             or plan.count != len(loader.batch_sampler)
             or (plan.sampler_epoch is not None and getattr(loader.sampler, "epoch", None) != plan.sampler_epoch)
-            or (not by_seed and not torch.equal(loader._rng_state(), plan.rng_before))):
+            or (not by_seed and not torch.equal(rng_state(loader), plan.rng_before))):
         return False
     sampler.ahead = None
-    state = loader._epoch_state
+    state = rt.epoch_state
     if by_seed:  # the generator is where the loop left it, as this iter() would find and leave it
-        loader._set(_epoch_rng_state=loader._rng_state())
+        rt.epoch_rng_state = rng_state(loader)
     else:
-        loader._set(_epoch_rng_state=plan.rng_before)
-        loader._restore_rng(plan.rng_after)
+        rt.epoch_rng_state = plan.rng_before
+        restore_rng(loader, plan.rng_after)
     state.seed, state.epoch = plan.seed, plan.epoch
-    loader._key_order(plan.seed, plan.epoch)
-    loader._set(_batches_done=0, _epochs_started=plan.epoch + 1)
+    key_order(loader, plan.seed, plan.epoch)
+    rt.batches_done, rt.epochs_started = 0, plan.epoch + 1
     running.resume_epoch(loader)
-    offer_next_epoch(loader)
+    offer_next_epoch(loader, rt)
     return True
 
 
-def blocker(loader: Any) -> str | None:
+def blocker(loader: Any, rt: LoaderRuntime) -> str | None:
     """Why ``loader`` would not run ahead into its next epoch on the GPU path (None: it would)."""
     if not _options.OPTIONS.run_ahead:
         return "TORCHDALI_RUN_AHEAD=0"
-    if loader._run_ahead_misses >= RUN_AHEAD_MISSES:
+    if rt.run_ahead_misses >= RUN_AHEAD_MISSES:
         return f"{RUN_AHEAD_MISSES} epochs in a row were not the ones drawn ahead"
     if isinstance(loader.dataset, tud.IterableDataset):
         return "an IterableDataset"
     if not loader.persistent_workers or loader.num_workers < 1:
         return "workers are not persistent"
-    if not loader._in_order():
+    if not in_order(loader):
         return "in_order=False"
     sampler = loader.sampler
     if type(loader.batch_sampler) is not tud.BatchSampler:
@@ -148,32 +148,32 @@ def blocker(loader: Any) -> str | None:
     return f"a sampler of the user's ({type(sampler).__name__})"
 
 
-def offer_next_epoch(loader: Any) -> None:
+def offer_next_epoch(loader: Any, rt: LoaderRuntime) -> None:
     """Draw ``loader``'s next epoch now and offer it to the inner sampler's pass, or offer
     nothing (Note [torchdali run-ahead]). Called once this epoch's own order is drawn."""
-    sampler = loader._inner.batch_sampler
+    sampler = rt.inner.batch_sampler
     if not isinstance(sampler, TaggedBatchSampler):
         return
     plan = None
-    if blocker(loader) is None and len(loader) > 0:
-        state = loader._epoch_state
-        seed, epoch = loader._effective_seed(), loader._epochs_started
-        before = loader._rng_state()
+    if blocker(loader, rt) is None and len(loader) > 0:
+        state = rt.epoch_state
+        seed, epoch = effective_seed(loader), rt.epochs_started
+        before = rng_state(loader)
         dist = loader.sampler if isinstance(loader.sampler, tud.DistributedSampler) else None
         sampler_epoch = None
         if dist is not None:  # it follows the loader's epoch, or stays where it is
-            sampler_epoch = loader._epochs_started if dist.epoch == state.epoch else dist.epoch
+            sampler_epoch = rt.epochs_started if dist.epoch == state.epoch else dist.epoch
             current, dist.epoch = dist.epoch, sampler_epoch
         # this epoch's order was drawn at its iter() (the workers' first tasks): the key can move on
-        loader._key_order(seed, epoch)
+        key_order(loader, seed, epoch)
         try:
             batches = EpochPlan.draw(loader.batch_sampler)
-            after = loader._rng_state()
+            after = rng_state(loader)
         finally:
             if dist is not None:
                 dist.epoch = current
-            loader._key_order(state.seed, state.epoch)
-            loader._restore_rng(before)
+            key_order(loader, state.seed, state.epoch)
+            restore_rng(loader, before)
         if batches is not None:
             plan = EpochPlan(seed, epoch, batches, len(loader.batch_sampler), before, after, sampler_epoch)
     sampler.offer(plan)
