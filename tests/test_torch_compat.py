@@ -8,7 +8,6 @@ import os
 import signal
 
 import pytest
-import torch
 import torch.utils.data as tud
 from torch.utils.data import dataloader as torch_dataloader
 

@@ -10,16 +10,14 @@ loop, whose stream waits on each batch's ready event. ``CpuIterator``
 Note [torchdali iterator shutdown]
 ==================================
 
-A GPU iterator ends in one of three ways: the epoch ends (the staging thread
-meets StopIteration and sends ``_END`` down the queues; ``__next__`` closes the
-iterator; when the pass went on into the next epoch, ``_EPOCH_END`` instead
-parks the iterator, open, on the loader's runtime: Note [torchdali run-ahead] in
-``_run_ahead.py``; it ends later, in one of these ways), the user leaves early
-(``close()``, garbage collection, ``DataLoader.close``), or something fails
-(a background thread sends a ``_Failure``; or the user's own wait is
-interrupted, by Ctrl-C or by torch's SIGCHLD handler when a worker dies). Every path ends in ``_close``, which is
-idempotent (``_closed``; a closed iterator raises StopIteration) and does, in
-this order:
+A GPU iterator's states and the moves between them are in ``_lifecycle.py``.
+The staging thread sends ``_END`` (or, run ahead, ``_EPOCH_END``: Note
+[torchdali run-ahead] in ``_run_ahead.py``) down the queues when the workers'
+pass ends; a background thread's error comes as a ``_Failure``; the user's own
+wait can also be interrupted, by Ctrl-C or by torch's SIGCHLD handler when a
+worker dies. Every way out ends in ``_close``, which runs once
+(``Lifecycle.close``), does what ``close_plan`` says for the state it closes
+from, and does, in this order:
 
 1. Set the stop event. No background wait blocks for good: each one polls with
    a named timeout (``QUEUE_POLL_S``, ``RING_POLL_S``, ``WORKER_POLL_S``,
@@ -80,7 +78,7 @@ from it: ``_classify._gpu_decodable_shape``). A hung call cannot be cancelled, s
 the executor thread notes the batch it is inside (``_busy``), as the staging thread
 notes the batch it decodes (``BatchExecutor.decoding``), and ``__next__``, waking
 every ``CONSUMER_POLL_S``, raises ``DecoderStalled`` naming that batch's samples
-once it has been there for the loader's ``gpu_timeout``. The executor
+once it has been there for the loader's ``gpu_timeout`` (STUCK). The executor
 is then stuck for good: ``_close`` skips step 4's wait for its stream (the ring
 slots it holds stay taken), ``DataLoader.close`` leaves its nvJPEG handles
 alone, and the loader refuses another epoch.
@@ -110,6 +108,7 @@ from ..errors import DecoderStalled, SampleError, WorkerDied
 from ..transforms._ragged import for_loop, tensors_of
 from ..transforms._target_plan import TargetList, target_tensors
 from ._executor import executor_for
+from ._lifecycle import IterState, Lifecycle, close_plan
 from ._records import LISTED, worker_died
 from ._run_ahead import offer_next_epoch
 from ._runtime import LoaderRuntime
@@ -164,7 +163,7 @@ class GpuIterator:
         # without close() is still collected and closes this iterator.
         self._loader: Any = loader
         self._loader_ref = weakref.ref(loader)
-        self._parked = False
+        self._life = Lifecycle()  # _lifecycle.py: RUNNING until it ends, parks, stalls or closes
         self._runtime = rt
         # what the background threads and _close read, so that they never need the loader
         self._user_timeout = float(loader.timeout or 0)
@@ -178,11 +177,8 @@ class GpuIterator:
         self._queue: queue.Queue = queue.Queue(maxsize=loader.prefetch_depth)  # ReadyBatch, _END or _Failure
         self._staged: queue.Queue = queue.Queue(maxsize=1)  # StagedBatch, _END or _Failure
         self._stop = threading.Event()
-        self._closed = False
         self._inner = inner
-        self._finished = False
         self._busy: tuple[float, int, PackedBatch] | None = None  # (since, number, batch) inside the executor
-        self._stuck = False
         self._inner_it = iter(inner)
         offer_next_epoch(loader, rt)  # before the threads start: the pass has not left this epoch yet
         self._threads = [threading.Thread(target=self._stage_loop, name="torchdali-stage", daemon=True),
@@ -196,9 +192,8 @@ class GpuIterator:
 
     def resume_epoch(self, loader: Any) -> GpuIterator:
         """Hand the parked iterator the epoch its threads went on to (Note [torchdali run-ahead])."""
+        self._life.move(IterState.RUNNING)
         self._loader = loader
-        self._parked = False
-        self._finished = False
         self._start_stats(ran_ahead=True)
         return self
 
@@ -206,7 +201,7 @@ class GpuIterator:
     def parked(self) -> bool:
         """Whether the epoch ended with the next one under way behind it, and this iterator is
         open, waiting for ``resume_epoch``."""
-        return self._parked and not self._closed
+        return self._life.state is IterState.PARKED
 
     # -- producers -------------------------------------------------------------
     def _put(self, q: queue.Queue, item: Any) -> bool:
@@ -360,7 +355,7 @@ class GpuIterator:
         return len(loader) if loader is not None else 0
 
     def __next__(self) -> Any:
-        if self._closed or self._parked:
+        if self._life.state in (IterState.CLOSED, IterState.PARKED):
             raise StopIteration
         t0 = time.perf_counter()
         try:
@@ -382,15 +377,14 @@ class GpuIterator:
                 raise died from e
             raise
         if item is _END:
-            self._finished = True
+            self._life.move(IterState.ENDED)
             self._stats.end_epoch()
             self.close()
             raise StopIteration
         if item is _EPOCH_END:  # Note [torchdali run-ahead]: the threads go on into the next epoch
-            self._finished = True
+            self._life.move(IterState.PARKED)
             self._stats.end_epoch()
             self._loader = None
-            self._parked = True
             self._runtime.running = self
             raise StopIteration
         if isinstance(item, _Failure):
@@ -451,7 +445,7 @@ class GpuIterator:
             "of these files probably hangs the GPU decoder (nvJPEG). Decode them one by one with "
             "torchdali.decode.decode_cpu to find it.", index=samples[0][0] if samples else None,
             path=samples[0][1] if samples else None, samples=samples, seconds=seconds)
-        self._stuck = True
+        self._life.move(IterState.STUCK)
         self._runtime.stalled = err
         return err
 
@@ -460,9 +454,10 @@ class GpuIterator:
 
     def _close(self, wait_for_workers: bool) -> None:
         """Note [torchdali iterator shutdown]; ``wait_for_workers=False`` is its error path."""
-        if self._closed:
+        previous = self._life.close()
+        if previous is None:
             return
-        self._closed = True
+        plan = close_plan(previous, self._persistent)
         self._stop.set()  # step 1
         for q in (self._queue, self._staged):  # step 2
             while True:
@@ -476,10 +471,10 @@ class GpuIterator:
         self._threads[1].join(timeout=EXEC_JOIN_S)  # step 3
         sampler = getattr(self._inner, "batch_sampler", None)  # step 4
         last = sampler.retire() if hasattr(sampler, "retire") else self._epoch_state.next_seq - 1
-        if not self._stuck:  # a stuck executor's stream never finishes: its ring slots stay taken
+        if plan.release_slots:
             self._executor.release_all(last)
-        keep = self._persistent and self._finished  # step 5
-        if keep and self._parked:  # the staging thread went on into the next epoch: wait until it is out
+        keep = plan.keep_workers  # step 5
+        if plan.join_stager_first:
             self._threads[0].join(timeout=THREAD_JOIN_S)
             keep = not self._threads[0].is_alive()
         shutdown = workers_shutdown(self._inner_it)
