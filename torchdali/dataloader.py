@@ -25,7 +25,6 @@ before its ``iter()``: Note [torchdali run-ahead] in ``_executor/_run_ahead.py``
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any, Callable
 
 import torch
@@ -47,6 +46,7 @@ from . import _options
 from ._fork import keep_in_children
 from ._stats import LoaderStats
 from ._torch_compat import persistent_iterator, shutdown_workers, torch_get_iterator
+from ._warn import warn_user
 from .datasets import FileBytes, lift_blocker, read_file
 from .transforms import compile_transforms
 
@@ -279,9 +279,9 @@ class DataLoader(tud.DataLoader):
             transforms = _video_transforms(dataset, transforms)
         dataset, transforms, not_lifted = _lift(dataset, transforms)
         if not_lifted is not None:
-            warnings.warn(f"torchdali.DataLoader: the dataset's transform is not run by torchdali, so the dataset "
-                          f"is used as it is, as under torch (its transform runs on the CPU in the workers). "
-                          f"Why: {not_lifted}", stacklevel=2)
+            warn_user(f"torchdali.DataLoader: the dataset's transform is not run by torchdali, so the dataset "
+                      f"is used as it is, as under torch (its transform runs on the CPU in the workers). "
+                      f"Why: {not_lifted}")
         if (shuffle not in (False, None) and seed is not None and sampler is None and batch_sampler is None
                 and generator is None and not isinstance(dataset, tud.IterableDataset)):
             # the order from (seed, epoch), as the samples' draws; the rest is torch's shuffle=True.

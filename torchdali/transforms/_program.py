@@ -10,12 +10,12 @@ auto-augment policies use it.
 from __future__ import annotations
 
 import numbers
-import warnings
 from typing import Any, Sequence
 
 import numpy as np
 from csrc_triton import layout
 
+from .._warn import warn_user
 from ._plan import Transform
 
 __all__ = ["ProgramTransform", "RandomApplyOp", "check_p", "fill_values", "put_op", "warp_filter"]
@@ -69,9 +69,8 @@ def warp_filter(interpolation: Any, name: str, bicubic_as_bilinear: bool = False
     if mode in ("bilinear", 2):  # PIL.Image.BILINEAR == 2
         return layout.FILTER_BILINEAR
     if bicubic_as_bilinear and mode in ("bicubic", 3):  # PIL.Image.BICUBIC == 3
-        warnings.warn(f"{name}: bicubic warps run bilinear in torchdali (torchvision warps uint8 tensors with "
-                      "nearest or bilinear only; its bicubic warp is PIL's); the resize keeps bicubic",
-                      UserWarning, stacklevel=3)
+        warn_user(f"{name}: bicubic warps run bilinear in torchdali (torchvision warps uint8 tensors with "
+                  "nearest or bilinear only; its bicubic warp is PIL's); the resize keeps bicubic")
         return layout.FILTER_BILINEAR
     raise ValueError(f"{name}: interpolation must be nearest or bilinear (as torchvision's warps of tensors), "
                      f"got {interpolation!r}")

@@ -13,6 +13,17 @@ import torch
 from csrc_triton import layout, resized_crop_reference
 
 
+def _from_numpy(array: np.ndarray) -> torch.Tensor:
+    """``array`` as a contiguous tensor, sharing its memory where torch may.
+
+    torch wants writable memory (it warns once per process otherwise). ``np.asarray`` of a
+    PIL image is a read-only view of the bytes PIL copied out, and datasets return such
+    arrays: those are copied here, once; a writable contiguous array is shared.
+    """
+    array = np.ascontiguousarray(array)  # a copy (writable) where it was not contiguous
+    return torch.from_numpy(array if array.flags.writeable else array.copy())
+
+
 def to_hwc(image: Any) -> torch.Tensor:
     """A decoded image as a contiguous HWC uint8 tensor with 1 or 3 channels.
 
@@ -20,7 +31,7 @@ def to_hwc(image: Any) -> torch.Tensor:
     dimension is 1, 3 or 4 and the last is not, else HWC. An alpha channel is dropped.
     """
     if isinstance(image, np.ndarray):
-        t = torch.from_numpy(np.ascontiguousarray(image))
+        t = _from_numpy(image)
         if t.ndim == 2:
             t = t[:, :, None]
     elif isinstance(image, torch.Tensor):
@@ -30,7 +41,7 @@ def to_hwc(image: Any) -> torch.Tensor:
         elif t.ndim == 3 and t.shape[0] in (1, 3, 4) and t.shape[2] not in (1, 3, 4):
             t = t.permute(1, 2, 0)
     else:
-        t = torch.from_numpy(np.asarray(image))  # PIL images and array-likes
+        t = _from_numpy(np.asarray(image))  # PIL images and array-likes
         if t.ndim == 2:
             t = t[:, :, None]
     if t.dtype != torch.uint8:
