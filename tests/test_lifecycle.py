@@ -3,7 +3,9 @@ and what closing does from each state. The table and ``close_plan`` are what ``G
 runs; its own tests (``tests/test_gpu_loader.py``, ``-m cuda``) run the threads and the GPU."""
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import pytest
 
@@ -266,3 +268,67 @@ def test_gpu_iterator_closed_half_way(gpu_iterator):
     it.close()
     assert it._life.state is S.CLOSED and ex.released == [99] and next(it, None) is None
     assert not any(t.is_alive() for t in it._threads)
+
+
+
+class _GatedBatches(torch.utils.data.Dataset):
+    """Fake packed batches that a worker hands over once the gate file exists (a file, not a
+    lock: a worker shut down while it waits must leave nothing held)."""
+
+    def __init__(self, gate: str, n: int = 3) -> None:
+        self.gate, self.n = gate, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k: int):
+        while not os.path.exists(self.gate):
+            time.sleep(0.01)
+        return _batch(k)
+
+
+def _workers_inner(gate: str):
+    import multiprocessing as mp
+
+    return torch.utils.data.DataLoader(_GatedBatches(gate), batch_size=None, num_workers=1,
+                                       multiprocessing_context=mp.get_context("fork"))
+
+
+def _stand_in(monkeypatch) -> None:
+    executor = _Executor()
+    monkeypatch.setattr(_iterators, "executor_for", lambda loader, rt, device: executor)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: types.SimpleNamespace(wait_event=lambda e: 0))
+    monkeypatch.setattr(_iterators, "CONSUMER_POLL_S", 0.01)
+
+
+def test_gpu_iterator_waits_on_workers_in_steps_and_keeps_the_users_timeout(monkeypatch, tmp_path):
+    _stand_in(monkeypatch)
+    inner = _workers_inner(str(tmp_path / "gate"))  # never opened: the workers' first batch never comes
+    loader = _Loader(False)
+    loader.timeout = 0.3
+    it = _iterators.GpuIterator(loader, LoaderRuntime(Delivery(), inner=inner), inner)
+    try:
+        with pytest.raises(RuntimeError, match=r"DataLoader timed out after 0.3 seconds"):
+            next(it)
+        assert it._life.state is S.CLOSED
+    finally:
+        it.close()
+
+
+def test_gpu_iterator_closed_while_it_waits_on_workers_ends_its_threads(monkeypatch, tmp_path):
+    _stand_in(monkeypatch)
+    inner = _workers_inner(str(tmp_path / "gate"))
+    it = _iterators.GpuIterator(_Loader(False), LoaderRuntime(Delivery(), inner=inner), inner)
+    workers = list(it._inner_it._workers)
+    it.close()  # the staging thread is inside torch's wait for the workers: the stop ends it
+    assert not any(t.is_alive() for t in it._threads)
+    assert all(not w.is_alive() for w in workers)  # not persistent: shut down
+
+
+def test_gpu_iterator_takes_the_workers_batches(monkeypatch, tmp_path):
+    _stand_in(monkeypatch)
+    (tmp_path / "gate").touch()
+    inner = _workers_inner(str(tmp_path / "gate"))
+    it = _iterators.GpuIterator(_Loader(False), LoaderRuntime(Delivery(), inner=inner), inner)
+    assert [out[1] for out in it] == [0, 1, 2] and it._life.state is S.CLOSED
