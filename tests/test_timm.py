@@ -42,6 +42,8 @@ from torchdali.transforms import _geometry as G  # noqa: E402
 from torchdali.transforms import _timm  # noqa: E402
 from torchdali.transforms import to_torchdali  # noqa: E402
 
+from ._helpers import ROUNDING_TIE_FRAC, assert_warp_matches_torchvision, warp_ties  # noqa: E402
+
 FILL = (124, 116, 104)  # create_transform's img_mean for the ImageNet mean
 
 
@@ -426,7 +428,14 @@ def test_augment_reference_runs_the_slots_as_torchvision_does():
     for k in range(t.n_slots):
         got = augment_slot_reference(images, torch.from_numpy(slots[:, k]))
         want = torch.stack([tv_slot(images[s], slots[s, k]) for s in range(n)])
-        assert torch.equal(got, want), f"slot {k}: samples {torch.nonzero((got != want).flatten(1).any(1)).flatten()}"
+        warp = slots[:, k, layout.SLOT_OP] == layout.OP_AFFINE
+        for s in np.flatnonzero(warp):  # exact but at ties (Note [warps against torchvision])
+            nearest = int(slots[s, k, layout.SLOT_INTERP]) == layout.FILTER_NEAREST
+            ties = warp_ties(size, size, matrix=slots[s, k, layout.SLOT_M0:layout.SLOT_M0 + 6]) if nearest else None
+            assert_warp_matches_torchvision(got[s], want[s], nearest, ties, what=f"slot {k} sample {s}")
+        rest = torch.from_numpy(~warp)
+        assert torch.equal(got[rest], want[rest]), \
+            f"slot {k}: samples {torch.nonzero(rest & (got != want).flatten(1).any(1)).flatten()}"
         images = got
 
 
@@ -496,7 +505,7 @@ def test_pipeline_with_timm_randaugment_and_erasing_runs_as_its_parts():
     crops = run_reference(base, hwc, base.params(sizes, keys))
     mean = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
     std = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
-    erased = 0
+    erased, levels = 0, []
     for s in range(n):
         img = crops[s]
         for k in range(plan.n_slots):
@@ -507,8 +516,14 @@ def test_pipeline_with_timm_randaugment_and_erasing_runs_as_its_parts():
         x0, x1 = int(row[layout.ERASE_X0]), int(row[layout.ERASE_X1])
         want[:, y0:y1, x0:x1] = 0.0  # timm's 'const' mode: 0 in the normalized image
         erased += (y1 > y0)
-        torch.testing.assert_close(out[s], want, atol=1e-5, rtol=0)
+        levels.append(((out[s] - want) * std * 255).abs())  # the difference in uint8 levels
     assert erased >= n // 2  # p=1: erased unless no box fits in ten attempts
+    # Equal but where a warp's bilinear value sits on a rounding boundary that torchvision's
+    # grid (a bmm, rounded per the CPU's BLAS kernel) can move: one level there, up to two after
+    # the contrast these draws give the same sample next (Note [warps against torchvision]).
+    levels = torch.stack(levels)
+    off = (levels > 1e-3).double().mean().item()
+    assert levels.max().item() <= 2 + 1e-3 and off <= ROUNDING_TIE_FRAC, (levels.max().item(), off)
 
 
 def _timm_boxes(re, n: int, h: int, w: int, seed: int) -> np.ndarray:
