@@ -177,3 +177,21 @@ def test_to_hwc_shares_a_writable_array_and_copies_a_read_only_one(torch_warns_e
         warnings.filterwarnings("error", message=NOT_WRITABLE)
         r = to_hwc(ro)
     assert r.data_ptr() != ro.ctypes.data and torch.equal(r, t)
+
+
+def test_an_epoch_without_a_batch_says_why():
+    """drop_last with fewer samples than one batch: torch's loader gives nothing without a word."""
+    import torch
+
+    import torchdali as td
+    from torchdali import transforms as T
+
+    images = [torch.zeros(3, 8, 8, dtype=torch.uint8)] * 3
+    loader = td.DataLoader(images, batch_size=4, drop_last=True, device="cpu", transforms=T.Compose([]))
+    with pytest.warns(UserWarning, match="an epoch gives no batch: its 3 samples are fewer than batch_size=4") as rec:
+        assert list(loader) == []
+    assert rec[0].filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(list(td.DataLoader(images, batch_size=3, drop_last=True, device="cpu",
+                                      transforms=T.Compose([])))) == 1

@@ -334,9 +334,22 @@ class DataLoader(tud.DataLoader):
 
     # -- torch hooks -------------------------------------------------------
     def __iter__(self):
+        self._say_if_no_batches()
         if self.plan is None:
             return super().__iter__()
         return self._get_iterator()
+
+    def _say_if_no_batches(self) -> None:
+        """torch gives an empty epoch without a word when drop_last drops its only, partial batch."""
+        if not self.drop_last or self.batch_size is None:
+            return
+        try:
+            batches, samples = len(self), len(self.sampler)
+        except TypeError:  # an iterable dataset need not know its length
+            return
+        if batches == 0 and samples > 0:
+            warn_user(f"torchdali.DataLoader: an epoch gives no batch: its {samples} samples are fewer than "
+                      f"batch_size={self.batch_size}, and drop_last=True drops the partial batch")
 
     def _get_iterator(self):  # torch's hook: _torch_compat.ITERATOR_HOOK
         if self.plan is None:
