@@ -234,7 +234,7 @@ def assert_warp_matches_torchvision(actual: torch.Tensor, expected: torch.Tensor
     if nearest:
         if ties is None:
             raise ValueError("a nearest-neighbour warp is compared outside its ties: pass ties=warp_ties(...)")
-        ties = ties.expand(diff.shape[:-3] + diff.shape[-2:])
+        ties = ties.to(diff.device).expand(diff.shape[:-3] + diff.shape[-2:])
         tie_frac = ties.double().mean().item()
         assert tie_frac <= WARP_MAX_TIE_FRAC, f"{what}: {tie_frac:.4f} of the pixels are ties, too many to test"
         off = diff.amax(dim=-3) > 0
