@@ -31,8 +31,10 @@ setup(
         "bench": ["pillow", "matplotlib", "scikit-image"],  # scikit-image: the photographs of benchmarks/photo_folder.py
         "lightning": ["lightning>=2.0"],
         # timm: the parity tests of its augmentations; pycocotools: torchvision's CocoDetection, which
-        # the COCO tests compare with (the library itself imports neither); av: the video tests
-        "test": ["pytest", "pillow", "matplotlib", "lightning>=2.0", "timm>=1.0", "pycocotools", "av>=14"],
+        # the COCO tests compare with (the library itself imports neither); av: the video tests;
+        # pytest-xdist: `make test` runs in TEST_WORKERS processes
+        "test": ["pytest", "pytest-xdist", "pillow", "matplotlib", "lightning>=2.0", "timm>=1.0", "pycocotools",
+                 "av>=14"],
         "video": ["av>=14"],  # PyAV: video probing, demuxing and CPU decoding (torchdali.video)
     },
     entry_points={"console_scripts": ["torchdali-bench=torchdali.bench:main"]},
