@@ -7,7 +7,8 @@
 hard links to ``--images`` of its files plus ``--bad-fraction`` bad files of five kinds
 (truncated JPEG, corrupted entropy data, zero bytes, random bytes, and a header claiming
 65500 x 65500 pixels). The training recipe (RandomResizedCrop 224, flip, normalize) runs with
-``on_error="skip"``. After every epoch it records the host RSS and PSS of the process tree, GPU
+``on_error="skip"``. After every epoch it records the host RSS and PSS of the process tree and the
+PSS and USS of each of its processes (so that a growth is pinned to the main process or one worker), GPU
 memory (torch's reserved bytes and the device's used bytes), open file descriptors of the
 process tree and /dev/shm usage; the verdict compares the last ten epochs with epochs 3-12.
 
@@ -115,16 +116,32 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def _pss_bytes(pid: int) -> int:
-    """Proportional set size: each shared page counted once across the processes that map it.
+def _memory(pid: int) -> tuple[int, int]:
+    """``(PSS, USS)`` in bytes. PSS (proportional set size) counts each shared page once across the
+    processes that map it; USS only the pages this process alone maps (private clean + dirty).
 
     The workers write into the loader's shared pinned ring, so each worker's RSS grows
     until it has touched every slot, and summed RSS counts the ring once per worker."""
+    pss = uss = 0
     with open(f"/proc/{pid}/smaps_rollup") as f:
         for line in f:
             if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
-    return 0
+                pss = int(line.split()[1]) * 1024
+            elif line.startswith(("Private_Clean:", "Private_Dirty:")):
+                uss += int(line.split()[1]) * 1024
+    return pss, uss
+
+
+def _name(pid: int, root: int) -> str:
+    """A stable name for a process of the tree: ``main``, else its command name and pid (a persistent
+    worker keeps its pid for the whole soak, so its rows line up from epoch to epoch)."""
+    if pid == root:
+        return "main"
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f"{f.read().strip()}-{pid}"
+    except OSError:
+        return f"pid-{pid}"
 
 
 def resources(pid: int) -> dict:
@@ -133,12 +150,15 @@ def resources(pid: int) -> dict:
 
     rss = pss = fds = 0
     procs = _tree(pid)
+    per_process = {}
     for p in procs:
         try:
             with open(f"/proc/{p}/statm") as f:
                 rss += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            pss += _pss_bytes(p)
+            p_pss, p_uss = _memory(p)
+            pss += p_pss
             fds += len(os.listdir(f"/proc/{p}/fd"))
+            per_process[_name(p, pid)] = {"pss_mib": p_pss / 2**20, "uss_mib": p_uss / 2**20}
         except OSError:
             pass
     shm_files = shm_bytes = 0
@@ -154,7 +174,7 @@ def resources(pid: int) -> dict:
             "shm_mib": shm_bytes / 2**20, "torch_reserved_mib": torch.cuda.memory_reserved() / 2**20,
             "torch_allocated_mib": torch.cuda.memory_allocated() / 2**20,
             "segments": torch.cuda.memory_stats().get("segment.all.current", 0) if torch.cuda.is_available() else 0,
-            "device_used_mib": (total - free) / 2**20}
+            "device_used_mib": (total - free) / 2**20, "per_process": per_process}
 
 
 def _loader(root: str, batch_size: int, workers: int, device: str, seed: int = 0):
@@ -190,7 +210,8 @@ def soak(root: str, epochs: int, batch_size: int, workers: int, device: str) -> 
         row = {"epoch": epoch, "images": n, "images_per_s": n / wall,
                "skipped": loader.stats().last.skipped, **resources(os.getpid())}
         rows.append(row)
-        print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+        print(" ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
+                       if k != "per_process"), flush=True)
     blocks = torch_blocks() if torch.cuda.is_available() else None
     loader.close()
     return {"epochs": rows, "verdict": verdict(rows), "torch_blocks": blocks}
@@ -247,7 +268,43 @@ def verdict(rows: list[dict]) -> dict:
         growth = sum(r[key] for r in late) / 10 - sum(r[key] for r in early) / 10
         out[key] = {"early": sum(r[key] for r in early) / 10, "late": sum(r[key] for r in late) / 10,
                     "growth": growth, "limit": limit, "flat": growth <= limit}
-    out["flat"] = all(v["flat"] for v in out.values() if isinstance(v, dict))
+    out["per_process"] = per_process_verdict(rows)
+    out["flat"] = all(v["flat"] for v in out.values() if isinstance(v, dict) and "flat" in v) \
+        and all(v["flat"] for v in out["per_process"].values())
+    return out
+
+
+#: Growth of one process's PSS or USS (MiB, mean of the last ten epochs minus epochs 3-12) still called flat.
+PROCESS_LIMIT_MIB = 32.0
+
+
+def _slope(values: list[float]) -> float:
+    """Least-squares MiB per epoch."""
+    n = len(values)
+    mx, my = (n - 1) / 2, sum(values) / n
+    den = sum((i - mx) ** 2 for i in range(n))
+    return sum((i - mx) * (v - my) for i, v in enumerate(values)) / den if den else 0.0
+
+
+def per_process_verdict(rows: list[dict]) -> dict:
+    """Each process that lived through the whole soak (the main process and the persistent workers):
+    PSS and USS growth and slope per epoch after the first two epochs, so growth of the tree is pinned to
+    a process. A process missing from some epochs (a worker restarted) is reported, and not flat."""
+    names = set().union(*(r["per_process"] for r in rows))
+    out = {}
+    for name in sorted(names):
+        series = [r["per_process"].get(name) for r in rows]
+        if any(v is None for v in series):
+            out[name] = {"epochs_seen": sum(v is not None for v in series), "flat": False}
+            continue
+        entry = {}
+        for key in ("pss_mib", "uss_mib"):
+            values = [v[key] for v in series[2:]]
+            growth = sum(v[key] for v in series[-10:]) / 10 - sum(v[key] for v in series[2:12]) / 10
+            entry[key] = {"first": series[2][key], "last": series[-1][key], "growth": growth,
+                          "per_epoch": _slope(values)}
+        entry["flat"] = all(entry[k]["growth"] <= PROCESS_LIMIT_MIB for k in ("pss_mib", "uss_mib"))
+        out[name] = entry
     return out
 
 

@@ -4,7 +4,8 @@
                                      [--systems limit,torchdali,dali,torchvision] [--batch-size 256]
                                      [--workers N] [--dali-threads 8] [--steps 50] [--tv-steps 20]
                                      [--warmup 15] [--rounds 3] [--profile-batches 64] [--timeline 0]
-                                     [--train-stream default|high] [--out DIR]
+                                     [--train-stream default|high] [--work-queues set|default]
+                                     [--out DIR]
 
 DATA_DIR is an ImageFolder of JPEGs; without it, ``benchmarks/photo_folder.py``'s photographs
 (``--num-images``, ``--classes``) are made once under ``--data-dir``. Each model is a
@@ -386,8 +387,15 @@ def main() -> int:
     p.add_argument("--train-stream", choices=("default", "high"), default="default",
                    help="the model's CUDA stream: the default stream, or a high-priority one (the loader's "
                    "streams have the lowest priority, so the GPU schedules the model's kernels first)")
+    p.add_argument("--work-queues", choices=("set", "default"), default="set",
+                   help="set: td.set_cuda_work_queues() before CUDA starts, as the README says (32 queues); "
+                   "default: not called, CUDA's 8 unless CUDA_DEVICE_MAX_CONNECTIONS is in the environment")
     p.add_argument("--out", default="bench_out", help="folder for train_speed.json (bench_out)")
     args = p.parse_args()
+    if args.work_queues == "set":
+        import torchdali as td
+
+        td.set_cuda_work_queues()
     wanted = [c for s in args.systems.split(",") if s for c in FAMILIES.get(s, [s])]
     if any(n not in DESCRIBE for n in wanted):
         p.error(f"--systems: unknown {', '.join(n for n in wanted if n not in DESCRIBE)}")

@@ -33,6 +33,7 @@ class DecodedStream(torch.utils.data.IterableDataset):
 
 
 def main() -> None:
+    td.set_cuda_work_queues()  # before CUDA starts: nvJPEG's copies get queues of their own (README)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batches", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=16)

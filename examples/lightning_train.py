@@ -56,6 +56,7 @@ class Classifier(pl.LightningModule):
 
 
 def main() -> None:
+    td.set_cuda_work_queues()  # before CUDA starts: nvJPEG's copies get queues of their own (README)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("data", nargs="?", default=None)
     p.add_argument("--arch", default="resnet18")

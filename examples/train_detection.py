@@ -69,6 +69,7 @@ def make_coco(root: str, num_images: int, seed: int = 0) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    td.set_cuda_work_queues()  # before CUDA starts: nvJPEG's copies get queues of their own (README)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=None, help="images folder (default: a synthetic set it makes)")
     p.add_argument("--ann", default=None, help="COCO annotation file of --data")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -50,38 +51,64 @@ print(layout.NUM_PARAMS)
     assert int(width) > 0
 
 
-@pytest.mark.parametrize("chosen", [None, "1"])
-def test_import_gives_cuda_32_work_queues_unless_the_user_chose(chosen: str | None) -> None:
-    # CUDA reads CUDA_DEVICE_MAX_CONNECTIONS when it makes the context, so it must be set on import
+def _env_without_queues() -> dict:
     env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
-    if chosen is not None:
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = chosen
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    code = "import os, torchdali, torch; print(os.environ['CUDA_DEVICE_MAX_CONNECTIONS'], torch.cuda.is_initialized())"
+    return env
+
+
+def test_import_leaves_the_process_environment_alone() -> None:
+    code = "import os, torchdali, torch; print(os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS'), torch.cuda.is_initialized())"
     r = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, timeout=120,
-                       env=env)
+                       env=_env_without_queues())
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["32" if chosen is None else chosen, "False"]
+    assert r.stdout.split() == ["None", "False"]
 
 
-@pytest.mark.parametrize("chosen, started, warned", [(None, False, False), (None, True, True),
-                                                     ("8", True, False), ("1", False, False)])
-def test_cuda_started_before_the_import_is_named(chosen: str | None, started: bool, warned: bool) -> None:
-    from torchdali._cuda_env import ask_for_work_queues
+@pytest.mark.parametrize("chosen, started, value, took", [(None, False, "32", True), (None, True, "32", False),
+                                                          ("8", False, "8", True), ("1", True, "1", False)])
+def test_set_cuda_work_queues_keeps_the_users_value_and_says_when_it_is_too_late(monkeypatch, chosen, started, value,
+                                                                                 took) -> None:
+    import torch
 
-    environ = {} if chosen is None else {"CUDA_DEVICE_MAX_CONNECTIONS": chosen}
-    message = ask_for_work_queues(environ, started)
-    assert environ == {"CUDA_DEVICE_MAX_CONNECTIONS": chosen or "32"}
+    from torchdali import set_cuda_work_queues
+
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+    if chosen is not None:
+        monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", chosen)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: started)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        assert set_cuda_work_queues() is took
+    assert os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] == value
+    late = [w for w in record if "called after CUDA started" in str(w.message)]
+    assert len(late) == (0 if took else 1)
+
+
+@pytest.mark.parametrize("queues", [0, 33, 8.0, True, "32"])
+def test_set_cuda_work_queues_refuses_what_cuda_would_not_take(queues) -> None:
+    from torchdali import set_cuda_work_queues
+
+    with pytest.raises(ValueError, match="from 1 to 32"):
+        set_cuda_work_queues(queues)
+
+
+@pytest.mark.parametrize("environ, warned", [({}, True), ({"CUDA_DEVICE_MAX_CONNECTIONS": "8"}, False),
+                                             ({"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, False)])
+def test_default_work_queues_are_named_with_their_cost_only_when_nobody_chose(environ, warned) -> None:
+    from torchdali._cuda_env import work_queue_warning
+
+    message = work_queue_warning(environ)
     assert (message is not None) == warned
     if warned:
-        assert "Import torchdali before the first CUDA call" in message
+        assert "torchdali.set_cuda_work_queues()" in message and "%" in message
 
 
 @pytest.mark.cuda
-def test_import_after_cuda_started_warns() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    code = "import torch; torch.cuda.init(); import torchdali"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+def test_set_cuda_work_queues_after_cuda_started_warns_on_the_gpu() -> None:
+    code = ("import warnings, torch, torchdali; torch.cuda.init(); warnings.simplefilter('always');\n"
+            "print(torchdali.set_cuda_work_queues())")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=_env_without_queues())
     assert r.returncode == 0, r.stderr
-    assert "imported after CUDA started" in r.stderr
+    assert r.stdout.split() == ["False"] and "called after CUDA started" in r.stderr

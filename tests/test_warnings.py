@@ -78,26 +78,54 @@ def test_dataloader_not_lifting_the_transform_names_the_callers_line(tmp_path) -
     assert (os.path.abspath(w.filename), w.lineno) == (HERE, line)
 
 
-def test_import_after_cuda_started_warning_names_the_importing_line(tmp_path) -> None:
-    """The import-time warning lands on the user's ``import torchdali``, past the import machinery."""
+def _run_script(tmp_path, text: str) -> list[str]:
     script = tmp_path / "user_script.py"
-    script.write_text(textwrap.dedent("""\
+    script.write_text(textwrap.dedent(text))
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def test_work_queues_asked_for_too_late_name_the_calling_line(tmp_path) -> None:
+    """set_cuda_work_queues() after CUDA started warns at the user's call, past the library's frames."""
+    count, filename, lineno = _run_script(tmp_path, """\
         import warnings
         import torch
         torch.cuda.is_initialized = lambda: True  # as after torch.cuda.init(), without a GPU
-        warnings.simplefilter("always")
+        import torchdali
         with warnings.catch_warnings(record=True) as record:
-            import torchdali
-        hits = [w for w in record if "imported after CUDA started" in str(w.message)]
+            warnings.simplefilter("always")
+            torchdali.set_cuda_work_queues()
+        hits = [w for w in record if "called after CUDA started" in str(w.message)]
         print(len(hits), hits[0].filename, hits[0].lineno)
-        """))
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env,
-                       cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    count, filename, lineno = r.stdout.split()
-    assert (count, os.path.abspath(filename), lineno) == ("1", str(script), "6")
+        """)
+    assert (count, os.path.abspath(filename), lineno) == ("1", str(tmp_path / "user_script.py"), "7")
+
+
+@pytest.mark.cuda
+def test_gpu_epochs_with_the_default_work_queues_warn_once_at_the_users_loop(tmp_path) -> None:
+    folder = make_folder(tmp_path / "data", n=8)
+    count, filename, lineno, after_call = _run_script(tmp_path, f"""\
+        import subprocess, sys, warnings
+        import torchdali as td
+        from torchdali import transforms as T
+        ds = td.datasets.ImageFolder({folder!r})
+        loader = td.DataLoader(ds, batch_size=4, transforms=T.Compose([T.CenterCrop(16)]), device="cuda")
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            for epoch in range(2):
+                for images, labels in loader:
+                    pass
+        hits = [w for w in record if "default 8 hardware work queues" in str(w.message)]
+        code = ("import warnings, torchdali as td; warnings.simplefilter('error'); print(td.set_cuda_work_queues())")
+        print(len(hits), hits[0].filename, hits[0].lineno, subprocess.check_output([sys.executable, "-c", code],
+              text=True).strip())
+        """)
+    assert (count, os.path.abspath(filename), lineno) == ("1", str(tmp_path / "user_script.py"), "9")
+    assert after_call == "True"
 
 
 def test_user_stacklevel_counts_the_library_frames() -> None:

@@ -1,25 +1,84 @@
-"""CUDA settings torchdali makes for its process on import, before CUDA starts."""
+"""CUDA's hardware work queues: the one process-wide setting the GPU path wants, asked for explicitly.
+
+A CUDA context has ``CUDA_DEVICE_MAX_CONNECTIONS`` hardware work queues (8 by default), read
+once, when the context is made. Streams are spread over them at creation, and the streams that
+share a queue run in order. nvJPEG's hardware decoder spreads each batch's uploads and plane
+copies over about 28 streams of its own and waits for them on the host: with 8 queues some of
+them share the training stream's queue and wait behind the model's kernels, queued milliseconds
+ahead. Those streams are nvJPEG's, made inside its hardware backend, so no choice of ours (our own
+streams, their priorities) takes them off that queue; only more queues do.
+
+Importing torchdali changes nothing: the process's environment is the user's. ``set_cuda_work_queues``
+is the explicit call, to make before CUDA starts; the GPU path's first epoch warns, once per
+process, when the variable was never set (``work_queue_warning``). A value the user chose (Megatron-style
+training sets 1, for instance) is theirs: no call overrides it, and no warning questions it.
+"""
 from __future__ import annotations
 
-from typing import MutableMapping
+import os
+from typing import Mapping, MutableMapping
 
-#: Hardware work queues asked of CUDA (``CUDA_DEVICE_MAX_CONNECTIONS``; CUDA's default is 8). Streams
-#: that share a queue run in order, and nvJPEG's hardware decoder spreads a batch's uploads and plane
-#: copies over about 28 streams of its own and waits for them on the host: with 8 queues its copies
-#: queued behind the training model's kernels. ResNet-18 on an H100, 16 cores: 76.9% -> 88.3% of the
-#: model's own speed (benchmarks/RESULTS.md, 2026-11-27, CUDA's work queues).
+import torch
+
+from ._warn import warn_user
+
+#: Work queues asked for: enough that nvJPEG's ~28 streams do not share the training stream's queue.
 WORK_QUEUES = 32
 
+#: The cost of CUDA's default 8 queues, measured with ``benchmarks/train_speed.py``, bf16 channels-last
+#: (benchmarks/RESULTS.md, 2026-11-29, "CUDA's work queues, asked for explicitly").
+MEASURED_COST = ("ResNet-18 with 16 cores on an H200 trains at 71% of its own speed instead of 79%; "
+                 "ResNet-50 with 3 cores at 90% instead of 96%")
 
-def ask_for_work_queues(environ: MutableMapping[str, str], cuda_started: bool) -> str | None:
-    """Set ``CUDA_DEVICE_MAX_CONNECTIONS`` in ``environ`` unless the user chose a value. CUDA reads
-    it when it makes the context: returns a warning to show when that has happened already."""
-    if "CUDA_DEVICE_MAX_CONNECTIONS" in environ:
+_ENV = "CUDA_DEVICE_MAX_CONNECTIONS"
+_warned = False
+
+
+def _how_to() -> str:
+    return (f"call torchdali.set_cuda_work_queues() before the first CUDA call (or set {_ENV}={WORK_QUEUES} in the "
+            f"environment)")
+
+
+def ask_for_work_queues(environ: MutableMapping[str, str], cuda_started: bool, queues: int = WORK_QUEUES) -> bool:
+    """Set ``CUDA_DEVICE_MAX_CONNECTIONS`` in ``environ`` to ``queues`` unless it holds a value already
+    (the user's). True when the process's CUDA context will use the value there: it did not exist yet."""
+    environ.setdefault(_ENV, str(queues))
+    return not cuda_started
+
+
+def set_cuda_work_queues(queues: int = WORK_QUEUES) -> bool:
+    """Give this process ``queues`` CUDA hardware work queues (``CUDA_DEVICE_MAX_CONNECTIONS``), so
+    nvJPEG's copies do not wait behind the training model's kernels. Call it before the first CUDA
+    call; a value already in the environment is kept.
+
+    Returns True when the setting will take effect. After CUDA has started it cannot (CUDA reads the
+    variable once, when it makes the context): it warns with what that costs and returns False.
+    """
+    if not isinstance(queues, int) or isinstance(queues, bool) or not 1 <= queues <= 32:
+        raise ValueError(f"queues must be an int from 1 to 32 (CUDA's range for {_ENV}), got {queues!r}")
+    if ask_for_work_queues(os.environ, torch.cuda.is_initialized(), queues):
+        return True
+    warn_user(f"set_cuda_work_queues() was called after CUDA started, so this process keeps the work queues it "
+              f"started with ({_ENV}={os.environ.get(_ENV)} now has no effect). With CUDA's default 8, {MEASURED_COST}. "
+              f"Call it before the first CUDA call: first thing in the training script.", RuntimeWarning)
+    return False
+
+
+def work_queue_warning(environ: Mapping[str, str]) -> str | None:
+    """What to tell a process whose GPU path runs with the work queues nobody chose, else None."""
+    if _ENV in environ:
         return None
-    environ["CUDA_DEVICE_MAX_CONNECTIONS"] = str(WORK_QUEUES)
-    if not cuda_started:
-        return None
-    return (f"torchdali was imported after CUDA started, so this process keeps CUDA's 8 hardware work queues "
-            f"instead of {WORK_QUEUES}: nvJPEG's copies then wait behind the model's kernels, and training runs "
-            f"slower (ResNet-18 on an H100: 77% instead of 88% of its own speed). Import torchdali before the "
-            f"first CUDA call, or set CUDA_DEVICE_MAX_CONNECTIONS={WORK_QUEUES} in the environment.")
+    return (f"this process runs with CUDA's default 8 hardware work queues, so nvJPEG's copies wait behind the "
+            f"model's kernels: {MEASURED_COST}. For the {WORK_QUEUES} queues the GPU path is measured with, "
+            f"{_how_to()}.")
+
+
+def warn_once_about_work_queues() -> None:
+    """The GPU path's first epoch in this process: ``work_queue_warning``, if any, at the user's line."""
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    message = work_queue_warning(os.environ)
+    if message is not None:
+        warn_user(message, RuntimeWarning)

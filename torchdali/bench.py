@@ -188,7 +188,7 @@ def environment(device: torch.device, argv: list[str]) -> dict:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "cpus": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)),  # what ``taskset`` left this process
-        # CUDA's hardware work queues (torchdali sets 32 on import; torchdali/_cuda_env.py)
+        # CUDA's hardware work queues (main asks for 32 before CUDA starts; torchdali/_cuda_env.py)
         "cuda_device_max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -223,6 +223,9 @@ def plot(results: dict, path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ._cuda_env import set_cuda_work_queues
+
+    set_cuda_work_queues()  # before CUDA starts (_cuda_env.py)
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog="python -m torchdali.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("data", nargs="?", help="ImageFolder root (default: make a synthetic one)")

@@ -43,6 +43,7 @@ from ._executor._tags import (EpochStart, EpochState, SeededRandomSampler, Tagge
 from ._executor._video import PrepareClips, check_video_pipeline
 from ._executor._worker import PrepareBatch
 from . import _options
+from ._cuda_env import warn_once_about_work_queues
 from ._fork import keep_in_children
 from ._stats import LoaderStats
 from ._torch_compat import persistent_iterator, shutdown_workers, torch_get_iterator
@@ -337,6 +338,8 @@ class DataLoader(tud.DataLoader):
         self._say_if_no_batches()
         if self.plan is None:
             return super().__iter__()
+        if self.device.type == "cuda" and not self._runtime.video:  # nvJPEG's streams (_cuda_env.py)
+            warn_once_about_work_queues()
         return self._get_iterator()
 
     def _say_if_no_batches(self) -> None:
