@@ -26,9 +26,9 @@ from ._warn import warn_user
 WORK_QUEUES = 32
 
 #: The cost of CUDA's default 8 queues, measured with ``benchmarks/train_speed.py``, bf16 channels-last
-#: (benchmarks/RESULTS.md, 2026-11-29, "CUDA's work queues, asked for explicitly").
-MEASURED_COST = ("ResNet-18 with 16 cores on an H200 trains at 71% of its own speed instead of 79%; "
-                 "ResNet-50 with 3 cores at 90% instead of 96%")
+#: (benchmarks/RESULTS.md, "2026-11-29, second (H200) — CUDA's work queues asked for explicitly").
+MEASURED_COST = ("ResNet-18 with 16 cores on an H200 trained at 74% of its own speed instead of 82-87%, "
+                 "ResNet-50 with 3 cores at 93% instead of 95%")
 
 _ENV = "CUDA_DEVICE_MAX_CONNECTIONS"
 _warned = False
