@@ -1,57 +1,45 @@
-"""The last step before the training loop gets a batch: batch transforms and the
-user's ``collate_fn``.
+"""The last step before the training loop gets a batch: our batch transforms and the
+user's ``collate_fn`` (or a batch transform of theirs that is not ours), run by
+``Delivery.deliver`` at each stage a batch passes, as ``placement`` decides.
 
-A finished batch is ``images`` ``[B, C, H, W]`` plus its samples' targets. What the
-loop receives (``Delivery``):
+What the loop gets: by default ``(images, default_collate(targets))``; with
+``batch_transforms=t``, ``t(images, default_collate(targets))``; with ``collate_fn=f``,
+``f([(images[0], target_0), ...])``, as torch calls it on the dataset's items
+(``images[i]`` a view of the batch, alone when the dataset has no targets), the targets
+uncollated.
 
-- by default (torch's ``default_collate``, no ``batch_transforms``):
-  ``(images, default_collate(targets))``, the targets collated in the workers;
-- ``batch_transforms=t``: ``t(images, default_collate(targets))``, which returns
-  ``(images, targets)`` (MixUp, CutMix, a ``RandomChoice`` of them, any callable);
-- ``collate_fn=f``: ``f([(images[0], target_0), (images[1], target_1), ...])``, as
-  torch calls it on the dataset's items with each image decoded and transformed
-  (``images[i]`` is a view of the batch; a sample is ``images[i]`` alone when the
-  dataset has no targets). The targets travel to it uncollated.
+Targets. A pipeline without a fixed output size lays each batch out once its sizes are
+drawn (``transforms/_ragged.py``): a batch whose images share one size is stacked and its
+targets collated, otherwise the loop gets a list of images (or an ``ImageList``) and the
+list of targets, as torchvision's detection references do. So such targets leave the
+worker uncollated (``collate_targets``) and are collated where the layout is known
+(``settle_targets``). Targets holding boxes or masks are never collated (``TargetList``).
 
-A pipeline without a fixed output size (``transforms/_ragged.py``) lays each batch
-out once its samples' sizes are drawn. A batch whose images share one size is the
-``[B, C, H, W]`` tensor above, its targets collated by ``default_collate``; otherwise
-``images`` is the list of the images (``[C, h_i, w_i]`` views of one buffer) and
-``targets`` the list of the samples' targets, uncollated: what torchvision's
-detection references get from ``collate_fn=lambda b: tuple(zip(*b))``. With
-``BatchImages`` ``images`` is an ``ImageList`` and the targets a list. So the targets
-leave the worker uncollated (``collate_targets``) and are collated where the batch's
-layout is known (``settle_targets``). Targets holding boxes or masks are never
-collated, whatever the layout: the loop gets the list of the samples' mapped targets
-(a ``TargetList``, ``transforms/_target_plan.py``), the images stacked or not.
-``collate_fn`` gets the samples with each sample's own image, as above; our batch
-transforms (MixUp, CutMix) need a stacked batch and raise ValueError on another.
+Randomness. A batch's draws are keyed by ``(seed, epoch, batch)``, ``batch`` being the
+epoch position of its first sample as the sampler placed it, so the same seed gives the
+same batches for any ``num_workers`` and after a mid-epoch resume. Ours draw from a
+``_rng.Stream`` of the key and touch no global state; the user's callables (torchvision's
+MixUp draws from torch's global generator, timm's from numpy's) run with the global
+generators seeded from the key and restored afterwards (``seeded``).
 
-Randomness. A batch's draws are keyed by ``(seed, epoch, batch)`` (``batch_key``),
-so the same seed gives the same batches for any ``num_workers`` and after a
-mid-epoch resume. ``batch`` (``PackedBatch.first_position``) is the epoch position of the batch's first sample, as
-the sampler placed it (one-to-one with the batch number for a given sampler, and
-defined for iterable datasets too). Our ``BatchTransform``s draw from a
-``_rng.Stream`` of the key and touch no global state. A foreign callable
-(torchvision's MixUp draws from torch's global generator, timm's from numpy's) runs
-with the global generators - torch's CPU generator, the device's CUDA generator,
-numpy's and Python's - seeded from the key and restored afterwards (``seeded``).
-
-Where it runs. CPU path: in the worker, after the reference kernel, as torch runs a
-``collate_fn``: the workers are where the CPU path's work scales, each worker
-process owns its generators, and the result travels back the way a torch
-``collate_fn``'s does. GPU path: our transforms run on the executor thread, on its
-stream, right after the kernels. Foreign callables run in the training loop's own
-thread (``GpuIterator.__next__``), on its current stream once it has waited for the
-batch: the generators ``seeded`` swaps are process-wide, and swapping them on the
-executor thread would hand the training loop's own draws (dropout, its sampler)
-our stream half-way through a step and rewind them afterwards.
+Where each part runs (``placement``). CPU path: in the worker, as torch runs a
+``collate_fn``: the workers are where the CPU path's work scales, each worker process owns
+its generators, and the result travels back as a ``collate_fn``'s does. A batch with
+nothing to run there crosses as it is and the loop finishes it: a ragged batch crosses as
+one buffer and its targets inline (``_wire.py``), its list of image views would not. GPU
+path: ours on the executor thread, on its stream, right after the kernels; the user's in
+the loop's thread, on its stream once it has waited for the batch: the generators
+``seeded`` swaps are process-wide, and swapping them on the executor thread would hand the
+loop's own draws (dropout, its sampler) our stream half-way through a step and rewind them
+afterwards. The executor never finishes a batch: the loop waits for its ready event and
+records its tensors on the loop's stream first.
 """
 from __future__ import annotations
 
 import contextlib
+import enum
 import random
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
 import torch
@@ -61,6 +49,7 @@ from .. import _rng
 from ..transforms import _ragged
 from ..transforms._batch import BatchTransform, to_batch_transform
 from ..transforms._target_plan import TargetList
+from ._wire import PackedBatch
 
 
 @contextlib.contextmanager
@@ -83,6 +72,44 @@ def seeded(key: int, device: torch.device | None = None) -> Iterator[None]:
         finally:
             random.setstate(py_state)
             np.random.set_state(np_state)
+
+
+class Stage(enum.Enum):
+    """Where ``Delivery.deliver`` is called, in the order a batch passes them."""
+
+    WORKER = "worker"  # CPU path: the DataLoader worker, after the reference kernel
+    EXECUTOR = "executor"  # GPU path: the executor thread, on its stream, after the kernels
+    LOOP = "loop"  # the training loop's thread, in the iterator's ``__next__``
+
+
+class Placement(NamedTuple):
+    """The stage at which each part of delivery runs (``placement``)."""
+
+    #: the targets laid out as the images are (``settle_targets``), a tensor on the batch's device
+    targets: Stage
+    #: our batch transform
+    ours: Stage
+    #: the loop's form of the batch (a ragged batch's list of images), the user's callable
+    #: included: a collate_fn returns that form
+    finish: Stage
+
+
+def placement(path: str, runs: bool) -> Placement:
+    """Where each part of delivery runs on ``path`` (``"cpu"``, ``"gpu"``) for a loader that
+    has (``runs``) or has not a batch transform or collate_fn: the one policy (why: the module
+    docstring)."""
+    if path == "gpu":
+        return Placement(targets=Stage.EXECUTOR, ours=Stage.EXECUTOR, finish=Stage.LOOP)
+    if runs:
+        return Placement(targets=Stage.WORKER, ours=Stage.WORKER, finish=Stage.WORKER)
+    return Placement(targets=Stage.LOOP, ours=Stage.LOOP, finish=Stage.LOOP)
+
+
+class Pending(NamedTuple):
+    """A batch that a later stage finishes (``Delivery.deliver``)."""
+
+    images: Any
+    targets: Any
 
 
 def _is_default_collate(fn: Any) -> bool:
@@ -115,11 +142,8 @@ class Delivery:
         self.foreign_transform = batch_transforms if batch_transforms is not None and self.native is None else None
         #: the batches are laid out per batch (``_ragged.py``), so the targets are collated late
         self.varies = bool(plan is not None and plan.varies)
-
-    @property
-    def has_foreign(self) -> bool:
-        """Whether a callable of the user's runs (under ``seeded`` global generators)."""
-        return self.collate_fn is not None or self.foreign_transform is not None
+        runs = collate_fn is not None or batch_transforms is not None
+        self.places = {path: placement(path, runs) for path in ("cpu", "gpu")}
 
     def collate_targets(self, targets: list) -> Any:
         """The targets as they leave the worker: collated, or the list itself for the user's
@@ -134,11 +158,33 @@ class Delivery:
             return default_collate(targets)
         return targets
 
-    def run_native(self, images: Any, targets: Any, has_target: bool, key: int) -> tuple[Any, Any]:
-        """Our batch transform, if any, on ``(images, targets)``; thread-safe (no global state)."""
-        targets = self.settle_targets(images, targets)
-        if self.native is None:
-            return images, targets
+    def deliver(self, batch: PackedBatch, images: Any, targets: Any, stage: Stage,
+                device: torch.device | None = None) -> Any:
+        """The parts of delivery that ``placement`` puts at ``stage``, on ``batch``'s ``images``
+        and ``targets``: what the loop gets where the batch is finished, else ``Pending``.
+        ``device``: the batch's (a CUDA device: the GPU path)."""
+        at = self.places["gpu" if device is not None and device.type == "cuda" else "cpu"]
+        if at.targets is stage:
+            targets = self.settle_targets(images, targets)
+            if device is not None and isinstance(targets, torch.Tensor) and targets.device != device:
+                targets = targets.to(device, non_blocking=True)
+        if at.ours is stage and self.native is not None:
+            images, targets = self._run_ours(images, targets, batch)
+        if at.finish is not stage:
+            return Pending(images, targets)
+        if self.collate_fn is not None:
+            views = _ragged.unbind(images)
+            samples = list(zip(views, targets)) if batch.has_target else list(views)
+            with seeded(_key(batch), device):
+                return self.collate_fn(samples)
+        images = _ragged.for_loop(images)
+        if self.foreign_transform is not None:
+            with seeded(_key(batch), device):
+                return self.foreign_transform(images, targets) if batch.has_target \
+                    else self.foreign_transform(images)
+        return (images, targets) if batch.has_target else images
+
+    def _run_ours(self, images: Any, targets: Any, batch: PackedBatch) -> tuple[Any, Any]:
         if not isinstance(images, torch.Tensor):
             sizes = sorted({tuple(im.shape[1:]) for im in _ragged.unbind(images)})
             raise ValueError(
@@ -146,29 +192,11 @@ class Delivery:
                 f"images are {'padded from ' if isinstance(images, _ragged.ImageList) else ''}sizes {sizes[:4]}"
                 f"{' ...' if len(sizes) > 4 else ''}: end the pipeline with a fixed-size step (CenterCrop, "
                 f"RandomResizedCrop, Resize((h, w))) to use it")
-        rng = _rng.Stream(key)
-        if not has_target:
+        rng = _rng.Stream(_key(batch))
+        if not batch.has_target:
             return self.native.forward(images, rng), None
-        images, targets = self.native.forward((images, targets), rng)
-        return images, targets
+        return self.native.forward((images, targets), rng)
 
-    def run_foreign(self, images: Any, targets: Any, has_target: bool, key: int,
-                    device: torch.device | None = None) -> Any:
-        """What the loop gets, after the user's collate_fn or foreign batch transform (if any)."""
-        if self.collate_fn is not None:
-            views = _ragged.unbind(images)
-            samples = list(zip(views, targets)) if has_target else list(views)
-            with seeded(key, device):
-                return self.collate_fn(samples)
-        targets = self.settle_targets(images, targets)
-        images = _ragged.for_loop(images)
-        if self.foreign_transform is not None:
-            with seeded(key, device):
-                return self.foreign_transform(images, targets) if has_target else self.foreign_transform(images)
-        return (images, targets) if has_target else images
 
-    def finish(self, images: Any, targets: Any, has_target: bool, key: int,
-               device: torch.device | None = None) -> Any:
-        """What the loop gets, all steps in one place (CPU path, in the worker)."""
-        images, targets = self.run_native(images, targets, has_target, key)
-        return self.run_foreign(images, targets, has_target, key, device)
+def _key(batch: PackedBatch) -> int:
+    return _rng.batch_key(batch.seed, batch.epoch, batch.first_position)

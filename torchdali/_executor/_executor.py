@@ -7,7 +7,7 @@ instead, ``_video.ClipRunner``), so that the next batch decodes while the execut
 thread launches this one's kernels. ``BatchExecutor.process`` runs on the executor
 thread (``_iterators.py``): it decodes the batch when ``prepare`` did not, runs the
 fused kernel (``_launch.py``), maps the targets' boxes
-and masks (``transforms/_target_plan.py``) and runs our batch transforms
+and masks (``transforms/_target_plan.py``) and runs the executor's part of delivery
 (``_deliver.py``) on the executor's stream, records a ready event,
 and hands the batch's staging memory and decode buffer back once that event has passed
 (``_staging.py``, ``GpuDecoder.read_until``). The consumer's stream waits on the ready
@@ -29,7 +29,7 @@ from ..transforms import _ragged
 from ..transforms._target_plan import TargetList, TargetPlan
 from ._decode import (ROUTE_COUNTERS, DecodedBatch, GpuDecoder, decode_groups, decoded_sizes, merge_sub_batch,
                       sub_batch)
-from ._deliver import Delivery
+from ._deliver import Delivery, Stage
 from ._launch import KernelEvents, KernelLauncher
 from ._staging import Slot, Staging
 from ._video import ClipRunner, PrepareClips
@@ -206,13 +206,8 @@ class BatchExecutor:
                     targets = batch.targets
                 if isinstance(targets, PackedTargets):  # boxes and masks, through the batch's geometry
                     targets = map_targets(self.targets, targets, batch, shapes, self.device)
-                # a pipeline without a fixed size: the targets of a stacked batch are collated now
-                targets = self.delivery.settle_targets(images, targets)
-                if isinstance(targets, torch.Tensor) and targets.device != self.device:
-                    targets = targets.to(self.device, non_blocking=True)
-                if self.delivery.native is not None:  # ours only: foreign callables run in the loop's thread
-                    key = _rng.batch_key(batch.seed, batch.epoch, batch.first_position)
-                    images, targets = self.delivery.run_native(images, targets, batch.has_target, key)
+                # the executor's part of delivery; the loop finishes the batch (``_deliver.py``)
+                images, targets = self.delivery.deliver(batch, images, targets, Stage.EXECUTOR, self.device)
                 # the scan check read the staged bytes too
                 if check_done is not None:
                     self.stream.wait_event(check_done)

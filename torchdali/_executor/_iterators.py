@@ -101,12 +101,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import _rng
 from .._fork import keep_in_children
 from .._torch_compat import WorkerWaitTimeout, forget_persistent_iterator, has_workers, next_within, workers_shutdown
 from ..errors import DecoderStalled, SampleError, WorkerDied
-from ..transforms._ragged import for_loop, tensors_of
+from ..transforms._ragged import tensors_of
 from ..transforms._target_plan import TargetList, target_tensors
+from ._deliver import Stage
 from ._executor import executor_for
 from ._lifecycle import IterState, Lifecycle, close_plan
 from ._records import LISTED, worker_died
@@ -407,13 +407,8 @@ class GpuIterator:
             if t.is_cuda:
                 t.record_stream(consumer)
                 keep_in_children(t)
-        delivery = self._delivery
-        if delivery.has_foreign:  # in the loop's thread, on its stream: see _deliver.py
-            key = _rng.batch_key(batch.seed, batch.epoch, batch.first_position)
-            out = delivery.run_foreign(item.images, targets, batch.has_target, key, self._device)
-        else:
-            images = for_loop(item.images)  # a batch of images of different sizes: their list
-            out = (images, targets) if batch.has_target else images
+        # the loop's part of delivery, in this thread, on its stream (``_deliver.py``)
+        out = self._delivery.deliver(batch, item.images, targets, Stage.LOOP, self._device)
         self._stats.add_batch(len(batch.indices), wait=time.perf_counter() - t0, worker=batch.seconds,
                               stages=item.stages)
         self._runtime.on_batch(batch, self._loader.on_error)
@@ -538,10 +533,6 @@ class CpuIterator:
             raise died from e
         self._stats.add_batch(len(batch.indices), wait=time.perf_counter() - t0, worker=batch.seconds)
         self._runtime.on_batch(batch, self._loader.on_error)
-        if batch.has_output:  # batch transforms or collate_fn ran in the worker (_deliver.py)
+        if batch.has_output:  # finished in the worker (_deliver.py)
             return batch.output
-        # a pipeline without a fixed size: the list of a ragged batch's images, a stacked one's targets collated
-        images = for_loop(batch.images)
-        if batch.has_target:
-            return images, self._runtime.delivery.settle_targets(batch.images, batch.targets)
-        return images
+        return self._runtime.delivery.deliver(batch, batch.images, batch.targets, Stage.LOOP)

@@ -29,7 +29,9 @@ torchvision's transforms give every frame of a ``[T, C, H, W]`` video.
 The loop gets ``[B, F, C, H, W]`` (the loader's ``video_layout="BFCHW"``, the default) or
 ``[B, C, F, H, W]`` (``"BCFHW"``, what torchvision's video models take: a permuted view of the same
 frames), so the pipeline must fix the output size (``check_video_pipeline``), and the targets
-collated as for images (labels).
+collated as for images (labels). Batch transforms and a ``collate_fn`` run as for images, at the same
+stages (``_deliver.py``): the CPU path's worker calls ``PrepareBatch._deliver``, the GPU path's clips
+pass ``BatchExecutor.process`` and the loop's iterator like images.
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from ..transforms._plan import BatchParams, Plan, run_reference
 from ..transforms._target_plan import BoxesMapped, TargetPlan, has_geometry
 from ..transforms._targets import BoxTrack, TargetGeometry, draw_and_trace
 from ._classify import LoadedSample, load_sample, split_item
-from ._deliver import Delivery
+from ._deliver import Delivery, Pending, Stage
 from ._reads import load_noted, read_into, sample_bytes
 from ._replace import Replacement, check_on_error, replace
 from ._tags import FailedRead, FileRef, SampleTag, TaggedSample, batch_head
@@ -261,13 +261,13 @@ class PrepareBatch:
         return 0, room
 
     def _deliver(self, batch: PackedBatch) -> None:
-        """CPU path: batch transforms and the user's collate_fn run here, in the worker (``_deliver.py``)."""
-        d = self.delivery
-        if d.native is None and not d.has_foreign:
-            return
-        key = _rng.batch_key(batch.seed, batch.epoch, batch.first_position)
-        batch.output = d.finish(batch.images, batch.targets, batch.has_target, key)
-        batch.has_output, batch.images, batch.targets = True, None, None
+        """CPU path: the worker's part of delivery (``_deliver.py``); a batch finished here
+        carries what the loop gets in ``output``."""
+        out = self.delivery.deliver(batch, batch.images, batch.targets, Stage.WORKER)
+        if isinstance(out, Pending):
+            batch.images, batch.targets = out
+        else:
+            batch.output, batch.has_output, batch.images, batch.targets = out, True, None, None
 
 
 def merge_parts(parts: Sequence[PackedBatch], delivery: Delivery, ring: Any = None) -> PackedBatch:
