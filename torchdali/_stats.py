@@ -43,14 +43,25 @@ class EpochStats:
     # the CPU path decodes every clip in its workers
     decoded_nvdec: int = 0
     decoded_video_cpu: int = 0
+    # GPU path, video: pictures decoded (those from a clip's keyframe to its first frame included, see
+    # ``_nvdec.DecodedClips``) and frames handed to the loop; decoding from keyframes makes the first larger
+    decoded_video_frames: int = 0
+    delivered_video_frames: int = 0
 
     @property
     def wait_fraction(self) -> float:
         return self.wait_s / self.wall_s if self.wall_s > 0 else 0.0
 
+    @property
+    def decoded_per_delivered_frame(self) -> float:
+        """Video: pictures decoded per frame delivered (1.0 where every decoded picture is delivered;
+        0.0 before any clip)."""
+        return self.decoded_video_frames / self.delivered_video_frames if self.delivered_video_frames else 0.0
+
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["wait_fraction"] = self.wait_fraction
+        d["decoded_per_delivered_frame"] = self.decoded_per_delivered_frame
         d["images_per_s"] = self.samples / self.wall_s if self.wall_s > 0 else 0.0
         return d
 
@@ -98,7 +109,8 @@ class LoaderStats:
             line += (f"; fetch {e.fetch_s:.2f}s, staging {e.stage_s:.2f}s; executor {e.executor_s:.2f}s ({e.executor_cpu_s:.2f} CPU; decode "
                      f"{e.decode_s:.2f}, in nvJPEG {e.nvjpeg_s:.2f} ({e.nvjpeg_cpu_s:.2f} CPU), launch {e.launch_s:.2f}), kernel {e.kernel_s:.3f}s GPU")
         if e.executor_s and (e.decoded_nvdec or e.decoded_video_cpu):
-            line += f"; clips decoded: {e.decoded_nvdec} NVDEC, {e.decoded_video_cpu} CPU"
+            line += (f"; clips decoded: {e.decoded_nvdec} NVDEC, {e.decoded_video_cpu} CPU, "
+                     f"{e.decoded_per_delivered_frame:.2f} frames decoded per frame delivered")
         elif e.executor_s:
             line += (f"; decoded: {e.decoded_hardware} hardware, {e.decoded_hybrid} hybrid, "
                      f"{e.decoded_one_by_one} one by one, {e.decoded_cpu} CPU")

@@ -311,7 +311,9 @@ class ClipRunner:
         frames = frame_counts(batch.clips, batch.indices, batch.paths)
         images, events, _ = self.launcher.launch(kernel_frames(decoded), frame_params(batch.batch_params, frames),
                                                  stream)
-        counts = {"decoded_nvdec": int(decoded.nvdec), "decoded_video_cpu": int(decoded.cpu)}
+        counts = {"decoded_nvdec": int(decoded.nvdec), "decoded_video_cpu": int(decoded.cpu),
+                  "decoded_video_frames": int(decoded.decoded_frames),
+                  "delivered_video_frames": int(frames.sum())}
         return clip_batch(images, len(batch.clips), self.video_layout), events, counts, decode_s
 
     def _decode(self, batch: PackedBatch, stream: torch.cuda.Stream, pending: Any = None) -> Any:

@@ -71,7 +71,9 @@ class DecodedClips(NamedTuple):
     frames first. An NV12 frame (the fused kernel's NV12 source) has ``shapes[k] = (H, W,
     layout.nv12_code(...))``; a frame of a clip swscale converted (``rgb[k]``, see ``as_nv12``) is
     ``H x W x 3`` interleaved RGB, ``shapes[k] = (H, W, 3)``. ``nvdec`` and ``cpu``: clips decoded
-    by each route."""
+    by each route. ``decoded_frames``: the pictures decoded to make them, those before a clip's first
+    frame (from its keyframe on) and the references after its last included: every packet of every
+    clip, on either route (each is fed all of a clip's packets, one picture each, then flushed)."""
 
     data: torch.Tensor
     offsets: np.ndarray
@@ -79,6 +81,7 @@ class DecodedClips(NamedTuple):
     nvdec: int
     cpu: int
     rgb: np.ndarray  # bool [frames]
+    decoded_frames: int = 0
 
 
 def _code(clip: EncodedClip) -> int:
@@ -112,9 +115,10 @@ class PendingClips:
     """A batch's clips being decoded (``ClipDecoder.start``)."""
 
     def __init__(self, data: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray, futures: list[Future],
-                 rgb: np.ndarray | None = None) -> None:
+                 rgb: np.ndarray | None = None, decoded_frames: int = 0) -> None:
         self.data, self.offsets, self.shapes, self.futures = data, offsets, shapes, futures
         self.rgb = np.zeros(len(offsets), dtype=bool) if rgb is None else rgb
+        self.decoded_frames = decoded_frames
 
     def result(self) -> DecodedClips:
         """Every clip decoded: the buffer is written. A clip's failure is raised once every clip
@@ -122,7 +126,8 @@ class PendingClips:
         wait(self.futures)
         routes = [f.result() for f in self.futures]  # the first failure, if any
         nvdec = sum(routes)
-        return DecodedClips(self.data, self.offsets, self.shapes, nvdec, len(routes) - nvdec, self.rgb)
+        return DecodedClips(self.data, self.offsets, self.shapes, nvdec, len(routes) - nvdec, self.rgb,
+                            self.decoded_frames)
 
 
 class ClipDecoder:
@@ -181,7 +186,7 @@ class ClipDecoder:
         # pool, and go with it (``close``)
         futures = [pool.submit(self._one, clip, data, offsets[starts[i]: starts[i + 1]], allocated)
                    for i, clip in enumerate(clips)]
-        return PendingClips(data, offsets, shapes, futures, rgb)
+        return PendingClips(data, offsets, shapes, futures, rgb, sum(c.num_packets for c in clips))
 
     def decode(self, clips: Sequence[EncodedClip], stream: torch.cuda.Stream) -> DecodedClips:
         """``start(clips, stream).result()``: when this returns, the buffer is written, and ``stream``
