@@ -3,11 +3,23 @@
     python benchmarks/video_speed.py [DATA_DIR] [--systems torchdali,cpu,dali] [--crop 112]
                                      [--batch-size 8] [--frames 16] [--workers N] [--epochs 2]
                                      [--train-steps 20] [--num-videos 64] [--seconds 10] [--out DIR]
+                                     [--video-set 720p|kinetics256|kinetics256-250|kinetics320|...|mixed]
+                                     [--raw [--sessions 1,2,4,8] [--raw-budget 15]] [--cuda-sync blocking]
 
-DATA_DIR is a folder of videos in class subfolders; without it, ``video_folder`` of
-``benchmarks/photo_folder.py`` makes ``--num-videos`` 720p H.264 videos of ``--seconds`` (a window
-panning across a photograph, 30 fps, a keyframe every second, 2 B-frames) under
-``.torchdali_data``; a folder made with the same arguments is reused.
+DATA_DIR is a folder of videos in class subfolders; without it, ``video_set`` of
+``benchmarks/photo_folder.py`` makes ``--num-videos`` videos of ``--seconds`` of the named
+``--video-set`` under ``.torchdali_data`` (``720p``, the default: H.264, a window panning across a
+photograph, 30 fps, a keyframe every second, 2 B-frames; ``kinetics*`` and ``mixed``: shaped like
+Kinetics as it is stored, see photo_folder.py); a folder made with the same arguments is reused.
+
+``--raw`` first measures the decoders' own rate on the set, the ceiling of any clip loader on it:
+every frame of every video decoded in order (the packets read into memory beforehand) by the
+decoder ``ClipDecoder`` uses (NVDEC through FFmpeg's ``cuda`` hardware acceleration; without a
+GPU, FFmpeg's software decoder, as ``decode_clip_nv12`` makes it), with ``--sessions`` decoders in
+as many threads, each taking whole videos from one list; no clip logic, no copies out of the decoded
+frames. It reports frames/s, the clips/s that makes at ``--frames`` frames per clip, and the CPU
+time of the process per 1000 frames, for each session count (``--raw-budget`` seconds at most per
+count: sessions stop taking videos after that). Without a GPU only ``--raw`` runs.
 
 A sample is a clip of ``--frames`` consecutive frames at a random place in its video, one clip
 per video and epoch; every system gets ``--workers`` CPU workers (DALI: threads) and hands the
@@ -33,7 +45,10 @@ Per system: clips/s (median of ``--epochs`` epochs after a warm-up one), CPU cor
 epochs ran, less before it was built: NVDEC's and DALI's own allocations included), then
 ``torchvision.models.video.r2plus1d_18`` (random weights, SGD, bf16 autocast) trained
 ``--train-steps`` steps after 5 warm-up steps on its batches, as a % of ``limit`` (one batch kept on
-the GPU). Results go to ``OUT/video_speed.json``. Needs a CUDA GPU and PyAV.
+the GPU). torchdali's row adds the frames its decoder decoded per frame delivered (clips are decoded
+from the keyframe before their first frame: ``EpochStats.decoded_per_delivered_frame``), and with
+``--raw`` the share of the best raw rate its decoded frames reach. Results go to
+``OUT/video_speed.json``. Needs a CUDA GPU (except ``--raw``) and PyAV.
 """
 from __future__ import annotations
 
@@ -43,8 +58,10 @@ import itertools
 import json
 import os
 import sys
+import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator
 
 import torch
@@ -151,6 +168,151 @@ def dali_loader(root: str, args: argparse.Namespace, device: torch.device):
 LOADERS: dict[str, Callable] = {"torchdali": torchdali_loader, "cpu": cpu_loader, "dali": dali_loader}
 
 
+def video_files(root: str) -> list[str]:
+    """The videos of ``root``'s class folders (``VideoFolder``'s files), sorted."""
+    from torchdali.video import VIDEO_EXTENSIONS
+
+    return sorted(os.path.join(d, f) for d, _, files in os.walk(root) for f in files
+                  if f.lower().endswith(VIDEO_EXTENSIONS))
+
+
+def whole_videos(paths: list[str]) -> list[Any]:
+    """Each video's every packet, read into memory as one ``EncodedClip`` of all its frames."""
+    import numpy as np
+
+    from torchdali.video import probe_videos, read_clip
+
+    return [read_clip(p, np.arange(info.num_frames), info) for p, info in zip(paths, probe_videos(paths))]
+
+
+def _software_decoder(clip: Any) -> Any:
+    """FFmpeg's software decoder for ``clip``, made as ``decode_clip_nv12`` makes it (one per clip)."""
+    import av
+
+    from torchdali.video._container import _decoder
+
+    ctx = av.CodecContext.create(_decoder(clip.codec), "r")
+    if clip.extradata:
+        ctx.extradata = clip.extradata
+    ctx.width, ctx.height = clip.width, clip.height
+    return ctx
+
+
+def _decode_packets(ctx: Any, clip: Any, stop: int | None = None) -> int:
+    """Feed ``clip``'s packets (the first ``stop``) to ``ctx`` as ``ClipDecoder`` does, then flush;
+    the frames that came out, dropped at once. Returns their count."""
+    import av
+
+    from torchdali.video import VideoInfo
+
+    frames = 0
+    for j in range(clip.num_packets if stop is None else min(stop, clip.num_packets)):
+        packet = av.Packet(bytes(clip.packet(j)))
+        packet.pts = int(clip.pts[j])
+        packet.dts = None if clip.dts[j] == VideoInfo.NO_TIMESTAMP else int(clip.dts[j])
+        packet.is_keyframe = bool(clip.key[j])
+        frames += len(ctx.decode(packet))
+    return frames + len(ctx.decode(None))
+
+
+def raw_rate(clips: list[Any], sessions: int, device: torch.device | None, budget_s: float) -> dict:
+    """Every frame of ``clips`` (``whole_videos``) decoded in order by ``sessions`` decoders in as many
+    threads, each taking the next whole video until none is left or ``budget_s`` has passed: NVDEC on
+    ``device`` through ``ClipDecoder``'s own FFmpeg decoders (``ClipDecoder._decoder``: one per stream
+    configuration and thread, flushed between videos), FFmpeg's software decoder where ``device`` is
+    None. Each thread first decodes a few packets of a video untimed (the session's start)."""
+    nvdec = None
+    if device is not None:
+        from torchdali.video._nvdec import ClipDecoder
+
+        nvdec = ClipDecoder(device, threads=sessions)
+    make = (lambda clip: nvdec._decoder(clip)) if nvdec is not None else _software_decoder
+    lock = threading.Lock()
+    queue = iter(range(len(clips)))
+    start = threading.Barrier(sessions + 1)
+    deadline = [float("inf")]
+
+    def session(k: int) -> tuple[int, int]:
+        try:
+            _decode_packets(make(clips[k % len(clips)]), clips[k % len(clips)], stop=8)
+        except BaseException:
+            start.abort()  # the others and the main thread stop waiting; this error is raised below
+            raise
+        start.wait()
+        frames = videos = 0
+        while time.perf_counter() < deadline[0]:
+            with lock:
+                i = next(queue, None)
+            if i is None:
+                break
+            frames += _decode_packets(make(clips[i]), clips[i])
+            videos += 1
+        return frames, videos
+
+    try:
+        with ThreadPoolExecutor(sessions, thread_name_prefix="raw-decode") as pool:
+            futures = [pool.submit(session, k) for k in range(sessions)]
+            try:
+                start.wait()
+            except threading.BrokenBarrierError:
+                pass  # a session failed to start: its error comes with its result
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            deadline[0] = t0 + budget_s
+            done = [f.result() for f in futures]
+            if device is not None:
+                torch.cuda.synchronize(device)  # FFmpeg's copies out of the surfaces
+            wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    finally:
+        if nvdec is not None:
+            nvdec.close()
+    frames, videos = sum(d[0] for d in done), sum(d[1] for d in done)
+    return {"sessions": sessions, "videos": videos, "frames": frames, "wall_s": wall,
+            "frames_per_s": frames / wall if wall > 0 else 0.0,
+            "cpu_s_per_1000_frames": 1000.0 * cpu / frames if frames else 0.0}
+
+
+def raw_sweep(root: str, args: argparse.Namespace, device: torch.device | None) -> dict:
+    """``raw_rate`` for each of ``--sessions``, printed as a table; the best rate and all rows."""
+    paths = video_files(root)
+    t0 = time.perf_counter()
+    clips = whole_videos(paths)
+    read_s = time.perf_counter() - t0
+    frames = sum(c.num_packets for c in clips)
+    backend = "NVDEC through FFmpeg (cuda hwaccel)" if device is not None else "FFmpeg's software decoder"
+    codecs = sorted({c.codec for c in clips})
+    print(f"\nraw decode, {backend}: {len(clips)} videos ({', '.join(codecs)}), {frames} frames "
+          f"(packets read in {read_s:.1f} s)")
+    print(f"{'sessions':>8} {'frames/s':>9} {f'clips/s@{args.frames}':>11} {'CPU-s/1k frames':>16} {'videos':>7} "
+          f"{'wall s':>7}")
+    rows = []
+    for n in [int(x) for x in args.sessions.split(",") if x]:
+        r = raw_rate(clips, n, device, args.raw_budget)
+        r["clips_per_s"] = r["frames_per_s"] / args.frames
+        rows.append(r)
+        print(f"{n:>8} {r['frames_per_s']:>9.0f} {r['clips_per_s']:>11.1f} {r['cpu_s_per_1000_frames']:>16.2f} "
+              f"{r['videos']:>7} {r['wall_s']:>7.1f}", flush=True)
+    best = max(rows, key=lambda r: r["frames_per_s"]) if rows else None
+    return {"backend": backend, "videos": len(clips), "frames": frames, "codecs": codecs, "rows": rows, "best": best}
+
+
+def blocking_sync(index: int = 0) -> None:
+    """Make CUDA's host waits on device ``index`` sleep until the GPU is done rather than spin
+    (``CU_CTX_SCHED_BLOCKING_SYNC`` on its primary context, which torch and FFmpeg's NVDEC share), before
+    anything creates the context. With 16 cores CUDA's default spins, so a thread waiting for NVDEC or for a
+    copy burns its core: the CPU time that costs is the difference between runs with and without this."""
+    import ctypes
+
+    lib = ctypes.CDLL("libcuda.so.1")
+    dev = ctypes.c_int()
+    set_flags = getattr(lib, "cuDevicePrimaryCtxSetFlags_v2", None) or lib.cuDevicePrimaryCtxSetFlags
+    for name, call in (("cuInit", lambda: lib.cuInit(0)),
+                       ("cuDeviceGet", lambda: lib.cuDeviceGet(ctypes.byref(dev), index)),
+                       ("cuDevicePrimaryCtxSetFlags", lambda: set_flags(dev, 0x04))):
+        rc = call()
+        if rc != 0:
+            raise RuntimeError(f"--cuda-sync blocking: {name} returned CUDA error {rc}")
+
+
 def device_memory_used(device: torch.device) -> int:
     free, total = torch.cuda.mem_get_info(device)
     return total - free
@@ -229,22 +391,37 @@ def main() -> int:
     p.add_argument("--num-videos", type=int, default=64)
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--out", default="bench_out")
+    p.add_argument("--video-set", default="720p", help="the set photo_folder.video_set makes without DATA_DIR: "
+                   "720p, kinetics256, kinetics256-250, kinetics320, kinetics320-250 or mixed")
+    p.add_argument("--raw", action="store_true", help="first measure the decoders' own rate on the set")
+    p.add_argument("--sessions", default="1,2,4,8", help="--raw: decode sessions (threads) to measure")
+    p.add_argument("--raw-budget", type=float, default=15.0, help="--raw: seconds at most per session count")
+    p.add_argument("--cuda-sync", choices=("default", "blocking"), default="default",
+                   help="blocking: CUDA's host waits sleep instead of spinning (blocking_sync), to measure what "
+                        "spinning costs in CPU time")
     args = p.parse_args()
+    if args.cuda_sync == "blocking":
+        blocking_sync()
     systems = [s for s in args.systems.split(",") if s]
     unknown = [s for s in systems if s not in LOADERS]
     if unknown:
         p.error(f"unknown systems {unknown}; choose from {list(LOADERS)}")
-    if not torch.cuda.is_available():
-        print("video_speed.py needs a CUDA GPU (torch.cuda.is_available() is False here).", file=sys.stderr)
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.raw:
+        print("video_speed.py needs a CUDA GPU (torch.cuda.is_available() is False here); "
+              "--raw measures FFmpeg's software decoder without one.", file=sys.stderr)
         return 2
-    device = torch.device("cuda", torch.cuda.current_device())
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     torch.backends.cudnn.benchmark = True
     root = args.data
     if root is None:
-        from photo_folder import video_folder
+        from photo_folder import VIDEO_SETS, video_set
 
-        root = os.path.join(".torchdali_data", f"videos-{args.num_videos}-{args.seconds:g}s")
-        video_folder(root, args.num_videos, args.seconds, classes=min(10, args.num_videos))
+        if args.video_set not in VIDEO_SETS:
+            p.error(f"unknown --video-set {args.video_set!r}; choose from {list(VIDEO_SETS)}")
+        name = "videos" if args.video_set == "720p" else args.video_set  # 720p: the folder made before sets had names
+        root = os.path.join(".torchdali_data", f"{name}-{args.num_videos}-{args.seconds:g}s")
+        video_set(root, args.video_set, args.num_videos, args.seconds, classes=min(10, args.num_videos))
     classes = len([d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))])
     env = environment(device, sys.argv[1:])
     env["command"] = "python benchmarks/video_speed.py " + " ".join(sys.argv[1:])
@@ -258,24 +435,47 @@ def main() -> int:
     import av
 
     env["av"] = av.__version__
+    env["data"] = root
+    env["cuda_sync"] = args.cuda_sync
+    out: dict[str, Any] = {"environment": env, "args": vars(args)}
+    raw = raw_sweep(root, args, device if cuda else None) if args.raw else None
+    out["raw"] = raw
+    if cuda and systems:
+        out.update(run_systems(root, args, device, classes, systems, raw))
+    elif systems:
+        print(f"\nsystems {','.join(systems)} skipped: they need a CUDA GPU")
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "video_speed.json")
+    with open(path, "w") as f:
+        json.dump(out, f, indent=2)
+    print(f"wrote {path}")
+    return 0
+
+
+def run_systems(root: str, args: argparse.Namespace, device: torch.device, classes: int, systems: list[str],
+                raw: dict | None) -> dict:
+    """Each system's loader and training rates, printed as a table; ``{"limit_clips_per_s", "results"}``."""
     step = trainer(classes, device)
     x = torch.randn(args.batch_size, 3, args.frames, args.crop, args.crop, device=device)
     y = torch.randint(classes, (args.batch_size,), device=device)
     limit = train_rate(step, itertools.repeat((x, y)), args.train_steps, args.batch_size)
     results = {name: run_system(name, root, args, device, step, limit) for name in systems}
-    print(f"\n{'system':<10} {'clips/s':>8} {'CPU-s/1k':>9} {'GPU MiB':>8} {'train clips/s':>14} {'% of limit':>11}")
+    best = raw["best"]["frames_per_s"] if raw and raw.get("best") else None
+    print(f"\n{'system':<10} {'clips/s':>8} {'CPU-s/1k':>9} {'GPU MiB':>8} {'train clips/s':>14} {'% of limit':>11} "
+          f"{'dec/dlv':>8} {'% raw':>6}")
     print(f"{'limit':<10} {'':>8} {'':>9} {'':>8} {limit:>14.1f} {100.0:>10.1f}%")
     for name, r in results.items():
         lo, tr = r.get("loader"), r.get("train")
         row = f"{lo['clips_per_s']:>8.1f} {lo['cpu_s_per_1000_clips']:>9.1f} {r['gpu_memory_MiB']:>8.0f}" if lo else ""
         row += f" {tr['clips_per_s']:>14.1f} {tr['percent_of_limit']:>10.1f}%" if tr else ""
+        ratio = r.get("last_epoch_stats", {}).get("decoded_per_delivered_frame")
+        if lo and ratio:
+            # the frames the loader's decoder decoded per second, as a share of the decoders' own best rate
+            r["decoded_frames_per_s"] = lo["clips_per_s"] * args.frames * ratio
+            r["percent_of_raw"] = 100.0 * r["decoded_frames_per_s"] / best if best else None
+            row += f" {ratio:>8.2f}" + (f" {r['percent_of_raw']:>5.1f}%" if best else "")
         print(f"{name:<10} {row}" + (f"  ERROR {r['error'][:300]}" if "error" in r else ""))
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "video_speed.json")
-    with open(path, "w") as f:
-        json.dump({"environment": env, "args": vars(args), "limit_clips_per_s": limit, "results": results}, f, indent=2)
-    print(f"wrote {path}")
-    return 0
+    return {"limit_clips_per_s": limit, "results": results}
 
 
 if __name__ == "__main__":
