@@ -4,7 +4,7 @@
                                      [--batch-size 8] [--frames 16] [--workers N] [--epochs 2]
                                      [--train-steps 20] [--num-videos 64] [--seconds 10] [--out DIR]
                                      [--video-set 720p|kinetics256|kinetics256-250|kinetics320|...|mixed]
-                                     [--raw [--sessions 1,2,4,8] [--raw-budget 15]] [--cuda-sync blocking]
+                                     [--raw [--sessions 1,2,4,8] [--raw-budget 15]]
 
 DATA_DIR is a folder of videos in class subfolders; without it, ``video_set`` of
 ``benchmarks/photo_folder.py`` makes ``--num-videos`` videos of ``--seconds`` of the named
@@ -295,24 +295,6 @@ def raw_sweep(root: str, args: argparse.Namespace, device: torch.device | None) 
     return {"backend": backend, "videos": len(clips), "frames": frames, "codecs": codecs, "rows": rows, "best": best}
 
 
-def blocking_sync(index: int = 0) -> None:
-    """Make CUDA's host waits on device ``index`` sleep until the GPU is done rather than spin
-    (``CU_CTX_SCHED_BLOCKING_SYNC`` on its primary context, which torch and FFmpeg's NVDEC share), before
-    anything creates the context. With 16 cores CUDA's default spins, so a thread waiting for NVDEC or for a
-    copy burns its core: the CPU time that costs is the difference between runs with and without this."""
-    import ctypes
-
-    lib = ctypes.CDLL("libcuda.so.1")
-    dev = ctypes.c_int()
-    set_flags = getattr(lib, "cuDevicePrimaryCtxSetFlags_v2", None) or lib.cuDevicePrimaryCtxSetFlags
-    for name, call in (("cuInit", lambda: lib.cuInit(0)),
-                       ("cuDeviceGet", lambda: lib.cuDeviceGet(ctypes.byref(dev), index)),
-                       ("cuDevicePrimaryCtxSetFlags", lambda: set_flags(dev, 0x04))):
-        rc = call()
-        if rc != 0:
-            raise RuntimeError(f"--cuda-sync blocking: {name} returned CUDA error {rc}")
-
-
 def device_memory_used(device: torch.device) -> int:
     free, total = torch.cuda.mem_get_info(device)
     return total - free
@@ -396,12 +378,7 @@ def main() -> int:
     p.add_argument("--raw", action="store_true", help="first measure the decoders' own rate on the set")
     p.add_argument("--sessions", default="1,2,4,8", help="--raw: decode sessions (threads) to measure")
     p.add_argument("--raw-budget", type=float, default=15.0, help="--raw: seconds at most per session count")
-    p.add_argument("--cuda-sync", choices=("default", "blocking"), default="default",
-                   help="blocking: CUDA's host waits sleep instead of spinning (blocking_sync), to measure what "
-                        "spinning costs in CPU time")
     args = p.parse_args()
-    if args.cuda_sync == "blocking":
-        blocking_sync()
     systems = [s for s in args.systems.split(",") if s]
     unknown = [s for s in systems if s not in LOADERS]
     if unknown:
@@ -436,7 +413,6 @@ def main() -> int:
 
     env["av"] = av.__version__
     env["data"] = root
-    env["cuda_sync"] = args.cuda_sync
     out: dict[str, Any] = {"environment": env, "args": vars(args)}
     raw = raw_sweep(root, args, device if cuda else None) if args.raw else None
     out["raw"] = raw
