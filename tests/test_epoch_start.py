@@ -515,12 +515,14 @@ def test_the_workers_check_each_files_scan_data_once_and_leave_a_damaged_one_to_
 
 
 def test_detection_parts_merge_into_the_batch_mapped_whole():
-    """Each part's worker maps its boxes with its own trace; merged, the batch's targets, trace
-    and frozen Masks map (the executor's ``part="masks"``) as the batch packed whole does."""
+    """Each part's worker ships its targets unmapped with the trace of its draw; merged, the
+    batch's targets and trace map (``_executor.map_targets``) as the batch packed whole does,
+    and as the dataset's targets do."""
     from torchvision import tv_tensors
     from torchvision.transforms import v2
 
     from torchdali import _rng
+    from torchdali._executor._executor import map_targets
     from torchdali.transforms._target_plan import TargetPlan
 
     from .test_geometry_targets import MIXED, Detection, assert_target
@@ -538,23 +540,19 @@ def test_detection_parts_merge_into_the_batch_mapped_whole():
     parts = [tb for tb in TaggedBatchSampler(batches, EpochState(**state), EpochStart(1, 2)) if tb.parts > 1]
     assert len(parts) == 2
     got = merge_parts([_pack(prepare, ds, tb) for tb in parts], Delivery())
-    assert got.trace is not None and got.targets.boxes_mapped is not None
-    assert got.targets.boxes_mapped.frozen == whole.targets.boxes_mapped.frozen != {}
+    assert got.trace is not None and whole.trace is not None
     tp = TargetPlan.of(plan)
     sizes = whole.shapes[:, :2]
-    keys = _rng.sample_keys(4, 2, whole.positions)
-    mapped = [tp.map(b.targets.unpack(), sizes, keys, "cpu", trace=b.trace, part="masks",
-                     boxes_mapped=b.targets.boxes_mapped) for b in (got, whole)]
-    want = tp.map([ds.target(i) for i in range(n)], sizes, keys, "cpu")
+    mapped = [map_targets(tp, b.targets, b, b.shapes, torch.device("cpu")) for b in (got, whole)]
+    want = tp.map([ds.target(i) for i in range(n)], sizes, _rng.sample_keys(4, 2, whole.positions), "cpu")
     for i, (a, b, w) in enumerate(zip(*mapped, want)):
         assert_target(a, w, f"merged: sample {i}")
         assert_target(b, w, f"whole: sample {i}")
 
 
-def test_detection_batch_without_masks_leaves_the_worker_mapped_and_without_a_trace():
-    """A whole batch whose targets hold no Mask leaves the worker with its boxes mapped and no
-    trace (nothing is left for the executor); ``map_targets`` then gives the targets that the
-    whole mapping gives, as views of the batch's one buffer. With masks the trace stays."""
+def test_detection_batch_leaves_the_worker_unmapped_with_its_trace():
+    """The GPU path's worker maps no target: it ships them packed as the dataset gave them, with
+    the trace of its draw, and ``map_targets`` maps them whole (with masks or without)."""
     from torchvision.transforms import v2
 
     from torchdali import _rng
@@ -566,17 +564,17 @@ def test_detection_batch_without_masks_leaves_the_worker_mapped_and_without_a_tr
     plan = compile_transforms([T.RandomZoomOut(p=1.0), T.RandomIoUCrop(), T.RandomHorizontalFlip(),
                                v2.SanitizeBoundingBoxes(), T.Resize((24, 24))])
     tp = TargetPlan.of(plan)
-    ds = Detection(sizes=MIXED * 4, masks=False)
-    n = len(ds)
-    tb = next(iter(TaggedBatchSampler(torch.utils.data.BatchSampler(range(n), n, False), EpochState(seed=4, epoch=2))))
-    batch = _pack(PrepareBatch(plan, "gpu", delivery=Delivery()), ds, tb)
-    assert batch.trace is None and not batch.targets.has_masks and batch.targets.boxes_mapped is not None
-    got = map_targets(tp, batch.targets, batch, batch.shapes, torch.device("cpu"))
-    buffer = got.tensors[0].untyped_storage().data_ptr()
-    assert all(t[k].untyped_storage().data_ptr() == buffer for t in got for k in ("boxes", "labels") if t[k].numel())
-    want = tp.map([ds.target(i) for i in range(n)], batch.shapes[:, :2], _rng.sample_keys(4, 2, batch.positions), "cpu")
-    for i, (a, w) in enumerate(zip(got, want)):
-        assert_target(a, w, f"sample {i}")
-
-    masked = _pack(PrepareBatch(plan, "gpu", delivery=Delivery()), Detection(sizes=MIXED * 4), tb)
-    assert masked.trace is not None and masked.targets.has_masks
+    for masks in (False, True):
+        ds = Detection(sizes=MIXED * 4, masks=masks)
+        n = len(ds)
+        tb = next(iter(TaggedBatchSampler(torch.utils.data.BatchSampler(range(n), n, False),
+                                          EpochState(seed=4, epoch=2))))
+        batch = _pack(PrepareBatch(plan, "gpu", delivery=Delivery()), ds, tb)
+        assert batch.trace is not None
+        for i, t in enumerate(batch.targets):
+            assert_target(t, ds.target(i), f"unmapped: sample {i}")
+        got = map_targets(tp, batch.targets, batch, batch.shapes, torch.device("cpu"))
+        want = tp.map([ds.target(i) for i in range(n)], batch.shapes[:, :2], _rng.sample_keys(4, 2, batch.positions),
+                      "cpu")
+        for i, (a, w) in enumerate(zip(got, want)):
+            assert_target(a, w, f"masks={masks}: sample {i}")

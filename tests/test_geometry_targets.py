@@ -801,15 +801,16 @@ def test_packed_targets_round_trip_and_replace_one_sample():
     batch = PackedBatch(seed=0, epoch=0, indices=np.arange(n), positions=np.arange(n), paths=[None] * n,
                         params=torch.zeros(n, layout.NUM_PARAMS), targets=packed, has_target=True,
                         kinds=np.zeros(n, np.int8), offsets=np.zeros(n, np.int64), lengths=np.zeros(n, np.int64),
-                        shapes=np.zeros((n, 3), np.int64))
+                        shapes=np.zeros((n, 3), np.int64), trace="the worker's trace")
     sub = sub_batch(batch, 2, 4)
-    assert [t["image_id"] for t in sub.targets] == [1002, 1003]
+    assert [t["image_id"] for t in sub.targets] == [1002, 1003] and sub.trace is None
     sub.targets[1] = targets[0]  # what _decode's on_error replacement does
     sub.skipped.append(None)
     merge_sub_batch(batch, sub, 2, 4)
     assert isinstance(batch.targets, PackedTargets)
     assert [t["image_id"] for t in batch.targets] == [1000, 1001, 1002, 1000, 1004]
     assert_target(batch.targets[3], targets[0], "replaced")
+    assert batch.trace is None  # traced again, with the replacement, where the targets are mapped
 
 
 def test_parts_of_a_batch_put_together_keep_their_targets_packed():

@@ -224,12 +224,13 @@ def test_the_workers_trace_maps_as_a_fresh_one():
         assert_target(got, want, "trace")
 
 
-@pytest.mark.parametrize("name", ["ssd", "lsj", "masks_as_labels", "ssd_boxes_only"])
-def test_boxes_mapped_in_the_worker_then_masks_map_as_the_whole(name):
-    """The GPU path's worker maps the boxes on the host (``part="boxes"``), the targets cross
-    packed, and the executor maps the masks (``part="masks"``, ``_executor.map_targets``): the
-    same targets as one ``map``, including a Mask that SanitizeBoundingBoxes takes for labels
-    (mapped up to it); targets without masks arrive with nothing left to map."""
+@pytest.mark.parametrize("name", ["ssd", "lsj", "multiscale", "masks_as_labels", "ssd_boxes_only"])
+def test_the_executor_maps_the_workers_targets_as_torchvision(name):
+    """The GPU path's worker ships the targets unmapped, packed, with the trace of its draw
+    (``draw_and_trace``); the executor maps them whole in one ``TargetPlan.map``
+    (``_executor.map_targets``): a detection batch's boxes and labels a key at a time (its
+    ``TargetColumns``), a labels_getter that reads each target sample by sample. Both give
+    torchvision's targets, including a Mask that SanitizeBoundingBoxes takes for labels."""
     import pickle
     from types import SimpleNamespace
 
@@ -238,7 +239,9 @@ def test_boxes_mapped_in_the_worker_then_masks_map_as_the_whole(name):
     from torchdali.transforms._target_plan import TargetPlan
     from torchdali.transforms._targets import draw_and_trace
 
-    ds = Detection()
+    from .test_geometry_targets import SEED
+
+    ds = Detection(masks=not name.endswith("_boxes_only"))
     if name == "masks_as_labels":
         tf = [T.RandomZoomOut(fill={tv_tensors.Mask: 7}, p=1.0), T.RandomIoUCrop(),
               v2.SanitizeBoundingBoxes(labels_getter=lambda inputs: inputs[1]["masks"]), T.Resize((40, 40))]
@@ -246,23 +249,68 @@ def test_boxes_mapped_in_the_worker_then_masks_map_as_the_whole(name):
         tf = detection_preset_train(name.replace("_boxes_only", ""))
     plan = T.compile_transforms(tf)
     tp = TargetPlan.of(plan)
-    targets = [ds.target(i) for i in range(len(ds))]
-    if name.endswith("_boxes_only"):
-        targets = [{k: v for k, v in t.items() if k != "masks"} for t in targets]
-    sizes, keys = np.array(ds.sizes), _rng.sample_keys(5, 1, np.arange(len(ds)))
+    n = len(ds)
+    targets = [ds.target(i) for i in range(n)]
+    sizes, keys = np.array(ds.sizes), _rng.sample_keys(SEED, 0, np.arange(n))
     _, trace = draw_and_trace(plan, sizes, keys, tp.draw_boxes(targets))
-    boxes = tp.map(targets, sizes, keys, "cpu", trace=trace, part="boxes")
-    packed = pickle.loads(pickle.dumps(PackedTargets.pack(boxes, boxes_mapped=boxes.boxes_mapped)))
-    assert packed.boxes_mapped == boxes.boxes_mapped and (name != "masks_as_labels" or packed.boxes_mapped.frozen)
-    assert packed.has_masks == (name != "ssd_boxes_only")
-    batch = SimpleNamespace(seed=5, epoch=1, positions=np.arange(len(ds)), trace=trace)
+    packed = pickle.loads(pickle.dumps(PackedTargets.pack(targets)))
+    columns = packed.columnar()
+    assert set(columns.columns) == {"boxes", "labels"} and not columns.masks  # (masks of mixed sizes)
+    assert tp._by_columns(columns) == (name != "masks_as_labels")
+    batch = SimpleNamespace(seed=SEED, epoch=0, positions=np.arange(n), trace=pickle.loads(pickle.dumps(trace)))
     got = map_targets(tp, packed, batch, sizes, torch.device("cpu"))
-    want = tp.map(targets, sizes, keys, "cpu", trace=trace)
-    assert len(got) == len(want) == len(ds)
-    for i, (g, w) in enumerate(zip(got, want)):
+    want = expected(ds, tf)
+    assert len(got) == len(want) == n
+    for i, (g, (_, w)) in enumerate(zip(got, want)):
         assert_target(g, w, f"{name}: sample {i}")
-        assert g.keys() == w.keys()
-        if "masks" in w:
-            assert type(g["masks"]) is type(w["masks"])
-    with pytest.raises(ValueError, match="part must be"):
-        tp.map(targets, sizes, keys, "cpu", trace=trace, part="images")
+        assert list(g) == list(w)
+    # a batch with a replacement found on the GPU has no trace: traced again, the same targets
+    again = map_targets(tp, packed, SimpleNamespace(seed=SEED, epoch=0, positions=np.arange(n), trace=None), sizes,
+                        torch.device("cpu"))
+    for i, (g, (_, w)) in enumerate(zip(again, want)):
+        assert_target(g, w, f"{name}, traced again: sample {i}")
+
+
+@pytest.mark.parametrize("name", ["ssd", "lsj", "masks_as_labels"])
+def test_the_targets_go_to_the_device_in_one_copy(name, monkeypatch):
+    """Off the host, ``TargetPlan.map`` puts the batch's tensors on the device with one ``upload``
+    (the labels of every sample in one block, split there) and knows the storages that hold them
+    (``TargetList.tensors``). A stand-in device: an upload that copies on the host."""
+    from torchdali._executor._wire import PackedTargets
+    from torchdali.transforms import _target_plan
+    from torchdali.transforms._target_plan import TargetPlan
+    from torchdali.transforms._targets import draw_and_trace
+
+    from .test_geometry_targets import SEED
+
+    calls = []
+
+    def upload(parts, device):
+        calls.append(len(parts))
+        return [torch.from_numpy(np.array(p)) if isinstance(p, np.ndarray) else p.as_subclass(torch.Tensor).clone()
+                for p in parts]
+
+    monkeypatch.setattr(_target_plan, "upload", upload)
+    ds = Detection()
+    if name == "masks_as_labels":
+        tf = [T.RandomIoUCrop(), v2.SanitizeBoundingBoxes(labels_getter=lambda inputs: inputs[1]["masks"])]
+    else:
+        tf = detection_preset_train(name)
+    plan = T.compile_transforms(tf)
+    tp = TargetPlan.of(plan)
+    n = len(ds)
+    targets = [ds.target(i) for i in range(n)]
+    sizes, keys = np.array(ds.sizes), _rng.sample_keys(SEED, 0, np.arange(n))
+    _, trace = draw_and_trace(plan, sizes, keys, tp.draw_boxes(targets))
+    want = expected(ds, tf)
+    for given in (targets, PackedTargets.pack(targets).columnar()):  # one by one, and a key at a time
+        calls.clear()
+        got = tp.map(given, sizes, keys, torch.device("meta"), trace=trace)
+        assert len(calls) == 1
+        assert len({g["labels"].untyped_storage().data_ptr() for g in got if g["labels"].numel()}) == 1
+        held = {t.untyped_storage().data_ptr() for t in got.tensors}
+        for i, (g, (_, w)) in enumerate(zip(got, want)):
+            assert_target(g, w, f"{name}: sample {i}")
+            for leaf in g.values():
+                if isinstance(leaf, torch.Tensor) and leaf.numel():
+                    assert leaf.untyped_storage().data_ptr() in held, (i, leaf.shape)

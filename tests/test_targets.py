@@ -455,3 +455,73 @@ def test_center_crop_larger_boxes_follow_torchvision_not_its_image():
     assert float(folded[0, 0]) == left_pad
     assert float(expected[0, 0]) == left_pad + 1
     torch.testing.assert_close(traced, expected, atol=BOX_ATOL, rtol=0)
+
+
+def test_traces_of_parts_put_together_are_the_whole_batchs():
+    """A trace holds a step only where one of its samples moved: a part of a batch none of whose
+    samples flips has no flip step. Put together (``TargetGeometry.cat``: a batch built in parts),
+    each part takes the steps another has as the identity for its samples, which is the whole
+    batch's trace: the same steps, and the same boxes and masks."""
+    plan = compile_transforms([T.RandomZoomOut(fill={tv_tensors.Mask: 3}, side_range=(1.0, 2.0), p=0.5),
+                               T.RandomHorizontalFlip(), T.RandomVerticalFlip(), T.Resize((24, 20))])
+    sizes = np.array([(37, 53), (64, 64), (45, 30)], dtype=np.float64)
+    # one sample per part, at positions whose draws differ in which steps move
+    one = {}
+    for position in range(64):
+        keys = _rng.sample_keys(SEED, 0, np.array([position]))
+        one.setdefault(len(trace_plan(plan, sizes[:1], keys).steps), position)
+    assert sorted(one) == [1, 2, 3, 4]  # from the resize alone to every step
+    positions = np.array([one[1], one[4], one[2]])
+    keys = _rng.sample_keys(SEED, 0, positions)
+    parts = [trace_plan(plan, sizes[b: b + 1], keys[b: b + 1]) for b in range(3)]
+    whole = trace_plan(plan, sizes, keys)
+    got = TargetGeometry.cat(parts)
+    assert got.leaf_steps == whole.leaf_steps and len(got.steps) == len(whole.steps) == 4
+    for k, (g, w) in enumerate(zip(got.steps, whole.steps)):
+        assert g.mask_fill == w.mask_fill, k
+        for a, b in zip((*g.y, *g.x, g.nearest_exact), (*w.y, *w.x, w.nearest_exact)):
+            assert a.dtype == b.dtype and torch.equal(a, b), k
+    boxes = torch.tensor([[1.5, 2.0, 20.25, 30.0], [0.0, 0.0, 64.0, 64.0], [3.0, 4.5, 29.0, 44.0]])
+    assert torch.equal(map_boxes(boxes, [1, 1, 1], got).boxes, map_boxes(boxes, [1, 1, 1], whole).boxes)
+    g = torch.Generator().manual_seed(0)
+    masks = [torch.randint(0, 5, (2, int(h), int(w)), dtype=torch.uint8, generator=g) for h, w in sizes]
+    for a, b in zip(map_masks(masks, got), map_masks(masks, whole)):
+        assert torch.equal(a, b)
+
+
+def test_a_replacements_trace_put_in_its_batchs_is_the_batchs_traced_with_it():
+    """on_error's replacement found on the GPU is drawn on its own (``_decode``): its trace put in
+    the batch's (``TargetGeometry.put``) is the trace of the batch drawn with it, the steps one
+    sample has and another not, and the boxes RandomIoUCrop zeroes, included."""
+    from torchdali.transforms._targets import draw_and_trace
+
+    plan = compile_transforms([T.RandomZoomOut(fill=0, side_range=(1.0, 2.0)), T.RandomIoUCrop(),
+                               T.RandomHorizontalFlip(), T.Resize((24, 20))])
+    rng = np.random.default_rng(0)
+
+    def boxes(h: int, w: int, n: int) -> np.ndarray:
+        x, y = np.sort(rng.uniform(0, w, (n, 2)), axis=1), np.sort(rng.uniform(0, h, (n, 2)), axis=1)
+        return np.stack([x[:, 0], y[:, 0], x[:, 1], y[:, 1]], axis=1)
+
+    sizes = np.array([(37, 53), (64, 64), (45, 30), (50, 41)], dtype=np.float64)
+    given = [boxes(37, 53, 3), boxes(64, 64, 5), boxes(45, 30, 2), boxes(50, 41, 4)]
+    keys = _rng.sample_keys(SEED, 0, np.arange(4))
+    batch = trace_plan(plan, sizes, keys, given)
+    for i in range(4):
+        size, key, spare = np.array([(29, 70)], dtype=np.float64), _rng.sample_keys(SEED, 0, np.array([40 + i])), \
+            [boxes(29, 70, 6)]
+        _, one = draw_and_trace(plan, size, key, spare)
+        got = batch.put(i, one, [len(b) for b in given])
+        sizes_i, keys_i, boxes_i = sizes.copy(), keys.copy(), list(given)
+        sizes_i[i], keys_i[i], boxes_i[i] = size[0], key[0], spare[0]
+        want = trace_plan(plan, sizes_i, keys_i, boxes_i)
+        assert got.leaf_steps == want.leaf_steps and len(got.steps) == len(want.steps), i
+        assert np.array_equal(got.size, want.size) and np.array_equal(got.source_size, want.source_size), i
+        assert [p for p, _ in got.zeroed] == [p for p, _ in want.zeroed], i
+        assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(got.zeroed, want.zeroed)), i
+        for k, (g, w) in enumerate(zip(got.steps, want.steps)):
+            assert g.mask_fill == w.mask_fill, (i, k)
+            for a, b in zip((*g.y, *g.x, g.nearest_exact), (*w.y, *w.x, w.nearest_exact)):
+                assert a.dtype == b.dtype and torch.equal(a, b), (i, k)
+    with pytest.raises(ValueError, match="box count"):
+        batch.put(0, one)

@@ -5,7 +5,8 @@ allocator: samples the workers already decoded (``RAW``) are copied in, the
 JPEGs are decoded there by nvJPEG. A JPEG nvJPEG rejects, or whose compressed
 data the scan check flags, is decoded on the CPU; one the CPU cannot decode
 either is replaced under the on_error policy, its parameters drawn by
-``_worker.draw_params`` like every other sample's.
+``_worker.draw_params`` like every other sample's (with the steps its boxes and masks
+take, put in the batch's trace: the executor maps its target with the others).
 
 A batch whose pixels would take more than ``DECODE_GROUP_BYTES`` is decoded
 (and transformed) in groups of consecutive samples that each fit, one group
@@ -26,7 +27,6 @@ import torch
 from csrc_triton import layout
 from csrc_triton.scan_check import bad_scan_markers
 
-from .. import _rng
 from ..errors import SampleError, without_frames
 from ._staging import SLOT_POLL_S, Stopped
 from ._tags import SampleTag
@@ -170,7 +170,7 @@ def sub_batch(batch: PackedBatch, start: int, stop: int) -> PackedBatch:
         paths=batch.paths[start:stop], params=batch.params[start:stop], slots=part(batch.slots), targets=targets,
         kinds=part(batch.kinds), offsets=part(batch.offsets), lengths=part(batch.lengths),
         shapes=part(batch.shapes), hints=part(batch.hints), scan_starts=part(batch.scan_starts),
-        spares=batch.spares, skipped=[], scan_check=None)
+        spares=batch.spares, skipped=[], scan_check=None, trace=None)  # (the batch's trace: merge_sub_batch)
 
 
 def merge_sub_batch(batch: PackedBatch, sub: PackedBatch, start: int, stop: int) -> None:
@@ -192,6 +192,7 @@ def merge_sub_batch(batch: PackedBatch, sub: PackedBatch, start: int, stop: int)
         batch.targets[start:stop] = sub.targets
     batch.spares = sub.spares
     batch.skipped.extend(sub.skipped)
+    batch.trace = None  # boxes and masks: traced again where they are mapped, with the replacements
 
 
 class GrowOnlyBuffer:
@@ -500,24 +501,17 @@ class GpuDecoder:
             extra.append(sub.payload.reshape(-1))
             # the sample's own position (that of the spare when one replaced it), drawn as in the worker
             boxes = self.fallback.targets.draw_boxes([sub.target])
-            target = sub.target
-            packed = batch.targets if isinstance(batch.targets, PackedTargets) else None
-            if packed is not None and packed.boxes_mapped is not None:
-                # the others' boxes were mapped in the worker: the replacement's target is mapped whole
-                # here, with its own trace, and the batch's trace stays for the others' masks
-                drawn, trace = draw_params(self.plan, shapes[i: i + 1], batch.seed, batch.epoch,
-                                           batch.positions[i: i + 1], boxes, trace=True)
-                keys = _rng.sample_keys(batch.seed, batch.epoch, batch.positions[i: i + 1])
-                target = self.fallback.targets.map([target], shapes[i: i + 1, :2], keys, "cpu", trace=trace)[0]
-                packed.boxes_mapped = packed.boxes_mapped._replace(done=packed.boxes_mapped.done | {i})
-            else:
-                drawn, _ = draw_params(self.plan, shapes[i: i + 1], batch.seed, batch.epoch,
-                                       batch.positions[i: i + 1], boxes)
-                batch.trace = None  # the main process traces the batch again, with its replacement
+            drawn, trace = draw_params(self.plan, shapes[i: i + 1], batch.seed, batch.epoch, batch.positions[i: i + 1],
+                                       boxes, trace=batch.trace is not None)
+            if trace is not None:  # the executor maps the replacement's target with the others, from its own steps
+                counts = ([len(b) for b in self.fallback.targets.draw_boxes(batch.targets)]
+                          if batch.trace.zeroed else None)
+                batch.trace = batch.trace.put(i, trace, counts)
             params[i] = drawn.params[0]
             if slots is not None:
                 slots[i] = drawn.slots[0]
             if batch.has_target:
+                target = sub.target
                 batch.targets[i] = torch.as_tensor(target) if isinstance(batch.targets, torch.Tensor) else target
         batch.params, batch.slots = params, slots
         batch.spares = [t for t in batch.spares if t not in used]  # a later group must not reuse them

@@ -282,23 +282,17 @@ class BatchExecutor:
 
 def map_targets(tp: TargetPlan, targets: PackedTargets, batch: PackedBatch, shapes: np.ndarray,
                 device: torch.device) -> TargetList:
-    """A batch's packed targets on ``device``, through its geometry (``shapes``: its decoded
-    images' ``(H, W, ...)``): what the worker left undone. Its boxes mapped there, only masks are
-    left (none: the targets as they came); else (a batch merged from parts of which one had no
-    boxes or masks) the whole mapping, traced again here where the batch has no trace."""
-    if targets.boxes_mapped is not None and (not targets.has_masks or batch.trace is None):
-        # nothing left to map: no masks, or none but those of on_error's replacements, which came
-        # mapped whole (the worker ships no trace for a batch without masks)
-        data = targets.data_on(device)
-        out = TargetList(targets.unpack(data=data))
-        out.tensors = (data,)
-        return out
+    """A batch's packed targets through its geometry (``shapes``: its decoded images' ``(H, W,
+    ...)``), on ``device``: one ``TargetPlan.map`` of the targets as views of the host buffer,
+    with the worker's trace (a batch without one is traced again here: one merged from parts of
+    which one held no boxes or masks, one decoded in groups with a replacement). The boxes are
+    mapped on the host, so this thread never waits for the device; the masks are resampled there."""
     keys = _rng.sample_keys(batch.seed, batch.epoch, batch.positions)
-    if targets.boxes_mapped is not None:
-        return tp.map(targets.unpack(device), shapes[:, :2], keys, device, trace=batch.trace, part="masks",
-                      boxes_mapped=targets.boxes_mapped)
-    boxes = tp.draw_boxes(targets.unpack()) if batch.trace is None else None
-    return tp.map(targets.unpack(device), shapes[:, :2], keys, device, boxes, batch.trace)
+    if batch.trace is None:
+        host = targets.unpack()
+        return tp.map(host, shapes[:, :2], keys, device, tp.draw_boxes(host))
+    # a detection batch's boxes and labels in columns: mapped a key at a time, not a sample at a time
+    return tp.map(targets.columnar() or targets.unpack(), shapes[:, :2], keys, device, trace=batch.trace)
 
 
 def executor_for(loader: Any, rt: Any, device: torch.device) -> BatchExecutor:

@@ -21,7 +21,7 @@ from torchvision import tv_tensors
 
 from ..transforms._box_ops import _bounding_boxes
 from ..transforms._plan import BatchParams
-from ..transforms._target_plan import TargetList, flat_keys, flatten, unflatten
+from ..transforms._target_plan import TargetColumns, TargetList, flat_keys, flatten, unflatten
 from ._tags import SampleTag
 
 # Sample kinds inside a packed batch (``_classify.classify``).
@@ -189,22 +189,17 @@ class PackedTargets:
     (``unpack(device)``). A sequence of the samples' targets, unpacked (``[i]``, slices,
     iteration); setting one (on_error's replacement on the GPU) packs the batch again.
     ``mapped``: the targets were already mapped (the CPU path's result), so they arrive as
-    a ``TargetList``.
-    ``boxes_mapped``: the GPU path's worker mapped the boxes on the host
-    (``TargetPlan.map(part="boxes")``); what is left for the executor is the masks.
+    a ``TargetList``; else (the GPU path) the executor maps them (``_executor.map_targets``).
     """
 
-    def __init__(self, trees: list, data: Any, mapped: bool = False, boxes_mapped: Any = None,
-                 has_masks: bool = True, columns: tuple = ()) -> None:
+    def __init__(self, trees: list, data: Any, mapped: bool = False, columns: tuple = ()) -> None:
         self.trees = trees
         self.data = data  # 1-D uint8 numpy array or tensor
         self.mapped = mapped
-        self.boxes_mapped = boxes_mapped  # _target_plan.BoxesMapped or None
-        self.has_masks = has_masks  # whether a leaf is a Mask (False: the executor has nothing to resample)
         self.columns = columns  # _Column: keys whose leaves lie back to back, sample after sample
 
     @classmethod
-    def pack(cls, targets: Sequence[Any], mapped: bool = False, boxes_mapped: Any = None) -> PackedTargets:
+    def pack(cls, targets: Sequence[Any], mapped: bool = False) -> PackedTargets:
         flat = [flatten(t) for t in targets]
         with torch._C.DisableTorchFunctionSubclass():  # shapes, dtypes and copies without the tv_tensors' dispatch
             columns = _columns(flat)
@@ -225,7 +220,6 @@ class PackedTargets:
                                               np.array([leaf.shape[0] for leaf in leaves], dtype=np.int64),
                                               meta, canvas))
                 at = _aligned(at + block.numel() * block.element_size())
-            has_masks = any(c.kind == _MASK for c in packed_columns)
             trees = []
             for leaves, spec in flat:
                 out = []
@@ -239,7 +233,6 @@ class PackedTargets:
                     kind, meta = _kind_of(leaf)
                     if kind == _BOXES:
                         meta = (meta[0], tuple(int(v) for v in leaf.canvas_size), meta[1])
-                    has_masks |= kind == _MASK
                     out.append(_TensorRef(at, tuple(leaf.shape), leaf.dtype, kind, meta))
                     parts.append((at, leaf))
                     at = _aligned(at + leaf.numel() * leaf.element_size())
@@ -249,8 +242,7 @@ class PackedTargets:
                 n = t.numel() * t.element_size()
                 if n:
                     data[offset: offset + n] = t.detach().reshape(-1).view(torch.uint8)
-        return cls(trees, data.numpy() if at <= _TARGET_INLINE_BYTES else data, mapped, boxes_mapped,
-                   has_masks, tuple(packed_columns))
+        return cls(trees, data.numpy() if at <= _TARGET_INLINE_BYTES else data, mapped, tuple(packed_columns))
 
     def data_on(self, device: torch.device | str | None = None) -> torch.Tensor:
         """The buffer on ``device`` (one copy through pinned memory, ``upload``) or on the host."""
@@ -288,6 +280,27 @@ class PackedTargets:
                     target[key] = _tensor(target[key], data, typed)
         return out
 
+    def columnar(self) -> TargetColumns | None:
+        """The targets as ``TargetColumns`` (views of the host buffer), which ``TargetPlan.map`` maps a
+        key at a time; None where no key lies in a column (``_columns``)."""
+        if not self.columns:
+            return None
+        data, typed = self._host(), {}
+        columns, rows, boxes, masks = {}, {}, {}, set()
+        for col in self.columns:
+            view = _typed(data, col.dtype, typed)
+            n = int(col.rows.sum())
+            start = col.offset // view.element_size()
+            columns[col.key] = view[start: start + n * math.prod(col.tail)].view(n, *col.tail)
+            rows[col.key] = col.rows
+            if col.kind == _BOXES:
+                boxes[col.key] = (*col.meta, col.canvas)
+            elif col.kind == _MASK:
+                masks.add(col.key)
+        rest = [{k: _tensor(v, data, typed) if isinstance(v, _TensorRef) else v for k, v in tree.items()
+                 if v is not _IN_COLUMN} for tree in self.trees]
+        return TargetColumns(tuple(self.trees[0]), columns, rows, boxes, frozenset(masks), rest)
+
     def __len__(self) -> int:
         return len(self.trees)
 
@@ -304,8 +317,8 @@ class PackedTargets:
     def __setitem__(self, index: int | slice, value: Any) -> None:
         targets = self.unpack()
         targets[index] = value
-        new = PackedTargets.pack(targets, self.mapped, self.boxes_mapped)
-        self.trees, self.data, self.has_masks, self.columns = new.trees, new.data, new.has_masks, new.columns
+        new = PackedTargets.pack(targets, self.mapped)
+        self.trees, self.data, self.columns = new.trees, new.data, new.columns
 
     def _host(self) -> torch.Tensor:
         return self.data if isinstance(self.data, torch.Tensor) else torch.from_numpy(self.data)

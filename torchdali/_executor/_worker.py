@@ -20,7 +20,7 @@ import torch
 from .. import _rng
 from ..errors import SampleDrawError, SampleError
 from ..transforms._plan import BatchParams, Plan, run_reference
-from ..transforms._target_plan import BoxesMapped, TargetPlan, has_geometry
+from ..transforms._target_plan import TargetPlan, has_geometry
 from ..transforms._targets import BoxTrack, TargetGeometry, draw_and_trace
 from ._classify import LoadedSample, load_sample, split_item
 from ._deliver import Delivery, Pending, Stage
@@ -192,14 +192,8 @@ class PrepareBatch:
         parts = samples[0].tag.parts if self.mode == "gpu" else 1
         if geometry and self.mode == "cpu":  # boxes and masks: mapped here after the kernel
             collated = targets
-        elif geometry:
-            # the boxes mapped here, on the host, with the trace of the draw: the executor maps the
-            # masks only, and never waits for the device to learn what SanitizeBoundingBoxes kept
-            mapped = self.targets.map(targets, shapes[:, :2], _rng.sample_keys(seed, epoch, positions), "cpu",
-                                      trace=trace, part="boxes")
-            collated = PackedTargets.pack(mapped, boxes_mapped=mapped.boxes_mapped)
-            if not collated.has_masks and parts == 1:
-                trace = None  # nothing left to map (a part keeps its trace for merge_parts)
+        elif geometry:  # shipped as they are, with the trace of the draw: the executor maps them
+            collated = PackedTargets.pack(targets)
         elif parts > 1:  # collated once the batch is whole again (merge_parts)
             collated = targets
         else:
@@ -317,15 +311,9 @@ def merge_parts(parts: Sequence[PackedBatch], delivery: Delivery, ring: Any = No
     targets = [t for p in parts for t in p.targets] if has_target else None
     trace = None
     if any(isinstance(p.targets, PackedTargets) for p in parts):  # boxes and masks: the executor maps them
-        done = [p.targets.boxes_mapped if isinstance(p.targets, PackedTargets) else None for p in parts]
-        if all(d is not None for d in done) and all(p.trace is not None for p in parts):
-            # each part's boxes were mapped with its own trace: the executor maps the masks with theirs
-            starts = np.cumsum([0] + [len(p.indices) for p in parts])
-            frozen = {(int(s) + i, j): k for s, d in zip(starts, done) for (i, j), k in d.frozen.items()}
-            targets = PackedTargets.pack(targets, boxes_mapped=BoxesMapped(frozen))
+        targets = PackedTargets.pack(targets)
+        if all(p.trace is not None for p in parts):  # (else traced again where they are mapped)
             trace = TargetGeometry.cat([p.trace for p in parts])
-        else:
-            targets = PackedTargets.pack(targets)
     elif has_target:
         targets = delivery.collate_targets(targets)
     batch = PackedBatch(

@@ -12,7 +12,7 @@ targets must follow the same drawn parameters:
   clamps add up to one clamp to the intersection of the crops' canvases, which
   the folded geometry keeps as the valid window ``valid_*0/1``. ``map_boxes`` maps
   a whole batch at once: one ragged ``[N, 4]`` tensor with per-sample ``counts``,
-  on the tensor's device. One torchvision quirk needs the steps: a CenterCrop
+  on the host. One torchvision quirk needs the steps: a CenterCrop
   larger than the image moves the boxes by ``round((size - crop) / 2)`` (half to
   even) but pads the image by ``(crop - size) // 2``, one pixel apart for some odd
   differences; a ``trace_plan`` geometry follows torchvision's boxes there, a
@@ -192,6 +192,8 @@ class TargetGeometry(NamedTuple):
         """The geometry of samples ``index`` (host ints, repeats allowed): one row per entry, e.g.
         per box or mask tensor of a sample, so that entries map through their sample's steps."""
         index = np.asarray(index, dtype=np.int64)
+        if len(index) == self.batch and np.array_equal(index, np.arange(self.batch)):
+            return self  # (one entry per sample, in order: a detection batch's boxes)
         rows = torch.from_numpy(index)
 
         def pick(t: torch.Tensor) -> torch.Tensor:
@@ -205,10 +207,16 @@ class TargetGeometry(NamedTuple):
     @staticmethod
     def cat(parts: Sequence[TargetGeometry]) -> TargetGeometry:
         """The geometry of the samples of ``parts`` in order: traces of one plan (a batch built in
-        parts, ``_executor/_worker.merge_parts``), on one device."""
+        parts, ``_executor/_worker.merge_parts``), on one device. A trace holds a step only where
+        one of its samples moved (a flip none of its samples drew is no step): a part without a
+        step that another part has gets that step as the identity, as its samples would have in
+        a trace of the whole batch."""
         first = parts[0]
-        if any(len(p.steps) != len(first.steps) or p.leaf_steps != first.leaf_steps for p in parts):
+        if any(len(p.leaf_steps) != len(first.leaf_steps) for p in parts):
             raise ValueError("traces of different plans cannot be put together")
+        if any(p.leaf_steps != first.leaf_steps or len(p.steps) != len(first.steps) for p in parts):
+            parts = _aligned_steps(parts)
+            first = parts[0]
 
         def axis(axes: list[AxisStep]) -> AxisStep:
             return AxisStep(*(torch.cat(col) for col in zip(*axes)))
@@ -221,6 +229,27 @@ class TargetGeometry(NamedTuple):
         zeroed = tuple((position, np.concatenate([dict(p.zeroed)[position] for p in parts]))
                        for position, _ in first.zeroed)
         return TargetGeometry(steps, source, np.concatenate([p.size for p in parts]), first.leaf_steps, zeroed)
+
+    def put(self, index: int, one: TargetGeometry, counts: Sequence[int] | None = None) -> TargetGeometry:
+        """This batch's geometry with sample ``index``'s replaced by ``one`` (a trace of one sample,
+        of the same plan: on_error's replacement found on the GPU, ``_executor/_decode.py``).
+        ``counts``: each sample's boxes here, needed where a step zeroed boxes (``zeroed`` holds a
+        flag per box of the batch)."""
+        if one.batch != 1:
+            raise ValueError(f"put takes the trace of one sample, got {one.batch}")
+        starts = None
+        if self.zeroed:
+            if counts is None:
+                raise ValueError("this trace zeroes boxes: pass each sample's box count")
+            starts = np.concatenate([[0], np.cumsum(np.asarray(counts, dtype=np.int64))])
+
+        def samples(start: int, stop: int) -> TargetGeometry:
+            rows = self.select(np.arange(start, stop))
+            zeroed = () if starts is None else \
+                tuple((position, keep[starts[start]: starts[stop]]) for position, keep in self.zeroed)
+            return rows._replace(zeroed=zeroed)
+
+        return TargetGeometry.cat([g for g in (samples(0, index), one, samples(index + 1, self.batch)) if g.batch])
 
     def span(self, start: int, stop: int) -> TargetGeometry:
         """Steps ``start`` to ``stop`` alone (a trace on the host: the canvases are read from it)."""
@@ -236,6 +265,40 @@ class TargetGeometry(NamedTuple):
             return self.size
         s = self.steps[k - 1]
         return np.rint(torch.stack([s.y.size, s.x.size], dim=-1).cpu().numpy()).astype(np.int64)
+
+
+def _aligned_steps(parts: Sequence[TargetGeometry]) -> list[TargetGeometry]:
+    """``parts`` (traces of one plan) with the same steps: each leaf of the plan takes at most one
+    step (``_Trace.watch``); where one part has a leaf's step, a part without it gets the identity
+    there (what ``_leaf_step`` gives a sample the step leaves where it is)."""
+    n_leaves = len(parts[0].leaf_steps)
+    bounds = [(*p.leaf_steps, len(p.steps)) for p in parts]
+    # the step of each leaf, per part (None: the part has none)
+    own = [[p.steps[b[k]] if b[k + 1] > b[k] else None for k in range(n_leaves)] for p, b in zip(parts, bounds)]
+    moved = [k for k in range(n_leaves) if any(o[k] is not None for o in own)]
+    out = []
+    for p, b, o in zip(parts, bounds, own):
+        steps = []
+        for k in moved:
+            if o[k] is not None:
+                steps.append(o[k])
+                continue
+            fill = next(x[k] for x in own if x[k] is not None).mask_fill
+            canvas = torch.from_numpy(p.canvas_after(b[k]).astype(np.float64))
+            steps.append(_identity_step(canvas, fill))
+        leaf_steps = tuple(sum(1 for m in moved if m < k) for k in range(n_leaves))
+        out.append(p._replace(steps=tuple(steps), leaf_steps=leaf_steps))
+    return out
+
+
+def _identity_step(canvas: torch.Tensor, mask_fill: float) -> TargetStep:
+    """A step that leaves every sample where it is: ``canvas`` ``[B, 2]`` float64 (H, W)."""
+    def axis(size: torch.Tensor) -> AxisStep:
+        zero = torch.zeros_like(size)
+        return AxisStep(zero, zero, torch.ones_like(size), torch.zeros(len(size), dtype=torch.bool), size,
+                        torch.full_like(size, -np.inf), torch.full_like(size, np.inf))
+
+    return TargetStep(axis(canvas[:, 0]), axis(canvas[:, 1]), torch.zeros(len(canvas), dtype=torch.bool), mask_fill)
 
 
 def _trace_from_arrays(steps: list, source_size: Any, size: Any, leaf_steps: tuple, zeroed: tuple) -> TargetGeometry:
@@ -259,7 +322,7 @@ def _on(device: torch.device, *arrays: Any) -> Any:
 def _on_device(arrays: Sequence[Any], device: torch.device | str) -> list[torch.Tensor]:
     """Arrays or tensors as new tensors on ``device``: on a GPU through one pinned copy
     (``upload``; a copy from pageable memory could make the host wait for the stream), on the
-    host (a worker mapping boxes) as plain copies."""
+    host (the CPU path) as plain copies."""
     device = torch.device(device)
     if device.type == "cpu":
         return [torch.as_tensor(a if isinstance(a, torch.Tensor) else np.asarray(a)).to(device, copy=True)
@@ -435,7 +498,7 @@ class BoxTrack:
         rows = [np.asarray(b, dtype=np.float64).reshape(-1, 4) for b in boxes]
         self.counts = np.array([len(b) for b in rows], dtype=np.int64)
         self.xyxy = np.concatenate(rows) if rows else np.zeros((0, 4))
-        self._sample = torch.from_numpy(np.repeat(np.arange(len(rows)), self.counts))
+        self._sample = np.repeat(np.arange(len(rows)), self.counts)
         self._keep: np.ndarray | None = None
         #: ``(leaf position, keep)`` of each step that zeroed boxes (``TargetGeometry.zeroed``)
         self.zeroed: list[tuple[int, np.ndarray]] = []
@@ -456,10 +519,10 @@ class BoxTrack:
         after = _Snapshot.of(g)
         if len(self.xyxy) and _moved(before, after):
             step = _leaf_step(before, after, isinstance(t, _MASK_ALWAYS_NEAREST), isinstance(t, _BOX_CENTER_CROP))
-            b = torch.from_numpy(self.xyxy)
+            b = self.xyxy
             x0, x1 = _box_axis(b[:, 0], b[:, 2], step.x, self._sample, True)
             y0, y1 = _box_axis(b[:, 1], b[:, 3], step.y, self._sample, True)
-            self.xyxy = torch.stack([x0, y0, x1, y1], dim=-1).numpy()
+            self.xyxy = np.stack([x0, y0, x1, y1], axis=-1)
         if self._keep is not None:
             self.xyxy[~self._keep] = 0.0
             self.zeroed.append((position, self._keep))
@@ -567,26 +630,51 @@ def _from_xyxy(b: torch.Tensor, fmt: str) -> torch.Tensor:
     return b
 
 
-def _box_axis(c0: torch.Tensor, c1: torch.Tensor, ax: AxisStep, sample: torch.Tensor,
-              clamp: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both corners of every box along one axis through one step (``sample``: each box's sample).
+def _box_axis(c0: np.ndarray, c1: np.ndarray, ax: AxisStep, sample: np.ndarray, clamp: bool,
+              dtype: torch.dtype | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Both corners of every box along one axis through one step (``sample``: each box's sample),
+    on the host.
 
     In the boxes' dtype, as torchvision computes them: the crop's offset subtracted, then
     the resize's ratio (``new / old``, a float32 tensor in torchvision) multiplied in, the
     mirror taken from the canvas size. Its float32 rounding decides which boxes at a
     canvas edge SanitizeBoundingBoxes keeps (``40.0000038 > 40`` is dropped), so it is
-    repeated rather than computed more precisely.
+    repeated rather than computed more precisely. numpy's IEEE arithmetic gives torch's
+    values; ``dtype``: the boxes' torch dtype where numpy does not compute as torch does
+    (float16, bfloat16), the corners then held in float32 and rounded to it by torch after
+    every operation, as torch's own kernels do.
     """
-    dtype = c0.dtype
-    offset, size = ax.box_offset[sample].to(dtype), ax.size[sample].to(dtype)
-    ratio = (1.0 / ax.scale[sample]).to(torch.float32).to(dtype)
-    a, b = (c0 - offset) * ratio, (c1 - offset) * ratio
-    flip = ax.flip[sample]
-    a, b = torch.where(flip, size - b, a), torch.where(flip, size - a, b)
-    if clamp:
-        lo, hi = ax.lo[sample].to(dtype), ax.hi[sample].to(dtype)
-        a, b = torch.clamp(a, lo, hi), torch.clamp(b, lo, hi)
+    if dtype is None:
+        rnd = _same
+
+        def cast(v: np.ndarray) -> np.ndarray:
+            return v.astype(c0.dtype)
+    else:
+        def rnd(v: np.ndarray) -> np.ndarray:  # (torch's own conversion, from float32 or float64)
+            return torch.from_numpy(np.ascontiguousarray(v)).to(dtype).float().numpy()
+
+        cast = rnd
+
+    def col(t: torch.Tensor) -> np.ndarray:
+        return t.cpu().numpy()[sample]
+
+    offset, size = cast(col(ax.box_offset)), cast(col(ax.size))
+    ratio = cast((1.0 / col(ax.scale)).astype(np.float32))
+    a, b = rnd(rnd(c0 - offset) * ratio), rnd(rnd(c1 - offset) * ratio)
+    flip = col(ax.flip)
+    a, b = np.where(flip, rnd(size - b), a), np.where(flip, rnd(size - a), b)
+    if clamp:  # (torch.clamp: max, then min; NaN stays NaN)
+        lo, hi = cast(col(ax.lo)), cast(col(ax.hi))
+        a, b = np.minimum(np.maximum(a, lo), hi), np.minimum(np.maximum(b, lo), hi)
     return a, b
+
+
+def _same(a: np.ndarray) -> np.ndarray:
+    return a
+
+
+#: torch dtypes of boxes that numpy computes in directly (``_box_axis``)
+_NUMPY_FLOATS = (torch.float32, torch.float64)
 
 
 def map_boxes(boxes: torch.Tensor, counts: torch.Tensor | Sequence[int], geometry: TargetGeometryLike, *,
@@ -607,7 +695,9 @@ def map_boxes(boxes: torch.Tensor, counts: torch.Tensor | Sequence[int], geometr
             (``SanitizeBoundingBoxes`` is a separate step).
 
     Returns ``MappedBoxes``: the boxes (same dtype, format and device) and each
-    sample's new canvas size. Batched: no Python loop over samples or boxes.
+    sample's new canvas size. Batched: no Python loop over samples or boxes. Computed on
+    the host (numpy, a few microseconds an operation where torch takes several times that):
+    boxes on a device are read back, which waits for it.
 
     Exactness: the arithmetic is torchvision's, step by step in the boxes' dtype
     (``_box_axis``); an XYWH or CXCYWH box is converted once at each end rather than
@@ -631,23 +721,24 @@ def map_boxes(boxes: torch.Tensor, counts: torch.Tensor | Sequence[int], geometr
                         f"after every step, which one composed map cannot repeat; convert them with .float()")
     tg = target_geometry(geometry, size)
     device = boxes.device
-    counts = torch.as_tensor(counts, dtype=torch.int64)
+    counts = np.asarray(counts.cpu() if isinstance(counts, torch.Tensor) else counts, dtype=np.int64)
     if counts.ndim != 1 or len(counts) != tg.batch:
         raise ValueError(f"counts must hold one count per sample ({tg.batch}), got shape {tuple(counts.shape)}")
-    if counts.device.type == "cpu" and int(counts.sum()) != boxes.shape[0]:
+    if int(counts.sum()) != boxes.shape[0]:
         raise ValueError(f"counts sum to {int(counts.sum())} but there are {boxes.shape[0]} boxes")
     canvas = torch.from_numpy(tg.size.copy())
     if boxes.shape[0] == 0:
         return MappedBoxes(boxes.clone(), canvas)
-    tg = tg.to(device)
-    sample = torch.repeat_interleave(torch.arange(tg.batch, device=device), _on(device, counts),
-                                     output_size=boxes.shape[0])
-    x0, y0, x1, y1 = _to_xyxy(boxes, fmt).unbind(-1)
+    sample = np.repeat(np.arange(tg.batch), counts)
+    xyxy = _to_xyxy(boxes, fmt).detach().cpu()
+    native = boxes.dtype in _NUMPY_FLOATS
+    held = xyxy.numpy() if native else xyxy.float().numpy()
+    x0, y0, x1, y1 = held[:, 0], held[:, 1], held[:, 2], held[:, 3]
     for step in tg.steps:
-        x0, x1 = _box_axis(x0, x1, step.x, sample, clamp)
-        y0, y1 = _box_axis(y0, y1, step.y, sample, clamp)
-    out = _from_xyxy(torch.stack([x0, y0, x1, y1], dim=-1), fmt)
-    return MappedBoxes(out.to(boxes.dtype), canvas)
+        x0, x1 = _box_axis(x0, x1, step.x, sample, clamp, None if native else boxes.dtype)
+        y0, y1 = _box_axis(y0, y1, step.y, sample, clamp, None if native else boxes.dtype)
+    out = _from_xyxy(torch.from_numpy(np.stack([x0, y0, x1, y1], axis=-1)).to(boxes.dtype), fmt)
+    return MappedBoxes(out.to(device), canvas)
 
 
 # --------------------------------------------------------------------------- #
