@@ -768,6 +768,26 @@ def test_padding_that_targets_cannot_follow_is_refused_for_them():
 # How targets cross processes (PackedTargets) and follow on_error on the GPU path
 # --------------------------------------------------------------------------- #
 
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_packed_targets_of_a_batch_with_no_box_unpack_empty(as_tensor):
+    """Every leaf empty (a batch whose samples hold no box): the packed buffer is empty, and a 0-byte
+    tensor may have stride 0, which a dtype view refuses; the leaves come back empty, of their dtypes."""
+    from torchdali._executor._wire import PackedTargets
+
+    one = {"boxes": tv_tensors.BoundingBoxes(torch.zeros(0, 4), format="XYXY", canvas_size=(10, 12)),
+           "labels": torch.zeros(0, dtype=torch.int64)}
+    packed = PackedTargets.pack([one, one])
+    if as_tensor:
+        packed.data = torch.from_numpy(np.asarray(packed.data))
+    columns = packed.columnar().columns  # what the executor maps
+    assert columns["boxes"].shape == (0, 4) and columns["boxes"].dtype == torch.float32
+    assert columns["labels"].shape == (0,) and columns["labels"].dtype == torch.int64
+    for got in packed.unpack():
+        assert got["boxes"].shape == (0, 4) and got["boxes"].dtype == torch.float32
+        assert got["boxes"].canvas_size == (10, 12)
+        assert got["labels"].shape == (0,) and got["labels"].dtype == torch.int64
+
+
 def test_packed_targets_round_trip_and_replace_one_sample():
     import pickle
 

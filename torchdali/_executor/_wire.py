@@ -355,7 +355,9 @@ def _typed(data: torch.Tensor, dtype: torch.dtype, typed: dict) -> torch.Tensor:
     """``data`` viewed as ``dtype`` (kept in ``typed``; every offset is a multiple of its element size)."""
     view = typed.get(dtype)
     if view is None:
-        view = typed[dtype] = data[: len(data) - len(data) % dtype.itemsize].view(dtype)
+        n = len(data) - len(data) % dtype.itemsize
+        # an empty buffer (every leaf empty: a batch with no box) may have stride 0, which view() refuses
+        view = typed[dtype] = data[:n].view(dtype) if n else torch.empty(0, dtype=dtype, device=data.device)
     return view
 
 
