@@ -224,6 +224,23 @@ def test_the_workers_trace_maps_as_a_fresh_one():
         assert_target(got, want, "trace")
 
 
+def _traced(ds, tf):
+    """The plan of ``tf``, its TargetPlan, ``ds``'s targets, sizes and sample keys, and the trace of the
+    worker's draw (``draw_and_trace``), as the GPU path's worker ships them."""
+    from torchdali.transforms._target_plan import TargetPlan
+    from torchdali.transforms._targets import draw_and_trace
+
+    from .test_geometry_targets import SEED
+
+    plan = T.compile_transforms(tf)
+    tp = TargetPlan.of(plan)
+    n = len(ds)
+    targets = [ds.target(i) for i in range(n)]
+    sizes, keys = np.array(ds.sizes), _rng.sample_keys(SEED, 0, np.arange(n))
+    _, trace = draw_and_trace(plan, sizes, keys, tp.draw_boxes(targets))
+    return tp, targets, sizes, keys, trace
+
+
 @pytest.mark.parametrize("name", ["ssd", "lsj", "multiscale", "masks_as_labels", "ssd_boxes_only"])
 def test_the_executor_maps_the_workers_targets_as_torchvision(name):
     """The GPU path's worker ships the targets unmapped, packed, with the trace of its draw
@@ -236,8 +253,6 @@ def test_the_executor_maps_the_workers_targets_as_torchvision(name):
 
     from torchdali._executor._executor import map_targets
     from torchdali._executor._wire import PackedTargets
-    from torchdali.transforms._target_plan import TargetPlan
-    from torchdali.transforms._targets import draw_and_trace
 
     from .test_geometry_targets import SEED
 
@@ -247,12 +262,8 @@ def test_the_executor_maps_the_workers_targets_as_torchvision(name):
               v2.SanitizeBoundingBoxes(labels_getter=lambda inputs: inputs[1]["masks"]), T.Resize((40, 40))]
     else:
         tf = detection_preset_train(name.replace("_boxes_only", ""))
-    plan = T.compile_transforms(tf)
-    tp = TargetPlan.of(plan)
+    tp, targets, sizes, _, trace = _traced(ds, tf)
     n = len(ds)
-    targets = [ds.target(i) for i in range(n)]
-    sizes, keys = np.array(ds.sizes), _rng.sample_keys(SEED, 0, np.arange(n))
-    _, trace = draw_and_trace(plan, sizes, keys, tp.draw_boxes(targets))
     packed = pickle.loads(pickle.dumps(PackedTargets.pack(targets)))
     columns = packed.columnar()
     assert set(columns.columns) == {"boxes", "labels"} and not columns.masks  # (masks of mixed sizes)
@@ -278,10 +289,6 @@ def test_the_targets_go_to_the_device_in_one_copy(name, monkeypatch):
     (``TargetList.tensors``). A stand-in device: an upload that copies on the host."""
     from torchdali._executor._wire import PackedTargets
     from torchdali.transforms import _target_plan
-    from torchdali.transforms._target_plan import TargetPlan
-    from torchdali.transforms._targets import draw_and_trace
-
-    from .test_geometry_targets import SEED
 
     calls = []
 
@@ -296,12 +303,7 @@ def test_the_targets_go_to_the_device_in_one_copy(name, monkeypatch):
         tf = [T.RandomIoUCrop(), v2.SanitizeBoundingBoxes(labels_getter=lambda inputs: inputs[1]["masks"])]
     else:
         tf = detection_preset_train(name)
-    plan = T.compile_transforms(tf)
-    tp = TargetPlan.of(plan)
-    n = len(ds)
-    targets = [ds.target(i) for i in range(n)]
-    sizes, keys = np.array(ds.sizes), _rng.sample_keys(SEED, 0, np.arange(n))
-    _, trace = draw_and_trace(plan, sizes, keys, tp.draw_boxes(targets))
+    tp, targets, sizes, keys, trace = _traced(ds, tf)
     want = expected(ds, tf)
     for given in (targets, PackedTargets.pack(targets).columnar()):  # one by one, and a key at a time
         calls.clear()

@@ -16,7 +16,7 @@ training sets 1, for instance) is theirs: no call overrides it, and no warning q
 from __future__ import annotations
 
 import os
-from typing import Mapping, MutableMapping
+from typing import Mapping
 
 import torch
 
@@ -34,18 +34,6 @@ _ENV = "CUDA_DEVICE_MAX_CONNECTIONS"
 _warned = False
 
 
-def _how_to() -> str:
-    return (f"call torchdali.set_cuda_work_queues() before the first CUDA call (or set {_ENV}={WORK_QUEUES} in the "
-            f"environment)")
-
-
-def ask_for_work_queues(environ: MutableMapping[str, str], cuda_started: bool, queues: int = WORK_QUEUES) -> bool:
-    """Set ``CUDA_DEVICE_MAX_CONNECTIONS`` in ``environ`` to ``queues`` unless it holds a value already
-    (the user's). True when the process's CUDA context will use the value there: it did not exist yet."""
-    environ.setdefault(_ENV, str(queues))
-    return not cuda_started
-
-
 def set_cuda_work_queues(queues: int = WORK_QUEUES) -> bool:
     """Give this process ``queues`` CUDA hardware work queues (``CUDA_DEVICE_MAX_CONNECTIONS``), so
     nvJPEG's copies do not wait behind the training model's kernels. Call it before the first CUDA
@@ -56,7 +44,8 @@ def set_cuda_work_queues(queues: int = WORK_QUEUES) -> bool:
     """
     if not isinstance(queues, int) or isinstance(queues, bool) or not 1 <= queues <= 32:
         raise ValueError(f"queues must be an int from 1 to 32 (CUDA's range for {_ENV}), got {queues!r}")
-    if ask_for_work_queues(os.environ, torch.cuda.is_initialized(), queues):
+    os.environ.setdefault(_ENV, str(queues))  # a value already there is the user's
+    if not torch.cuda.is_initialized():
         return True
     warn_user(f"set_cuda_work_queues() was called after CUDA started, so this process keeps the work queues it "
               f"started with ({_ENV}={os.environ.get(_ENV)} now has no effect). With CUDA's default 8, {MEASURED_COST}. "
@@ -70,7 +59,8 @@ def work_queue_warning(environ: Mapping[str, str]) -> str | None:
         return None
     return (f"this process runs with CUDA's default 8 hardware work queues, so nvJPEG's copies wait behind the "
             f"model's kernels: {MEASURED_COST}. For the {WORK_QUEUES} queues the GPU path is measured with, "
-            f"{_how_to()}.")
+            f"call torchdali.set_cuda_work_queues() before the first CUDA call (or set {_ENV}={WORK_QUEUES} in the "
+            f"environment).")
 
 
 def warn_once_about_work_queues() -> None:
