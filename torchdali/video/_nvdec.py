@@ -19,6 +19,18 @@ on the CPU to NV12 (``decode_clip_nv12``). Both are uploaded; ``DecodedClips`` c
 Several clips decode at once, one per decode thread, each thread with its own FFmpeg
 decoders and its own copy stream (one NVDEC session decodes one picture at a time).
 
+Decoders are reused from clip to clip (flushed between them): creating one costs milliseconds of CPU. Which
+clips share one is ``decoder_key``'s. An H.264 or HEVC stream in MP4 form (length-prefixed NAL units, its
+parameter sets in an avcC or hvcC record: mp4, mov, mkv) is fed Annex-B by ``_annexb``, its parameter sets
+before the clip's first packet, to a decoder created without extradata: such streams of a codec, size and
+pixel format share one, although nearly every video's record differs (its SPS's timing fields, say). FFmpeg
+takes the in-band parameter sets and keeps its hardware decoder while the size and format stay the same;
+H.264's then keeps the surfaces it counted from the first stream's SPS, so H.264 streams share a decoder
+only where their SPSs count the same pictures (``ParameterSets.dpb``: reference frames, reorder depth).
+Other streams (already Annex-B, other codecs, records that do not parse) are decoded as they are, one
+decoder per codec, extradata and size. Failures are counted per stream (``stream_key``: codec, extradata,
+size), so that a corrupt video does not send the others of its size to the CPU.
+
 Fork safety: a loader's workers are forked from the process whose decode threads hold FFmpeg
 decoders. In the child those threads do not exist, and freeing a decoder there waits for its
 FFmpeg threads for ever (``avcodec_free_context`` joins them). So the decoders are never in a
@@ -45,6 +57,7 @@ import numpy as np
 import torch
 from csrc_triton import layout
 
+from ._annexb import parameter_sets, to_annexb
 from ._container import (
     NV12_PIX_FMTS, ClipDecodeError, EncodedClip, VideoInfo, _av, as_nv12, decode_clip_nv12, decode_clip_rgb,
 )
@@ -54,10 +67,11 @@ __all__ = ["ClipDecoder", "DecodedClips", "PendingClips"]
 #: clips decoded at once by a ``ClipDecoder``: each thread feeds its own FFmpeg decoders (PyAV lets
 #: go of the interpreter while FFmpeg decodes), so NVDEC has several sessions in flight
 DECODE_THREADS = 8
-#: FFmpeg decoders a decode thread keeps, least recently used dropped: one per stream configuration,
-#: and a video's extradata makes its own, so a dataset's videos would otherwise pile up surfaces
+#: FFmpeg decoders a decode thread keeps, least recently used dropped: one per ``decoder_key`` (for MP4's
+#: H.264 and HEVC a codec, size and pixel format, and H.264's reference counts; for other streams each
+#: extradata makes its own), each holding its NVDEC surfaces
 _DECODERS_PER_THREAD = 4
-#: failures in a row after which a stream configuration (codec, extradata, size) is no longer tried on NVDEC
+#: failures in a row after which a stream (``stream_key``: codec, extradata, size) is no longer tried on NVDEC
 NVDEC_FAILURES = 3
 #: FFmpeg codec names NVDEC decodes (where the engine supports the profile)
 NVDEC_CODECS = frozenset({"h264", "hevc", "vp9", "vp8", "av1", "mpeg2video", "mpeg4", "vc1"})
@@ -88,12 +102,38 @@ def _code(clip: EncodedClip) -> int:
     return layout.nv12_code(clip.color.conversion_matrix, clip.color.full_range)
 
 
+class DecoderKey(NamedTuple):
+    """What an FFmpeg decoder is created for; the clips of equal keys share a decode thread's decoder."""
+
+    codec: str
+    extradata: bytes  # given to the decoder; empty for a stream fed Annex-B with its parameter sets in band
+    width: int
+    height: int
+    pix_fmt: str
+    dpb: tuple  # what the decoder's surfaces are counted from (``ParameterSets.dpb``); () where extradata is given
+
+
+def decoder_key(clip: EncodedClip) -> DecoderKey:
+    """The decoder ``clip`` is decoded with: for an H.264 or HEVC stream in MP4 form (fed Annex-B, see the
+    module docstring) its codec, size, pixel format and (H.264) the pictures its SPS keeps; for other
+    streams their extradata instead of the last."""
+    sets = parameter_sets(clip.codec, bytes(clip.extradata))
+    if sets is None:
+        return DecoderKey(clip.codec, bytes(clip.extradata), clip.width, clip.height, clip.pix_fmt, ())
+    return DecoderKey(clip.codec, b"", clip.width, clip.height, clip.pix_fmt, sets.dpb)
+
+
+def stream_key(clip: EncodedClip) -> tuple[str, bytes, int, int]:
+    """``clip``'s stream configuration, which NVDEC's failures are counted against: codec, extradata, size."""
+    return (clip.codec, bytes(clip.extradata), clip.width, clip.height)
+
+
 @dataclass
 class _Lane:
     """A decode thread's copy stream and FFmpeg decoders (least recently used first)."""
 
     copy_stream: torch.cuda.Stream
-    decoders: dict[tuple, Any] = field(default_factory=dict)
+    decoders: dict[DecoderKey, Any] = field(default_factory=dict)
 
 
 _LIVE: "weakref.WeakSet[ClipDecoder]" = weakref.WeakSet()
@@ -134,8 +174,8 @@ class ClipDecoder:
     """Decodes batches of ``EncodedClip`` on ``device`` (one per executor), ``threads`` clips at
     once, those of several batches among them (``start`` returns at once).
 
-    Each decode thread keeps FFmpeg decoders with NVDEC for its last ``_DECODERS_PER_THREAD`` stream
-    configurations (codec, extradata, size), flushed between clips: creating one costs milliseconds.
+    Each decode thread keeps FFmpeg decoders with NVDEC for its last ``_DECODERS_PER_THREAD`` decoder
+    keys (``decoder_key``), flushed between clips: creating one costs milliseconds.
     """
 
     def __init__(self, device: torch.device | str, threads: int | None = None) -> None:
@@ -146,8 +186,8 @@ class ClipDecoder:
         self._pool: ThreadPoolExecutor | None = None
         self._lanes: dict[int, _Lane] = {}  # per decode thread (its ident): not a threading.local, see above
         self._lock = threading.Lock()
-        # failures in a row per stream configuration: after NVDEC_FAILURES its clips go straight to
-        # the CPU (a stream NVDEC cannot take), while one corrupt clip does not send its like there
+        # failures in a row per stream (stream_key): after NVDEC_FAILURES its clips go straight to the CPU
+        # (a stream NVDEC cannot take), while one corrupt video does not send the others of its size there
         self._failures: dict[tuple, int] = {}
         self.reasons: dict[str, int] = {}  # why clips went to the CPU, counted
         _LIVE.add(self)
@@ -223,16 +263,13 @@ class ClipDecoder:
         return done
 
     # -- routes ------------------------------------------------------------------------------------
-    def _key(self, clip: EncodedClip) -> tuple:
-        return (clip.codec, bytes(clip.extradata), clip.width, clip.height)
-
     def _refuse(self, clip: EncodedClip) -> str | None:
         """Why ``clip`` does not go to NVDEC (None: it does)."""
         if clip.codec not in NVDEC_CODECS:
             return f"codec {clip.codec}"
         if clip.width % 2 or clip.height % 2:
             return "odd frame size"
-        if self._failures.get(self._key(clip), 0) >= NVDEC_FAILURES:
+        if self._failures.get(stream_key(clip), 0) >= NVDEC_FAILURES:
             return f"NVDEC failed {NVDEC_FAILURES} times in a row on this stream"
         return None
 
@@ -241,7 +278,7 @@ class ClipDecoder:
             self.reasons[why] = self.reasons.get(why, 0) + 1
 
     def _decoder(self, clip: EncodedClip) -> Any:
-        key = self._key(clip)
+        key = decoder_key(clip)
         decoders = self._lane().decoders
         ctx = decoders.pop(key, None)
         if ctx is None:
@@ -257,8 +294,8 @@ class ClipDecoder:
             ctx = av.CodecContext.create(clip.codec, "r", hwaccel=hw)
             # frames are held until _HELD_FRAMES wait: the pool must have room for them
             ctx.options = {"extra_hw_frames": str(_HELD_FRAMES)}
-            if clip.extradata:
-                ctx.extradata = clip.extradata
+            if key.extradata:
+                ctx.extradata = key.extradata
             ctx.width, ctx.height = clip.width, clip.height
         else:
             ctx.flush_buffers()
@@ -266,13 +303,16 @@ class ClipDecoder:
         return ctx
 
     def _nvdec(self, clip: EncodedClip, data: torch.Tensor, offsets: np.ndarray) -> bool:
-        """Decode ``clip`` with NVDEC into ``data`` at ``offsets``; False (nothing written) where it
-        cannot, so that the clip goes to the CPU."""
+        """Decode ``clip`` with NVDEC into ``data`` at ``offsets``; False where it cannot, so that the
+        clip goes to the CPU (which writes every frame again)."""
         why = self._refuse(clip)
         if why is not None:
             self._count(why)
             return False
         av = _av()
+        # an H.264 or HEVC stream in MP4 form is fed Annex-B, its parameter sets first (see the module docstring)
+        sets = parameter_sets(clip.codec, bytes(clip.extradata))
+        stream = stream_key(clip)
         wanted: dict[int, list[int]] = {}
         for f, (pts, index) in enumerate(zip(clip.frame_pts.tolist(), clip.frame_indices.tolist())):
             if index >= 0:
@@ -283,7 +323,10 @@ class ClipDecoder:
             ctx = self._decoder(clip)
             for j in range(clip.num_packets + 1):
                 if j < clip.num_packets:
-                    packet = av.Packet(bytes(clip.packet(j)))
+                    payload: Any = clip.packet(j)
+                    if sets is not None:
+                        payload = to_annexb(payload, sets.length_size, sets.annexb if j == 0 else b"")
+                    packet = av.Packet(bytes(payload))
                     packet.pts = int(clip.pts[j])
                     packet.dts = None if clip.dts[j] == VideoInfo.NO_TIMESTAMP else int(clip.dts[j])
                     packet.is_keyframe = bool(clip.key[j])
@@ -300,8 +343,8 @@ class ClipDecoder:
                             self._copy(held, clip, data)
         except (ClipDecodeError, av.FFmpegError, NotImplementedError, ValueError, TypeError, RuntimeError) as e:
             with self._lock:
-                self._failures[self._key(clip)] = self._failures.get(self._key(clip), 0) + 1
-            self._lane().decoders.pop(self._key(clip), None)
+                self._failures[stream] = self._failures.get(stream, 0) + 1
+            self._lane().decoders.pop(decoder_key(clip), None)
             self._count(f"NVDEC failed: {type(e).__name__}: {str(e)[:160]}")
             return False
         if len(done) != len(wanted):
@@ -309,9 +352,9 @@ class ClipDecoder:
             return False
         self._copy(held, clip, data)
         self._pad(clip, data, offsets)
-        if self._failures.get(self._key(clip)):
+        if self._failures.get(stream):
             with self._lock:
-                self._failures.pop(self._key(clip), None)
+                self._failures.pop(stream, None)
         return True
 
     def _copy(self, held: list[tuple[Any, np.ndarray]], clip: EncodedClip, data: torch.Tensor) -> None:
