@@ -100,12 +100,19 @@ def cache_key() -> int:
 
 
 class LaunchSettings(NamedTuple):
-    """Tile shape and warps of a launch; ``maxnreg`` caps registers per thread (None: no cap)."""
+    """Tile shape and warps of a launch; ``maxnreg`` caps registers per thread (None: no cap).
+
+    ``band_rows`` (a power of two) is how many source rows of a tile's band the
+    resized-crop kernel's resample reads at a time (``stages/sample.py``): more rows
+    mean more loads in flight per thread, and more registers; the other kernels
+    ignore it.
+    """
 
     block_h: int
     block_w: int
     num_warps: int
     maxnreg: int | None = None
+    band_rows: int = 4
 
     def options(self) -> dict[str, int]:
         """Compile options beyond the tile: the register cap, which the interpreter does not take."""
@@ -126,10 +133,12 @@ def tile_settings(out_h: int, out_w: int) -> LaunchSettings:
     """Output tiles for an ``out_h x out_w`` image: 8x64 on 2 warps at ImageNet sizes.
 
     8 output pixels per thread; a row of stores is 256 contiguous bytes in NCHW
-    float32, and source rows are reused across the 8 output rows through L1.
-    Faster than 16x32 on 4 warps in every recipe of ``benchmarks/kernel_bandwidth.py
-    --sweep`` (``benchmarks/RESULTS.md``, decisions table: tiles). Small outputs get
-    smaller tiles (powers of two, at most 512 pixels).
+    float32. Each thread holds one column of the tile's 8 rows, so the resample adds
+    each source row of the tile's band into the 8 output rows within the thread (a
+    tile whose rows are split across warps, as 16x32 on 4 warps, would exchange them
+    through shared memory). Faster than 16x32 on 4 warps in every recipe of
+    ``benchmarks/kernel_bandwidth.py --sweep`` (``benchmarks/RESULTS.md``, decisions
+    table: tiles). Small outputs get smaller tiles (powers of two, at most 512 pixels).
     """
     block_w = max(8, min(64, next_power_of_2(max(out_w, 1))))
     block_h = max(1, min(512 // block_w, next_power_of_2(max(out_h, 1))))

@@ -31,9 +31,13 @@ from a one-pass float resize (torchvision on a CUDA tensor) by far more than
 rounding. Bilinear cannot overshoot and stays one float pass.
 
 The 2-D sum is separable: horizontal sums per source row, weighted by the row's
-vertical weight. :func:`resample` is the whole stage for one filter; with
-``FILTER_PER_SAMPLE`` the kernel calls it once per filter under a runtime branch
-on the sample's ``filter`` column.
+vertical weight. A tile's output rows share most of their source rows (their
+windows overlap), so :func:`sample` computes each source row's horizontal sums once
+per tile and adds them into every output row of the tile, with weight 0 where the
+row is outside the output row's window: the same sums, in the same order, as
+reading each output row's taps one by one. :func:`resample` is the whole stage for
+one filter; with ``FILTER_PER_SAMPLE`` the kernel calls it once per filter under a
+runtime branch on the sample's ``filter`` column.
 
 Each tap reads its source pixel through the source stage's loader for the
 compile-time ``SOURCE`` (``layout.SOURCE_*``): the RGB of an interleaved image,
@@ -235,70 +239,148 @@ def tap_weight(k, c, inv, rnorm, fb, FILTER: tl.constexpr, ANTIALIAS: tl.constex
 
 
 @triton.jit
+def min_combine(a, b):
+    """``tl.reduce`` combiner: the first source row a tile reads."""
+    return tl.minimum(a, b)
+
+
+@triton.jit
+def add_combine(a, b):
+    """``tl.reduce`` combiner: a sum."""
+    return a + b
+
+
+@triton.jit
+def band(ky0, n_y):
+    """The tile's band: the source rows ``[first, end)`` from the first tap of any of its
+    output rows to one past the last (tap indices, as :func:`axis_taps` gives them);
+    ``first == end`` when no row has taps."""
+    has = n_y > 0
+    first = tl.reduce(tl.where(has, ky0, 2147483647), 0, min_combine)
+    end = tl.reduce(tl.where(has, ky0 + n_y, -2147483647), 0, max_combine)
+    any_taps = end > first
+    return tl.where(any_taps, first, 0), tl.where(any_taps, end, 0)
+
+
+@triton.jit
+def pick_row(x, r, R: tl.constexpr):
+    """Row ``r`` (a compile-time index) of ``x`` ``[R, N]``, as ``[N]``: the other rows
+    are summed as ``-0.0``, which adds nothing to any float, so the row comes out
+    exactly and the compiler drops the sum when a thread holds the rows. (A ``-0.0``
+    literal would reach the compiler as ``+0.0``: the bits are written out.)"""
+    neg_zero = tl.full([], 0x80000000, tl.uint32).to(tl.float32, bitcast=True)
+    return tl.reduce(tl.where((tl.arange(0, R) == r)[:, None], x, neg_zero), 0, add_combine)
+
+
+@triton.jit
+def row_sums(data_ptr, off, H, W, C, ky, m_y,
+             cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x, tx_max, lo_y, hi_y,
+             f0_y, f1_y, f0_x, f1_x, fill0, fill1, fill2,
+             FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
+             R: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr, PAD_MODE: tl.constexpr):
+    """The horizontal pass over source rows ``ky`` ``[R]`` (tap indices, read through
+    :func:`tap_index` and, with a ``PAD_MODE``, folded): each output column's weighted
+    sum of its taps, three float32 ``[R, BLOCK_W]`` channels (``tx_max`` taps, the most
+    any column has); the rows not in ``m_y`` read 0. Rounded to ``0..255`` for quantised
+    bicubic: torch's uint8 kernel stores this pass as uint8."""
+    ch1, ch2 = src_stage.channels(C)
+    m_y = m_y[:, None]
+    ky_src = tap_index(ky, lo_y, hi_y, FILTER, ANTIALIAS)
+    if PAD_MODE != layout.PAD_NONE:
+        ky_src, in_y = src_stage.fold_index(ky_src, f0_y, f1_y, PAD_MODE)
+    row = src_stage.row_start(off, ky_src, W * C)
+    r0 = tl.full([R, BLOCK_W], 0.0, tl.float32)
+    r1 = tl.full([R, BLOCK_W], 0.0, tl.float32)
+    r2 = tl.full([R, BLOCK_W], 0.0, tl.float32)
+    for u in range(0, tx_max):
+        kx = kx0 + u
+        wx = tap_weight(kx, cx, inv_x, rnorm_x, fb_x, FILTER, ANTIALIAS)[None, :]
+        kx_src = tap_index(kx, lo_x, hi_x, FILTER, ANTIALIAS)
+        if PAD_MODE != layout.PAD_NONE:
+            kx_src, in_x = src_stage.fold_index(kx_src, f0_x, f1_x, PAD_MODE)
+        m = m_y & (u < n_x)[None, :]
+        if SOURCE == layout.SOURCE_YCBCR:
+            v0, v1, v2 = src_stage.source_ycbcr(data_ptr, off, H, W, C, ky_src, kx_src, m)
+        elif SOURCE == layout.SOURCE_NV12:
+            v0, v1, v2 = src_stage.source_nv12(data_ptr, off, H, W, C, ky_src, kx_src, m)
+        else:
+            v0, v1, v2 = src_stage.source(data_ptr, row, kx_src, C, ch1, ch2, m)
+        if PAD_MODE == layout.PAD_CONSTANT:
+            # the load above read the clamped index: the taps outside the box read the fill
+            # (taps past the count stay 0: their weight need not be)
+            outside = m & ~(in_y[:, None] & in_x[None, :])
+            v0 = tl.where(outside, fill0, v0)
+            v1 = tl.where(outside, fill1, v1)
+            v2 = tl.where(outside, fill2, v2)
+        r0 += wx * v0
+        r1 += wx * v1
+        r2 += wx * v2
+    if FILTER == layout.FILTER_BICUBIC and QUANTIZE:
+        r0 = quantize(r0)
+        r1 = quantize(r1)
+        r2 = quantize(r2)
+    return r0, r1, r2
+
+
+@triton.jit
 def sample(data_ptr, off, H, W, C,
            cy, ky0, n_y, rnorm_y, fb_y, inv_y, lo_y, hi_y,
            cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x,
            f0_y, f1_y, f0_x, f1_x, fill0, fill1, fill2,
            FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
-           BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr, PAD_MODE: tl.constexpr):
+           BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr, PAD_MODE: tl.constexpr,
+           BAND_ROWS: tl.constexpr):
     """The resampled tile, three float32 ``[BLOCK_H, BLOCK_W]`` channels, from the
     per-axis taps of :func:`axis_taps`; pixels with no taps are 0. ``lo_*``/``hi_*``
     are the clamp region as int32. ``off, H, W, C`` locate the sample in the source
     ``SOURCE`` (``source.image``, ``source.planar_image`` or ``source.nv12_image``). With a ``PAD_MODE``, tap
     indices are folded into the fold box ``[f0_*, f1_*)`` (int32) before the load, and
-    with ``PAD_CONSTANT`` taps outside it read ``fill0..2``."""
-    ch1, ch2 = src_stage.channels(C)
-    pitch = W * C
+    with ``PAD_CONSTANT`` taps outside it read ``fill0..2``.
+
+    Horizontal sums per source row (:func:`row_sums`), then weighted by the row's
+    vertical weight: fewer multiplies than 2-D weights, and the same order of
+    operations as the reference's x-first pass.
+
+    The windowed filters walk the tile's band of source rows (:func:`band`),
+    ``BAND_ROWS`` rows at a time: each row's horizontal sums are computed once and
+    added, in ascending row, into every output row of the tile, weighted 0 where the
+    row is outside the output row's window. Each output pixel so gets the operations of
+    reading its own taps one by one, in the same order, plus added ``0 * h`` terms that
+    change no sum (``h`` is finite for finite pixels and fill), while a source row's
+    horizontal pass is done once per tile instead of once per output row whose window
+    holds it (about twice for a 2x antialiased downscale). The nearest filters read one
+    row per output row, far apart when shrinking: they read the rows tap by tap.
+    """
     acc0 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
     acc1 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
     acc2 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
-    ty_max = tl.reduce(n_y, 0, max_combine)
     tx_max = tl.reduce(n_x, 0, max_combine)
-    # Horizontal sums per source row, then weighted by the row's vertical
-    # weight: fewer multiplies than 2-D weights, and the same order of
-    # operations as the reference's x-first pass.
-    for t in range(0, ty_max):
-        ky = ky0 + t
-        wy = tap_weight(ky, cy, inv_y, rnorm_y, fb_y, FILTER, ANTIALIAS)[:, None]
-        m_y = (t < n_y)[:, None]
-        ky_src = tap_index(ky, lo_y, hi_y, FILTER, ANTIALIAS)
-        if PAD_MODE != layout.PAD_NONE:
-            ky_src, in_y = src_stage.fold_index(ky_src, f0_y, f1_y, PAD_MODE)
-        row = src_stage.row_start(off, ky_src, pitch)
-        r0 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
-        r1 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
-        r2 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
-        for u in range(0, tx_max):
-            kx = kx0 + u
-            wx = tap_weight(kx, cx, inv_x, rnorm_x, fb_x, FILTER, ANTIALIAS)[None, :]
-            kx_src = tap_index(kx, lo_x, hi_x, FILTER, ANTIALIAS)
-            if PAD_MODE != layout.PAD_NONE:
-                kx_src, in_x = src_stage.fold_index(kx_src, f0_x, f1_x, PAD_MODE)
-            m = m_y & (u < n_x)[None, :]
-            if SOURCE == layout.SOURCE_YCBCR:
-                v0, v1, v2 = src_stage.source_ycbcr(data_ptr, off, H, W, C, ky_src, kx_src, m)
-            elif SOURCE == layout.SOURCE_NV12:
-                v0, v1, v2 = src_stage.source_nv12(data_ptr, off, H, W, C, ky_src, kx_src, m)
-            else:
-                v0, v1, v2 = src_stage.source(data_ptr, row, kx_src, C, ch1, ch2, m)
-            if PAD_MODE == layout.PAD_CONSTANT:
-                # the load above read the clamped index: the taps outside the box read the fill
-                # (taps past the count stay 0: their weight need not be)
-                outside = m & ~(in_y[:, None] & in_x[None, :])
-                v0 = tl.where(outside, fill0, v0)
-                v1 = tl.where(outside, fill1, v1)
-                v2 = tl.where(outside, fill2, v2)
-            r0 += wx * v0
-            r1 += wx * v1
-            r2 += wx * v2
-        if FILTER == layout.FILTER_BICUBIC and QUANTIZE:
-            # torch's uint8 kernel stores the horizontal pass as uint8
-            r0 = quantize(r0)
-            r1 = quantize(r1)
-            r2 = quantize(r2)
-        acc0 += wy * r0
-        acc1 += wy * r1
-        acc2 += wy * r2
+    if FILTER == layout.FILTER_NEAREST or FILTER == layout.FILTER_NEAREST_EXACT:
+        for t in range(0, tl.reduce(n_y, 0, max_combine)):
+            r0, r1, r2 = row_sums(data_ptr, off, H, W, C, ky0 + t, t < n_y,
+                                  cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x, tx_max, lo_y, hi_y,
+                                  f0_y, f1_y, f0_x, f1_x, fill0, fill1, fill2,
+                                  FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
+            wy = tap_weight(ky0 + t, cy, inv_y, rnorm_y, fb_y, FILTER, ANTIALIAS)[:, None]
+            acc0 += wy * r0
+            acc1 += wy * r1
+            acc2 += wy * r2
+    else:
+        first, end = band(ky0, n_y)
+        for s0 in range(first, end, BAND_ROWS):
+            ky = s0 + tl.arange(0, BAND_ROWS)
+            h0, h1, h2 = row_sums(data_ptr, off, H, W, C, ky, ky < end,
+                                  cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x, tx_max, lo_y, hi_y,
+                                  f0_y, f1_y, f0_x, f1_x, fill0, fill1, fill2,
+                                  FILTER, ANTIALIAS, QUANTIZE, BAND_ROWS, BLOCK_W, SOURCE, PAD_MODE)
+            # the rows are held by each thread (one per register): pick_row is free
+            for r in tl.static_range(BAND_ROWS):
+                s = s0 + r
+                wy = tap_weight(s, cy, inv_y, rnorm_y, fb_y, FILTER, ANTIALIAS)
+                wy = tl.where((s >= ky0) & (s < ky0 + n_y), wy, 0.0)[:, None]
+                acc0 += wy * pick_row(h0, r, BAND_ROWS)[None, :]
+                acc1 += wy * pick_row(h1, r, BAND_ROWS)[None, :]
+                acc2 += wy * pick_row(h2, r, BAND_ROWS)[None, :]
     return acc0, acc1, acc2
 
 
@@ -313,7 +395,8 @@ def quantize(v):
 @triton.jit
 def resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
              FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
-             BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr, PAD_MODE: tl.constexpr):
+             BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr, PAD_MODE: tl.constexpr,
+             BAND_ROWS: tl.constexpr):
     """The whole stage for one filter: the tile ``rows x cols`` of the sample whose
     parameter row starts at ``p``, read from the source ``SOURCE``, three float32 channels.
 
@@ -346,7 +429,7 @@ def resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill
                         cy, ky0, n_y, rnorm_y, fb_y, inv_y, lo_y.to(tl.int32), hi_y.to(tl.int32),
                         cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x.to(tl.int32), hi_x.to(tl.int32),
                         f0_y, f1_y, f0_x, f1_x, fill0, fill1, fill2,
-                        FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
+                        FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE, BAND_ROWS)
     if PAD_MODE == layout.PAD_CONSTANT:
         ry = rows.to(tl.float32)
         rx = cols.to(tl.float32)
@@ -362,7 +445,7 @@ def resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill
 def resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
                       FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
                       BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr,
-                      PAD_MODE: tl.constexpr):
+                      PAD_MODE: tl.constexpr, BAND_ROWS: tl.constexpr):
     """:func:`resample` with the filter ``FILTER`` compiled in or, for
     ``FILTER_PER_SAMPLE``, the filter of the sample's ``filter`` column (a runtime
     branch; one program is one sample, so it never diverges)."""
@@ -370,17 +453,21 @@ def resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col
         code = tl.load(p + layout.FILTER)
         if code == layout.FILTER_BICUBIC:
             v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
-                                  layout.FILTER_BICUBIC, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
+                                  layout.FILTER_BICUBIC, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE,
+                                  BAND_ROWS)
         elif code == layout.FILTER_NEAREST:
             v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
-                                  layout.FILTER_NEAREST, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
+                                  layout.FILTER_NEAREST, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE,
+                                  BAND_ROWS)
         elif code == layout.FILTER_NEAREST_EXACT:
             v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
-                                  layout.FILTER_NEAREST_EXACT, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
+                                  layout.FILTER_NEAREST_EXACT, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE,
+                                  BAND_ROWS)
         else:
             v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
-                                  layout.FILTER_BILINEAR, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
+                                  layout.FILTER_BILINEAR, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE,
+                                  BAND_ROWS)
     else:
         v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
-                              FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
+                              FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE, BAND_ROWS)
     return v0, v1, v2
