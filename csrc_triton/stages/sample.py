@@ -214,13 +214,12 @@ def axis_taps(idx, in_range, origin, step, lo, hi, valid0, valid1, support, inv,
 
 
 @triton.jit
-def tap_index(k, lo, hi, FILTER: tl.constexpr, ANTIALIAS: tl.constexpr):
-    """Source index read by tap ``k``: the edge pixel beyond ``[lo, hi)`` for plain bicubic
-    (the other filters only have taps inside)."""
-    if FILTER == layout.FILTER_BICUBIC and not ANTIALIAS:
-        k = tl.maximum(k, lo)
-        k = tl.minimum(k, hi - 1)
-    return k
+def tap_index(k, lo, hi):
+    """Source index read by tap ``k``: the nearest index of ``[lo, hi)``. Plain bicubic
+    reads the edge pixel for its taps beyond it; the other filters' taps lie inside, but
+    for those past a pixel's tap count, which weigh 0 and only need a readable pixel."""
+    k = tl.maximum(k, lo)
+    return tl.minimum(k, hi - 1)
 
 
 @triton.jit
@@ -281,33 +280,72 @@ def row_sums(data_ptr, off, H, W, C, ky, m_y,
     """The horizontal pass over source rows ``ky`` ``[R]`` (tap indices, read through
     :func:`tap_index` and, with a ``PAD_MODE``, folded): each output column's weighted
     sum of its taps, three float32 ``[R, BLOCK_W]`` channels (``tx_max`` taps, the most
-    any column has); the rows not in ``m_y`` read 0. Rounded to ``0..255`` for quantised
-    bicubic: torch's uint8 kernel stores this pass as uint8."""
-    ch1, ch2 = src_stage.channels(C)
-    m_y = m_y[:, None]
-    ky_src = tap_index(ky, lo_y, hi_y, FILTER, ANTIALIAS)
+    any column has). The rows not in ``m_y`` must weigh 0 in the vertical pass: they
+    read 0 from the planar sources, and from an interleaved image the pixels of their
+    index clamped to the clamp region. Rounded to ``0..255`` for quantised bicubic:
+    torch's uint8 kernel stores this pass as uint8."""
+    ky_src = tap_index(ky, lo_y, hi_y)
     if PAD_MODE != layout.PAD_NONE:
         ky_src, in_y = src_stage.fold_index(ky_src, f0_y, f1_y, PAD_MODE)
+    else:
+        in_y = m_y  # not read
     row = src_stage.row_start(off, ky_src, W * C)
+    if SOURCE == layout.SOURCE_INTERLEAVED:
+        # one loop per channel count: the channels then lie at constant offsets
+        if C == 3:
+            r0, r1, r2 = tap_sums(data_ptr, off, H, W, C, row, ky_src, in_y, m_y,
+                                  cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x, tx_max,
+                                  f0_x, f1_x, fill0, fill1, fill2, FILTER, ANTIALIAS, R, BLOCK_W, SOURCE, PAD_MODE, 3)
+        else:
+            r0, r1, r2 = tap_sums(data_ptr, off, H, W, C, row, ky_src, in_y, m_y,
+                                  cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x, tx_max,
+                                  f0_x, f1_x, fill0, fill1, fill2, FILTER, ANTIALIAS, R, BLOCK_W, SOURCE, PAD_MODE, 1)
+    else:
+        r0, r1, r2 = tap_sums(data_ptr, off, H, W, C, row, ky_src, in_y, m_y,
+                              cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x, tx_max,
+                              f0_x, f1_x, fill0, fill1, fill2, FILTER, ANTIALIAS, R, BLOCK_W, SOURCE, PAD_MODE, 3)
+    if FILTER == layout.FILTER_BICUBIC and QUANTIZE:
+        r0 = quantize(r0)
+        r1 = quantize(r1)
+        r2 = quantize(r2)
+    return r0, r1, r2
+
+
+@triton.jit
+def tap_sums(data_ptr, off, H, W, C, row, ky_src, in_y, m_y,
+             cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x, tx_max,
+             f0_x, f1_x, fill0, fill1, fill2,
+             FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, R: tl.constexpr, BLOCK_W: tl.constexpr,
+             SOURCE: tl.constexpr, PAD_MODE: tl.constexpr, CHANNELS: tl.constexpr):
+    """:func:`row_sums`' loop over the taps of each output column, for the rows at
+    ``row`` (``source.row_start``; ``ky_src`` for the planar sources), ``in_y`` whether
+    they are inside the fold box; ``CHANNELS``: the channel count of an interleaved image.
+
+    An interleaved image is read without a mask, a third of the instructions of a masked
+    load: every tap reads a pixel of the image (its index clamped to the clamp region,
+    then folded) and the taps past a column's count weigh 0. The planar loaders read 0
+    outside ``m_y`` and the tap count."""
+    m_y = m_y[:, None]
     r0 = tl.full([R, BLOCK_W], 0.0, tl.float32)
     r1 = tl.full([R, BLOCK_W], 0.0, tl.float32)
     r2 = tl.full([R, BLOCK_W], 0.0, tl.float32)
     for u in range(0, tx_max):
         kx = kx0 + u
-        wx = tap_weight(kx, cx, inv_x, rnorm_x, fb_x, FILTER, ANTIALIAS)[None, :]
-        kx_src = tap_index(kx, lo_x, hi_x, FILTER, ANTIALIAS)
+        real = u < n_x
+        wx = tl.where(real, tap_weight(kx, cx, inv_x, rnorm_x, fb_x, FILTER, ANTIALIAS), 0.0)[None, :]
+        kx_src = tap_index(kx, lo_x, hi_x)
         if PAD_MODE != layout.PAD_NONE:
             kx_src, in_x = src_stage.fold_index(kx_src, f0_x, f1_x, PAD_MODE)
-        m = m_y & (u < n_x)[None, :]
+        m = m_y & real[None, :]
         if SOURCE == layout.SOURCE_YCBCR:
             v0, v1, v2 = src_stage.source_ycbcr(data_ptr, off, H, W, C, ky_src, kx_src, m)
         elif SOURCE == layout.SOURCE_NV12:
             v0, v1, v2 = src_stage.source_nv12(data_ptr, off, H, W, C, ky_src, kx_src, m)
         else:
-            v0, v1, v2 = src_stage.source(data_ptr, row, kx_src, C, ch1, ch2, m)
+            v0, v1, v2 = src_stage.source(data_ptr, row, kx_src, CHANNELS)
         if PAD_MODE == layout.PAD_CONSTANT:
-            # the load above read the clamped index: the taps outside the box read the fill
-            # (taps past the count stay 0: their weight need not be)
+            # the load above read the folded index: the taps outside the box read the fill
+            # (the taps outside m keep what they read: they weigh 0)
             outside = m & ~(in_y[:, None] & in_x[None, :])
             v0 = tl.where(outside, fill0, v0)
             v1 = tl.where(outside, fill1, v1)
@@ -315,10 +353,6 @@ def row_sums(data_ptr, off, H, W, C, ky, m_y,
         r0 += wx * v0
         r1 += wx * v1
         r2 += wx * v2
-    if FILTER == layout.FILTER_BICUBIC and QUANTIZE:
-        r0 = quantize(r0)
-        r1 = quantize(r1)
-        r2 = quantize(r2)
     return r0, r1, r2
 
 
