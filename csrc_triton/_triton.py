@@ -18,7 +18,8 @@
   ``CACHE_KEY: tl.constexpr`` = :func:`cache_key`, a fingerprint of this package's
   sources, so that any change to them compiles afresh.
 * **Launch settings.** Tile shapes and warps of a launch are a :class:`LaunchSettings`,
-  picked by :func:`tile_settings` and overridable per call (benchmarks sweep them
+  picked by :func:`tile_settings` (:func:`resample_settings` for the resized crop) and
+  overridable per call (benchmarks sweep them
   through the launcher's ``launch=`` argument, never by editing module state).
 
 A note on interpretation: ``triton.jit`` decides between compiling and
@@ -37,7 +38,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import torch
 
-__all__ = ["LaunchSettings", "cache_key", "cdiv", "interpret_mode", "kernel", "next_power_of_2", "tile_settings",
+__all__ = ["LaunchSettings", "cache_key", "cdiv", "interpret_mode", "kernel", "next_power_of_2", "resample_settings", "tile_settings",
            "upload"]
 
 _TRUE = ("1", "true", "on", "yes")
@@ -104,15 +105,15 @@ class LaunchSettings(NamedTuple):
 
     ``band_rows`` (a power of two) is how many source rows of a tile's band the
     resized-crop kernel's resample reads at a time (``stages/sample.py``): more rows
-    mean more loads in flight per thread, and more registers; the other kernels
-    ignore it.
+    mean more loads in flight per thread, and more registers (on an H200 each
+    doubling was slower, see :func:`resample_settings`); the other kernels ignore it.
     """
 
     block_h: int
     block_w: int
     num_warps: int
     maxnreg: int | None = None
-    band_rows: int = 4
+    band_rows: int = 1
 
     def options(self) -> dict[str, int]:
         """Compile options beyond the tile: the register cap, which the interpreter does not take."""
@@ -143,6 +144,21 @@ def tile_settings(out_h: int, out_w: int) -> LaunchSettings:
     block_w = max(8, min(64, next_power_of_2(max(out_w, 1))))
     block_h = max(1, min(512 // block_w, next_power_of_2(max(out_h, 1))))
     return LaunchSettings(block_h, block_w, num_warps=2)
+
+
+def resample_settings(out_h: int, out_w: int) -> LaunchSettings:
+    """Output tiles of the resized-crop kernel: 8x32 on one warp, one band row at a time.
+
+    Each of the warp's 32 threads holds one column of the tile's 8 rows, and adds each
+    source row of the band into them. On an H200 (batch of 256 at 224x224, Triton 3.6)
+    this took 0.21 ms for interleaved RGB and 0.52 ms for planar 4:2:0 YCbCr, against
+    0.31 and 0.68 ms for 8x64 on 2 warps reading 4 band rows at a time, and 0.35 and 1.09
+    ms before the band (``benchmarks/RESULTS.md``, "2026-11-29, sixth"). Small outputs
+    get smaller tiles (powers of two).
+    """
+    block_w = max(8, min(32, next_power_of_2(max(out_w, 1))))
+    block_h = max(1, min(8, next_power_of_2(max(out_h, 1))))
+    return LaunchSettings(block_h, block_w, num_warps=1, band_rows=1)
 
 
 _UPLOAD_ALIGN = 16  # bytes: every part starts aligned for any dtype it may be viewed as

@@ -446,7 +446,7 @@ def fused_resized_crop(
             ``out_dtype`` on the data's device; any strides. With ``placement``, the
             contiguous 1-D buffer the samples are written into.
         launch: tile shape and warps to use instead of
-            :func:`csrc_triton._triton.tile_settings`'s choice (for tuning sweeps).
+            :func:`csrc_triton._triton.resample_settings`'s choice (for tuning sweeps).
 
     Returns:
         ``[B, 3, out_h, out_w]`` tensor (``out`` when given); with ``placement``, the
@@ -477,7 +477,7 @@ def fused_resized_crop(
         return a.out
     kernel = _triton.kernel("_resized_crop_kernel", "resized_crop_kernel", a.data.device,
                             "fused_resized_crop", "resized_crop_reference")
-    s = launch if launch is not None else _triton.tile_settings(a.out_h, a.out_w)
+    s = launch if launch is not None else _triton.resample_settings(a.out_h, a.out_w)
     n_tiles_w = _triton.cdiv(a.out_w, s.block_w)
     n_tiles = _triton.cdiv(a.out_h, s.block_h) * n_tiles_w
     grid = (B * n_tiles,)
