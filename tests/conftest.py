@@ -1,4 +1,5 @@
-"""Shared pytest configuration: the ``cuda`` marker, and CUDA's work queues as the README asks for them."""
+"""Shared pytest configuration: the ``cuda`` marker, CUDA's work queues as the README asks for them, and
+Triton's interpreter on a machine without a GPU."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,14 @@ import torch
 # what td.set_cuda_work_queues() sets, before any test starts CUDA: the GPU tests run the loader as users are
 # told to (tests of the call and of the warning without it take the variable out of their environment)
 os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+
+# Without a GPU the kernels run under Triton's interpreter, which Triton reads when a function is decorated,
+# and `import torchvision` imports triton.language (through torch._dynamo): so here, before any test module
+# is collected, not in the kernel test modules, whose turn depends on which file pytest collects first
+# (triton.language's own jit functions, tl.randn say, then stay compiled, and an interpreted kernel calling
+# them fails)
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_configure(config: pytest.Config) -> None:
