@@ -131,15 +131,13 @@ def cdiv(a: int, b: int) -> int:
 
 
 def tile_settings(out_h: int, out_w: int) -> LaunchSettings:
-    """Output tiles for an ``out_h x out_w`` image: 8x64 on 2 warps at ImageNet sizes.
+    """Output tiles of the pointwise, finish and augment kernels for an ``out_h x out_w`` image: 8x64
+    on 2 warps at ImageNet sizes (the resized crop has its own, :func:`resample_settings`).
 
-    8 output pixels per thread; a row of stores is 256 contiguous bytes in NCHW
-    float32. Each thread holds one column of the tile's 8 rows, so the resample adds
-    each source row of the tile's band into the 8 output rows within the thread (a
-    tile whose rows are split across warps, as 16x32 on 4 warps, would exchange them
-    through shared memory). Faster than 16x32 on 4 warps in every recipe of
-    ``benchmarks/kernel_bandwidth.py --sweep`` (``benchmarks/RESULTS.md``, decisions
-    table: tiles). Small outputs get smaller tiles (powers of two, at most 512 pixels).
+    8 output pixels per thread; a row of stores is 256 contiguous bytes in NCHW float32.
+    Faster than 16x32 on 4 warps in every recipe of ``benchmarks/kernel_bandwidth.py --sweep``
+    when the resized crop used it too (``benchmarks/RESULTS.md``, decisions table: tiles). Small
+    outputs get smaller tiles (powers of two, at most 512 pixels).
     """
     block_w = max(8, min(64, next_power_of_2(max(out_w, 1))))
     block_h = max(1, min(512 // block_w, next_power_of_2(max(out_h, 1))))
@@ -150,7 +148,8 @@ def resample_settings(out_h: int, out_w: int) -> LaunchSettings:
     """Output tiles of the resized-crop kernel: 8x32 on one warp, one band row at a time.
 
     Each of the warp's 32 threads holds one column of the tile's 8 rows, and adds each
-    source row of the band into them. On an H200 (batch of 256 at 224x224, Triton 3.6)
+    source row of the band into them within the thread (a tile whose rows were split across
+    warps would exchange them through shared memory). On an H200 (batch of 256 at 224x224, Triton 3.6)
     this took 0.21 ms for interleaved RGB and 0.52 ms for planar 4:2:0 YCbCr, against
     0.31 and 0.68 ms for 8x64 on 2 warps reading 4 band rows at a time, and 0.35 and 1.09
     ms before the band (``benchmarks/RESULTS.md``, "2026-11-29, sixth"). Small outputs
