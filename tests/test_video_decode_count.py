@@ -102,9 +102,29 @@ def test_epoch_stats_ratio() -> None:
     assert stats.last.as_dict()["decoded_per_delivered_frame"] == pytest.approx(1.5)
 
 
+def merged_arithmetic(starts: list[int], num_frames: int) -> int:
+    """Frames decoded for clips of ``num_frames`` frames at ``starts`` in one batch: each clip's frames
+    ``key(start) .. last``, the ranges that overlap or touch decoded once (``_merge.merge_clips``)."""
+    ranges = sorted(((s // GOP) * GOP, s + num_frames - 1) for s in starts)
+    total, lo, hi = 0, *ranges[0]
+    for a, b in ranges[1:]:
+        if a > hi + 1:
+            total, lo = total + hi - lo + 1, a
+        hi = max(hi, b)
+    return total + hi - lo + 1
+
+
+def test_merged_arithmetic() -> None:
+    assert merged_arithmetic([0, 4, 8], 4) == 12  # 0..3, 0..7, 8..11: one range
+    assert merged_arithmetic([36, 40], 4) == 10 + 4  # 30..39 and 40..43 touch
+    assert merged_arithmetic([0, 13], 4) == 4 + 7  # 0..3 and 10..16: apart
+    assert merged_arithmetic([13], 4) == arithmetic(13, 4, 1)
+
+
 @pytest.mark.cuda
 def test_loader_counts_frames_decoded_per_frame_delivered(video: str) -> None:
-    """The GPU loader's epoch stats: every clip of uniform starts 0, 4, ..., 40 decoded from its keyframe."""
+    """The GPU loader's epoch stats: uniform starts 0, 4, ..., 40 in batches of 3, every clip decoded from its
+    keyframe, and the clips of a batch whose ranges overlap or touch decoded together."""
     ds = td.video.VideoFileList([(video, 0)], num_frames=4, clips="uniform")
     starts = list(range(0, NUM_FRAMES - 3, 4))
     assert len(ds) == len(starts)
@@ -112,7 +132,9 @@ def test_loader_counts_frames_decoded_per_frame_delivered(video: str) -> None:
     delivered = sum(int(x.shape[0] * x.shape[1]) for x, _ in dl)
     last = dl.stats().last
     assert last.delivered_video_frames == delivered == 4 * len(starts)
-    assert last.decoded_video_frames == sum(arithmetic(s, 4, 1) for s in starts)
+    batches = [starts[i: i + 3] for i in range(0, len(starts), 3)]
+    assert last.decoded_video_frames == sum(merged_arithmetic(b, 4) for b in batches) == 56
+    assert last.decoded_video_frames < sum(arithmetic(s, 4, 1) for s in starts) == 76
     assert last.decoded_per_delivered_frame == pytest.approx(last.decoded_video_frames / delivered)
     torch.cuda.synchronize()
     dl.close()

@@ -44,7 +44,8 @@ class EpochStats:
     decoded_nvdec: int = 0
     decoded_video_cpu: int = 0
     # GPU path, video: pictures decoded (those from a clip's keyframe to its first frame included, see
-    # ``_nvdec.DecodedClips``) and frames handed to the loop; decoding from keyframes makes the first larger
+    # ``_nvdec.DecodedClips``) and frames handed to the loop; decoding from keyframes makes the first larger,
+    # clips of one video in a batch that share packets are decoded once (``video._merge``), which makes it smaller
     decoded_video_frames: int = 0
     delivered_video_frames: int = 0
 

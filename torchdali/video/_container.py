@@ -281,6 +281,12 @@ class EncodedClip:
     ``frame_indices[f]`` is ``MISSING_FRAME`` (-1, ``pad_mode="constant"``); repeated
     indices (``pad_mode="edge"``) repeat a frame. Small and picklable: made in a
     DataLoader worker, decoded in the main process.
+
+    ``source`` names the stream the packets come from (``read_clip``: the file's path and the
+    stream's index; None where unknown) and ``first_packet`` is the place of packet 0 in that
+    stream's decode order, so packet ``j`` is the stream's packet ``first_packet + j``. Clips of one
+    source whose packets overlap or touch are decoded in one pass on the GPU path (``_merge``);
+    a clip without a source is always decoded alone.
     """
 
     codec: str
@@ -297,6 +303,8 @@ class EncodedClip:
     key: np.ndarray  # bool [P]
     frame_pts: np.ndarray  # int64 [F], output order
     frame_indices: np.ndarray  # int64 [F], output order
+    source: tuple[str, int] | None = None  # (path, stream index); None: not merged with other clips
+    first_packet: int = 0  # decode-order index in the source's stream of packet 0
 
     @property
     def num_packets(self) -> int:
@@ -370,6 +378,7 @@ def read_clip(path: str | os.PathLike, frame_indices: Any, info: VideoInfo) -> E
         pix_fmt=info.pix_fmt, color=info.color, time_base=info.time_base, data=data, offsets=offsets,
         pts=np.array(info.packet_pts[span]), dts=np.array(info.packet_dts[span]),
         key=np.array(info.packet_key[span]), frame_pts=frame_pts, frame_indices=indices.copy(),
+        source=(os.fspath(path), int(info.stream_index)), first_packet=int(span.start),
     )
 
 

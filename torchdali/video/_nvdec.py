@@ -19,6 +19,17 @@ on the CPU to NV12 (``decode_clip_nv12``). Both are uploaded; ``DecodedClips`` c
 Several clips decode at once, one per decode thread, each thread with its own FFmpeg
 decoders and its own copy stream (one NVDEC session decodes one picture at a time).
 
+Clips of one video that share packets are decoded once (``plan_batch``, ``_merge.merge_clips``): a clip
+is decoded from the keyframe at or before its first frame, so the clips of one video in a batch
+(``clips="uniform"`` validation, several ``clips_per_video`` without shuffling) would each decode the
+pictures from a shared keyframe again. Clips of one file and stream whose packet ranges overlap or are
+adjacent in decode order become one clip, the union of their packets, whose output frames are theirs,
+each written to its own place in the batch's buffer: ``_nvdec`` maps a picture to every frame that wants
+it, ``_copy`` and ``_pad`` work frame by frame, and the CPU routes upload frame by frame (``frame_runs``).
+One decode thread decodes such a clip. ``DecodedClips.decoded_frames`` counts its packets once, so
+``decoded_per_delivered_frame`` falls where clips merge; the routes (``nvdec``, ``cpu``) and
+``ClipDecoder.reasons`` still count the batch's clips.
+
 Decoders are reused from clip to clip (flushed between them): creating one costs milliseconds of CPU. Which
 clips share one is ``decoder_key``'s. An H.264 or HEVC stream in MP4 form (length-prefixed NAL units, its
 parameter sets in an avcC or hvcC record: mp4, mov, mkv) is fed Annex-B by ``_annexb``, its parameter sets
@@ -61,8 +72,9 @@ from ._annexb import parameter_sets, to_annexb
 from ._container import (
     NV12_PIX_FMTS, ClipDecodeError, EncodedClip, VideoInfo, _av, as_nv12, decode_clip_nv12, decode_clip_rgb,
 )
+from ._merge import merge_clips
 
-__all__ = ["ClipDecoder", "DecodedClips", "PendingClips"]
+__all__ = ["ClipDecoder", "DecodedClips", "PendingClips", "plan_batch"]
 
 #: clips decoded at once by a ``ClipDecoder``: each thread feeds its own FFmpeg decoders (PyAV lets
 #: go of the interpreter while FFmpeg decodes), so NVDEC has several sessions in flight
@@ -85,9 +97,10 @@ class DecodedClips(NamedTuple):
     frames first. An NV12 frame (the fused kernel's NV12 source) has ``shapes[k] = (H, W,
     layout.nv12_code(...))``; a frame of a clip swscale converted (``rgb[k]``, see ``as_nv12``) is
     ``H x W x 3`` interleaved RGB, ``shapes[k] = (H, W, 3)``. ``nvdec`` and ``cpu``: clips decoded
-    by each route. ``decoded_frames``: the pictures decoded to make them, those before a clip's first
-    frame (from its keyframe on) and the references after its last included: every packet of every
-    clip, on either route (each is fed all of a clip's packets, one picture each, then flushed)."""
+    by each route (clips decoded merged counted one by one). ``decoded_frames``: the pictures decoded
+    to make them, those before a clip's first frame (from its keyframe on) and the references after
+    its last included: every packet of every decode, on either route (each is fed all of a clip's
+    packets, one picture each, then flushed), packets that merged clips share counted once."""
 
     data: torch.Tensor
     offsets: np.ndarray
@@ -100,6 +113,65 @@ class DecodedClips(NamedTuple):
 
 def _code(clip: EncodedClip) -> int:
     return layout.nv12_code(clip.color.conversion_matrix, clip.color.full_range)
+
+
+class DecodeJob(NamedTuple):
+    """One decode thread's work: ``clip`` (one of the batch's clips, or several merged by
+    ``merge_clips``) decoded into the batch's buffer, its output frame ``f`` at ``at[f]``; ``clips``:
+    how many of the batch's clips it holds (routes are counted per clip)."""
+
+    clip: EncodedClip
+    at: np.ndarray  # int64 [clip.num_frames]
+    clips: int
+
+
+class BatchPlan(NamedTuple):
+    """Where a batch's frames go and what decodes them (``plan_batch``): frame ``k`` of the batch (clip 0's
+    frames first) at ``offsets[k]`` of a buffer of ``size`` bytes, ``shapes`` and ``rgb`` as in
+    ``DecodedClips``; ``jobs`` write every frame."""
+
+    offsets: np.ndarray  # int64 [frames]
+    shapes: np.ndarray  # int64 [frames, 3]
+    rgb: np.ndarray  # bool [frames]
+    size: int
+    jobs: list[DecodeJob]
+
+    @property
+    def decoded_frames(self) -> int:
+        """Pictures the jobs decode: one per packet of each job's clip."""
+        return sum(job.clip.num_packets for job in self.jobs)
+
+
+def plan_batch(clips: Sequence[EncodedClip]) -> BatchPlan:
+    """The buffer layout of ``clips``' frames, one after the other, and the decodes that fill it: clips
+    that share packets merged (``merge_clips``), each job's ``at`` its clips' frame offsets in its order."""
+    nv12 = [as_nv12(c) for c in clips]
+    sizes = [layout.nv12_size(c.height, c.width) if n else c.height * c.width * 3
+             for c, n in zip(clips, nv12) for _ in range(c.num_frames)]
+    offsets = np.zeros(len(sizes), dtype=np.int64)
+    if sizes:
+        np.cumsum(sizes[:-1], out=offsets[1:])
+    shapes = np.array([(c.height, c.width, _code(c) if n else 3)
+                       for c, n in zip(clips, nv12) for _ in range(c.num_frames)], dtype=np.int64).reshape(-1, 3)
+    rgb = np.array([not n for c, n in zip(clips, nv12) for _ in range(c.num_frames)], dtype=bool)
+    starts = np.cumsum([0] + [c.num_frames for c in clips])
+    jobs = [DecodeJob(m.clip, np.concatenate([offsets[starts[i]: starts[i + 1]] for i in m.members]), len(m.members))
+            for m in merge_clips(clips)]
+    return BatchPlan(offsets, shapes, rgb, int(sum(sizes)), jobs)
+
+
+def frame_runs(at: np.ndarray, frame_bytes: int) -> list[tuple[int, int, int]]:
+    """The copies ``(from, to, bytes)`` that put frames of ``frame_bytes`` each, back to back in a host
+    buffer, at ``at`` in the batch's buffer: frames that follow each other in both share one copy (a
+    clip decoded alone is one copy; a merged clip's frames lie in several places)."""
+    runs: list[tuple[int, int, int]] = []
+    for f, to in enumerate(at.tolist()):
+        src = f * frame_bytes
+        if runs and runs[-1][0] + runs[-1][2] == src and runs[-1][1] + runs[-1][2] == to:
+            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + frame_bytes)
+        else:
+            runs.append((src, int(to), frame_bytes))
+    return runs
 
 
 class DecoderKey(NamedTuple):
@@ -152,27 +224,30 @@ os.register_at_fork(after_in_child=_keep_lanes_in_child)
 
 
 class PendingClips:
-    """A batch's clips being decoded (``ClipDecoder.start``)."""
+    """A batch's clips being decoded (``ClipDecoder.start``): ``futures`` says per decode whether NVDEC
+    did it, ``clips`` how many of the batch's clips each holds (1 each where not given)."""
 
     def __init__(self, data: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray, futures: list[Future],
-                 rgb: np.ndarray | None = None, decoded_frames: int = 0) -> None:
+                 rgb: np.ndarray | None = None, decoded_frames: int = 0, clips: Sequence[int] | None = None) -> None:
         self.data, self.offsets, self.shapes, self.futures = data, offsets, shapes, futures
         self.rgb = np.zeros(len(offsets), dtype=bool) if rgb is None else rgb
         self.decoded_frames = decoded_frames
+        self.clips = [1] * len(futures) if clips is None else list(clips)
 
     def result(self) -> DecodedClips:
         """Every clip decoded: the buffer is written. A clip's failure is raised once every clip
         is done (none writes the buffer any more)."""
         wait(self.futures)
         routes = [f.result() for f in self.futures]  # the first failure, if any
-        nvdec = sum(routes)
-        return DecodedClips(self.data, self.offsets, self.shapes, nvdec, len(routes) - nvdec, self.rgb,
+        nvdec = sum(n for on_nvdec, n in zip(routes, self.clips) if on_nvdec)
+        return DecodedClips(self.data, self.offsets, self.shapes, nvdec, sum(self.clips) - nvdec, self.rgb,
                             self.decoded_frames)
 
 
 class ClipDecoder:
     """Decodes batches of ``EncodedClip`` on ``device`` (one per executor), ``threads`` clips at
-    once, those of several batches among them (``start`` returns at once).
+    once (clips of one video that share packets as one, ``plan_batch``), those of several batches
+    among them (``start`` returns at once).
 
     Each decode thread keeps FFmpeg decoders with NVDEC for its last ``_DECODERS_PER_THREAD`` decoder
     keys (``decoder_key``), flushed between clips: creating one costs milliseconds.
@@ -202,31 +277,23 @@ class ClipDecoder:
 
     def start(self, clips: Sequence[EncodedClip], stream: torch.cuda.Stream) -> "PendingClips":
         """Start decoding ``clips`` into one buffer, allocated on ``stream`` (where it will be read),
-        ``threads`` clips at once; returns at once. Any thread may call it: the loader's staging
-        thread starts a batch's decode while the executor still works on the batches before it."""
-        nv12 = [as_nv12(c) for c in clips]
-        sizes = [layout.nv12_size(c.height, c.width) if n else c.height * c.width * 3
-                 for c, n in zip(clips, nv12) for _ in range(c.num_frames)]
-        offsets = np.zeros(len(sizes), dtype=np.int64)
-        if sizes:
-            np.cumsum(sizes[:-1], out=offsets[1:])
-        shapes = np.array([(c.height, c.width, _code(c) if n else 3)
-                           for c, n in zip(clips, nv12) for _ in range(c.num_frames)], dtype=np.int64).reshape(-1, 3)
-        rgb = np.array([not n for c, n in zip(clips, nv12) for _ in range(c.num_frames)], dtype=bool)
+        ``threads`` decodes at once (clips of one video that share packets merged into one, see
+        ``plan_batch``); returns at once. Any thread may call it: the loader's staging thread starts a
+        batch's decode while the executor still works on the batches before it."""
+        plan = plan_batch(clips)
         with torch.cuda.stream(stream):
-            data = torch.empty(max(int(sum(sizes)), 1), dtype=torch.uint8, device=self.device)
+            data = torch.empty(max(plan.size, 1), dtype=torch.uint8, device=self.device)
         allocated = torch.cuda.Event()
         allocated.record(stream)  # the copy streams must not write the buffer before its allocation
-        starts = np.cumsum([0] + [c.num_frames for c in clips])
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="torchdali-nvdec")
             pool = self._pool
         # on the pool's threads, even one clip: the lanes belong to threads that live as long as the
         # pool, and go with it (``close``)
-        futures = [pool.submit(self._one, clip, data, offsets[starts[i]: starts[i + 1]], allocated)
-                   for i, clip in enumerate(clips)]
-        return PendingClips(data, offsets, shapes, futures, rgb, sum(c.num_packets for c in clips))
+        futures = [pool.submit(self._one, job, data, allocated) for job in plan.jobs]
+        return PendingClips(data, plan.offsets, plan.shapes, futures, plan.rgb, plan.decoded_frames,
+                            [job.clips for job in plan.jobs])
 
     def decode(self, clips: Sequence[EncodedClip], stream: torch.cuda.Stream) -> DecodedClips:
         """``start(clips, stream).result()``: when this returns, the buffer is written, and ``stream``
@@ -246,17 +313,18 @@ class ClipDecoder:
                 self._lanes[threading.get_ident()] = lane
         return lane
 
-    def _one(self, clip: EncodedClip, data: torch.Tensor, at: np.ndarray, allocated: torch.cuda.Event) -> bool:
-        """One clip into ``data`` at ``at``, on this thread's lane; whether NVDEC decoded it. Every
-        copy is done when this returns (the lane's copy stream is waited for)."""
+    def _one(self, job: DecodeJob, data: torch.Tensor, allocated: torch.cuda.Event) -> bool:
+        """One job's clip into ``data`` at ``job.at``, on this thread's lane; whether NVDEC decoded it.
+        Every copy is done when this returns (the lane's copy stream is waited for)."""
+        clip, at = job.clip, job.at
         lane = self._lane()
         lane.copy_stream.wait_event(allocated)
         if not as_nv12(clip):  # decided from the stream's parameters, as ``start`` sized its frames
             self._count(f"pixel format {clip.pix_fmt}" if clip.pix_fmt not in NV12_PIX_FMTS
-                        else f"colour matrix {clip.color.conversion_matrix}")
-            self._upload(decode_clip_rgb(clip).reshape(-1), data, at)
+                        else f"colour matrix {clip.color.conversion_matrix}", job.clips)
+            self._upload(decode_clip_rgb(clip).reshape(-1), data, at, clip.height * clip.width * 3)
             return False
-        done = self._nvdec(clip, data, at)
+        done = self._nvdec(clip, data, at, job.clips)
         if not done:
             self._on_cpu(clip, data, at)
         lane.copy_stream.synchronize()
@@ -273,9 +341,9 @@ class ClipDecoder:
             return f"NVDEC failed {NVDEC_FAILURES} times in a row on this stream"
         return None
 
-    def _count(self, why: str) -> None:
+    def _count(self, why: str, clips: int = 1) -> None:
         with self._lock:
-            self.reasons[why] = self.reasons.get(why, 0) + 1
+            self.reasons[why] = self.reasons.get(why, 0) + clips
 
     def _decoder(self, clip: EncodedClip) -> Any:
         key = decoder_key(clip)
@@ -302,12 +370,13 @@ class ClipDecoder:
         decoders[key] = ctx  # the most recently used
         return ctx
 
-    def _nvdec(self, clip: EncodedClip, data: torch.Tensor, offsets: np.ndarray) -> bool:
+    def _nvdec(self, clip: EncodedClip, data: torch.Tensor, offsets: np.ndarray, clips: int = 1) -> bool:
         """Decode ``clip`` with NVDEC into ``data`` at ``offsets``; False where it cannot, so that the
-        clip goes to the CPU (which writes every frame again)."""
+        clip goes to the CPU (which writes every frame again). ``clips``: the batch's clips it holds,
+        for ``reasons``."""
         why = self._refuse(clip)
         if why is not None:
-            self._count(why)
+            self._count(why, clips)
             return False
         av = _av()
         # an H.264 or HEVC stream in MP4 form is fed Annex-B, its parameter sets first (see the module docstring)
@@ -345,10 +414,10 @@ class ClipDecoder:
             with self._lock:
                 self._failures[stream] = self._failures.get(stream, 0) + 1
             self._lane().decoders.pop(decoder_key(clip), None)
-            self._count(f"NVDEC failed: {type(e).__name__}: {str(e)[:160]}")
+            self._count(f"NVDEC failed: {type(e).__name__}: {str(e)[:160]}", clips)
             return False
         if len(done) != len(wanted):
-            self._count("NVDEC gave too few frames")
+            self._count("NVDEC gave too few frames", clips)
             return False
         self._copy(held, clip, data)
         self._pad(clip, data, offsets)
@@ -359,7 +428,8 @@ class ClipDecoder:
 
     def _copy(self, held: list[tuple[Any, np.ndarray]], clip: EncodedClip, data: torch.Tensor) -> None:
         """The planes of a clip's device frames into ``data``, each at its offsets (a frame repeated
-        by ``pad_mode="edge"`` goes to each), then the frames released to FFmpeg's pool."""
+        by ``pad_mode="edge"``, or wanted by several merged clips, goes to each), then the frames
+        released to FFmpeg's pool."""
         H, W = clip.height, clip.width
         ready = torch.cuda.Event()
         ready.record(torch.cuda.default_stream(self.device))  # FFmpeg's copies out of the surfaces
@@ -390,13 +460,13 @@ class ClipDecoder:
         planes = decode_clip_nv12(clip)
         packed = np.concatenate([np.concatenate([planes.y[f].reshape(-1), planes.uv[f].reshape(-1)])
                                  for f in range(clip.num_frames)]) if clip.num_frames else np.zeros(0, np.uint8)
-        self._upload(torch.from_numpy(packed), data, offsets)
+        self._upload(torch.from_numpy(packed), data, offsets, layout.nv12_size(clip.height, clip.width))
 
-    def _upload(self, packed: torch.Tensor, data: torch.Tensor, offsets: np.ndarray) -> None:
-        """A clip's frames decoded on the host (uint8, back to back) into ``data`` from its first
-        frame's offset, on this thread's copy stream; done when this returns."""
+    def _upload(self, packed: torch.Tensor, data: torch.Tensor, offsets: np.ndarray, frame_bytes: int) -> None:
+        """A clip's frames decoded on the host (uint8, ``frame_bytes`` each, back to back) into ``data``,
+        frame ``f`` at ``offsets[f]`` (``frame_runs``), on this thread's copy stream; done when this returns."""
         host = packed.pin_memory()
-        start = int(offsets[0]) if len(offsets) else 0
         with torch.cuda.stream(self._lane().copy_stream):
-            data[start: start + host.numel()].copy_(host, non_blocking=True)
+            for src, to, size in frame_runs(offsets, frame_bytes):
+                data[to: to + size].copy_(host[src: src + size], non_blocking=True)
         self._lane().copy_stream.synchronize()  # the pinned buffer is freed on return
