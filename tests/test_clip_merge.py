@@ -190,7 +190,8 @@ def test_padded_clips_join(gop: str) -> None:
 
 def batch_windows(n: int) -> list[Any]:
     """Clips of an ``n``-frame video that share packets, touch, repeat and pad, and one far from the others."""
-    return [np.arange(0, 4), np.arange(2, 8), np.arange(n // 2, n // 2 + 3), np.arange(n // 2 + 1, min(n, n // 2 + 7), 2),
+    return [np.arange(0, 4), np.arange(2, 8), np.arange(n // 2, n // 2 + 3),
+            np.arange(n // 2 + 1, min(n, n // 2 + 7), 2),
             np.arange(n // 2, n // 2 + 3), clip_frame_indices(n, n - 3, 6, pad_mode="edge"),
             clip_frame_indices(n, n - 2, 5, pad_mode="constant"), [9, 3, 3]]
 

@@ -104,7 +104,8 @@ def merge_clips(clips: Sequence[EncodedClip]) -> list[MergedClip]:
     for members in groups.values():
         members = sorted(members, key=lambda i: (clips[i].first_packet, i))
         run = [members[0]]
-        furthest = members[0]  # the run's clip whose packets reach furthest: it holds every packet a next clip may share
+        # the run's clip whose packets reach furthest: it holds every packet a next clip may share
+        furthest = members[0]
         for i in members[1:]:
             c, f = clips[i], clips[furthest]
             if c.first_packet <= f.first_packet + f.num_packets and _packets_agree(f, c):
