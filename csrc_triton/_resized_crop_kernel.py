@@ -41,7 +41,6 @@ def resized_crop_kernel(
     CACHE_KEY: tl.constexpr,  # _triton.cache_key(): the layout constants read here are part of the key
     BLOCK_H: tl.constexpr,
     BLOCK_W: tl.constexpr,
-    BAND_ROWS: tl.constexpr,  # source rows of a tile's band read at a time (_triton.LaunchSettings.band_rows)
 ):
     # Batch and tiles share grid axis 0: axes 1 and 2 are capped at 65535, and
     # neighbouring programs then work on the same image (cache reuse).
@@ -79,27 +78,27 @@ def resized_crop_kernel(
             off, H, W, C, img_ok = source.planar_image(offsets_ptr, shapes_ptr, b64, n_data)
             v0, v1, v2 = sample.resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
                                                   fill0, fill1, fill2, FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W,
-                                                  layout.SOURCE_YCBCR, PAD_MODE, BAND_ROWS)
+                                                  layout.SOURCE_YCBCR, PAD_MODE)
         else:
             off, H, W, C, img_ok = source.image(offsets_ptr, shapes_ptr, b64, n_data)
             v0, v1, v2 = sample.resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
                                                   fill0, fill1, fill2, FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W,
-                                                  layout.SOURCE_INTERLEAVED, PAD_MODE, BAND_ROWS)
+                                                  layout.SOURCE_INTERLEAVED, PAD_MODE)
     elif SOURCE == layout.SOURCE_YCBCR:
         off, H, W, C, img_ok = source.planar_image(offsets_ptr, shapes_ptr, b64, n_data)
         v0, v1, v2 = sample.resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
                                               fill0, fill1, fill2, FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W,
-                                              SOURCE, PAD_MODE, BAND_ROWS)
+                                              SOURCE, PAD_MODE)
     elif SOURCE == layout.SOURCE_NV12:
         off, H, W, C, img_ok = source.nv12_image(offsets_ptr, shapes_ptr, b64, n_data)
         v0, v1, v2 = sample.resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
                                               fill0, fill1, fill2, FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W,
-                                              SOURCE, PAD_MODE, BAND_ROWS)
+                                              SOURCE, PAD_MODE)
     else:
         off, H, W, C, img_ok = source.image(offsets_ptr, shapes_ptr, b64, n_data)
         v0, v1, v2 = sample.resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in,
                                               fill0, fill1, fill2, FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W,
-                                              SOURCE, PAD_MODE, BAND_ROWS)
+                                              SOURCE, PAD_MODE)
 
     # colour: the per-sample colour program at the output size
     v0, v1, v2 = colour.colour(v0, v1, v2)

@@ -101,19 +101,12 @@ def cache_key() -> int:
 
 
 class LaunchSettings(NamedTuple):
-    """Tile shape and warps of a launch; ``maxnreg`` caps registers per thread (None: no cap).
-
-    ``band_rows`` (a power of two) is how many source rows of a tile's band the
-    resized-crop kernel's resample reads at a time (``stages/sample.py``): more rows
-    mean more loads in flight per thread, and more registers (on an H200 each
-    doubling was slower, see :func:`resample_settings`); the other kernels ignore it.
-    """
+    """Tile shape and warps of a launch; ``maxnreg`` caps registers per thread (None: no cap)."""
 
     block_h: int
     block_w: int
     num_warps: int
     maxnreg: int | None = None
-    band_rows: int = 1
 
     def options(self) -> dict[str, int]:
         """Compile options beyond the tile: the register cap, which the interpreter does not take."""
@@ -145,7 +138,7 @@ def tile_settings(out_h: int, out_w: int) -> LaunchSettings:
 
 
 def resample_settings(out_h: int, out_w: int) -> LaunchSettings:
-    """Output tiles of the resized-crop kernel: 8x32 on one warp, one band row at a time.
+    """Output tiles of the resized-crop kernel: 8x32 on one warp.
 
     Each of the warp's 32 threads holds one column of the tile's 8 rows, and adds each
     source row of the band into them within the thread (a tile whose rows were split across
@@ -157,7 +150,7 @@ def resample_settings(out_h: int, out_w: int) -> LaunchSettings:
     """
     block_w = max(8, min(32, next_power_of_2(max(out_w, 1))))
     block_h = max(1, min(8, next_power_of_2(max(out_h, 1))))
-    return LaunchSettings(block_h, block_w, num_warps=1, band_rows=1)
+    return LaunchSettings(block_h, block_w, num_warps=1)
 
 
 _UPLOAD_ALIGN = 16  # bytes: every part starts aligned for any dtype it may be viewed as

@@ -504,7 +504,6 @@ def fused_resized_crop(
             CACHE_KEY=_triton.cache_key(),
             BLOCK_H=s.block_h,
             BLOCK_W=s.block_w,
-            BAND_ROWS=s.band_rows,
             num_warps=s.num_warps,
             **s.options(),
         )

@@ -1,13 +1,12 @@
 """The fused kernel's band resample (``stages/sample.py``): a tile reads each of its source rows once.
 
-The windowed filters walk a tile's band of source rows ``band_rows`` at a time
-(``LaunchSettings.band_rows``) and add every row into every output row of the tile,
-weighted 0 outside the output row's window; every output pixel so gets its own taps'
-operations in the same order whatever ``band_rows``. Tested here, on the sources,
-filters and padding modes, in tiles whose bands span many chunks (a strong downscale,
-flips, a clamp region cut short, a partly valid window):
+The windowed filters walk a tile's band of source rows and add every row into every
+output row of the tile, weighted 0 outside the output row's window; every output pixel
+so gets its own taps' operations in the same order whatever rows share its tile.
+Tested here, on the sources, filters and padding modes, in tiles whose bands span many
+rows (a strong downscale, flips, a clamp region cut short, a partly valid window):
 
-* 1, 2 and 8 rows at a time give the output of 4 bit for bit;
+* tiles of 1, 4 and 16 rows give the output of the launcher's own tiles bit for bit;
 * that output is the plain-torch reference's, within the kernel tests' tolerance.
 """
 from __future__ import annotations
@@ -59,27 +58,28 @@ def _batch(source: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _pack(_images([(h, w, c) for (h, w), c in zip(SIZES, (3, 1, 3))], seed=7))
 
 
-#: (interpolation, antialias, source, padding mode, the rows at a time compared with 4)
+#: (interpolation, antialias, source, padding mode, a tile (rows, columns) compared with the launcher's)
 CASES = [
-    ("bilinear", True, "interleaved", "none", 1),
-    ("bilinear", False, "interleaved", "constant", 8),
-    ("bicubic", True, "interleaved", "reflect", 2),
-    ("bicubic", False, "interleaved", "edge", 1),
-    ("per-sample", True, "interleaved", "symmetric", 8),
-    ("bilinear", True, "ycbcr", "constant", 2),
+    ("bilinear", True, "interleaved", "none", (1, 8)),
+    ("bilinear", False, "interleaved", "constant", (16, 8)),
+    ("bicubic", True, "interleaved", "reflect", (4, 8)),
+    ("bicubic", False, "interleaved", "edge", (1, 8)),
+    ("per-sample", True, "interleaved", "symmetric", (16, 8)),
+    ("bilinear", True, "ycbcr", "constant", (4, 8)),
 ]
 
 
-def _run(args: list[torch.Tensor], band_rows: int, **kw) -> torch.Tensor:
-    # 8x8 tiles: each sample spans several, and a tile of the 2.6x downscale reads a band of ~25 rows
-    return fused_resized_crop(*args, OUT, [1.0] * 3, [0.0] * 3, launch=LaunchSettings(8, 8, 1, band_rows=band_rows),
-                              **kw).cpu()
+def _run(args: list[torch.Tensor], tile: tuple[int, int] | None, **kw) -> torch.Tensor:
+    # None: the launcher's tiles (8x32, on a 12x10 output one tile of 8 rows and one of 4 per sample);
+    # a tile of the 2.6x downscale reads a band of ~25 source rows
+    launch = None if tile is None else LaunchSettings(*tile, 1)
+    return fused_resized_crop(*args, OUT, [1.0] * 3, [0.0] * 3, launch=launch, **kw).cpu()
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("interpolation,antialias,source,pad_mode,band_rows", CASES)
-def test_band_rows_read_at_a_time_do_not_change_the_output(interpolation: str, antialias: bool, source: str,
-                                                          pad_mode: str, band_rows: int, device: str) -> None:
+@pytest.mark.parametrize("interpolation,antialias,source,pad_mode,tile", CASES)
+def test_tile_rows_do_not_change_the_output(interpolation: str, antialias: bool, source: str,
+                                            pad_mode: str, tile: tuple[int, int], device: str) -> None:
     data, offsets, shapes = _batch(source)
     params = _params(_rows(pad_mode != "none"))
     kw = dict(interpolation=interpolation, antialias=antialias, source=source, pad_mode=pad_mode,
@@ -87,15 +87,15 @@ def test_band_rows_read_at_a_time_do_not_change_the_output(interpolation: str, a
     if pad_mode == "constant":
         kw["fill"] = (20.0, 130.5, 250.0)
     args = [t.to(device) for t in (data, offsets, shapes, params)]
-    got = _run(args, 4, **kw)
-    other = _run(args, band_rows, **kw)
-    assert torch.equal(other, got), f"band_rows={band_rows}: max |diff| {(other - got).abs().max()} from band_rows=4"
+    got = _run(args, None, **kw)
+    other = _run(args, tile, **kw)
+    assert torch.equal(other, got), f"tile {tile}: max |diff| {(other - got).abs().max()} from the launcher's tiles"
     exp = resized_crop_reference(data, offsets, shapes, params, OUT, [1.0] * 3, [0.0] * 3, **kw)
     _assert_close(got, exp, [1.0] * 3, quantized=False)
     if interpolation == "bicubic" and not antialias:
         # quantised bicubic rounds each row's horizontal sums, the same in every chunk
         kw.update(quantize=True, out_dtype=torch.uint8)
-        got = _run(args, 4, **kw)
-        assert torch.equal(_run(args, band_rows, **kw), got)
+        got = _run(args, None, **kw)
+        assert torch.equal(_run(args, tile, **kw), got)
         exp = resized_crop_reference(data, offsets, shapes, params, OUT, [1.0] * 3, [0.0] * 3, **kw)
         _assert_close(got, exp, [1.0] * 3, quantized=True)

@@ -262,16 +262,6 @@ def band(ky0, n_y):
 
 
 @triton.jit
-def pick_row(x, r, R: tl.constexpr):
-    """Row ``r`` (a compile-time index) of ``x`` ``[R, N]``, as ``[N]``: the other rows
-    are summed as ``-0.0``, which adds nothing to any float, so the row comes out
-    exactly and the compiler drops the sum when a thread holds the rows. (A ``-0.0``
-    literal would reach the compiler as ``+0.0``: the bits are written out.)"""
-    neg_zero = tl.full([], 0x80000000, tl.uint32).to(tl.float32, bitcast=True)
-    return tl.reduce(tl.where((tl.arange(0, R) == r)[:, None], x, neg_zero), 0, add_combine)
-
-
-@triton.jit
 def row_sums(data_ptr, off, H, W, C, ky, m_y,
              cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x, tx_max, lo_y, hi_y,
              f0_y, f1_y, f0_x, f1_x, fill0, fill1, fill2,
@@ -362,8 +352,7 @@ def sample(data_ptr, off, H, W, C,
            cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x,
            f0_y, f1_y, f0_x, f1_x, fill0, fill1, fill2,
            FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
-           BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr, PAD_MODE: tl.constexpr,
-           BAND_ROWS: tl.constexpr):
+           BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr, PAD_MODE: tl.constexpr):
     """The resampled tile, three float32 ``[BLOCK_H, BLOCK_W]`` channels, from the
     per-axis taps of :func:`axis_taps`; pixels with no taps are 0. ``lo_*``/``hi_*``
     are the clamp region as int32. ``off, H, W, C`` locate the sample in the source
@@ -375,10 +364,10 @@ def sample(data_ptr, off, H, W, C,
     vertical weight: fewer multiplies than 2-D weights, and the same order of
     operations as the reference's x-first pass.
 
-    The windowed filters walk the tile's band of source rows (:func:`band`),
-    ``BAND_ROWS`` rows at a time: each row's horizontal sums are computed once and
-    added, in ascending row, into every output row of the tile, weighted 0 where the
-    row is outside the output row's window. Each output pixel so gets the operations of
+    The windowed filters walk the tile's band of source rows (:func:`band`) one row
+    at a time: each row's horizontal sums are computed once and added, in ascending
+    row, into every output row of the tile, weighted 0 where the row is outside the
+    output row's window. Each output pixel so gets the operations of
     reading its own taps one by one, in the same order, plus added ``0 * h`` terms that
     change no sum (``h`` is finite for finite pixels and fill), while a source row's
     horizontal pass is done once per tile instead of once per output row whose window
@@ -401,20 +390,17 @@ def sample(data_ptr, off, H, W, C,
             acc2 += wy * r2
     else:
         first, end = band(ky0, n_y)
-        for s0 in range(first, end, BAND_ROWS):
-            ky = s0 + tl.arange(0, BAND_ROWS)
+        for s in range(first, end):
+            ky = s + tl.arange(0, 1)  # row_sums takes rows [R]: one here
             h0, h1, h2 = row_sums(data_ptr, off, H, W, C, ky, ky < end,
                                   cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x, hi_x, tx_max, lo_y, hi_y,
                                   f0_y, f1_y, f0_x, f1_x, fill0, fill1, fill2,
-                                  FILTER, ANTIALIAS, QUANTIZE, BAND_ROWS, BLOCK_W, SOURCE, PAD_MODE)
-            # the rows are held by each thread (one per register): pick_row is free
-            for r in tl.static_range(BAND_ROWS):
-                s = s0 + r
-                wy = tap_weight(s, cy, inv_y, rnorm_y, fb_y, FILTER, ANTIALIAS)
-                wy = tl.where((s >= ky0) & (s < ky0 + n_y), wy, 0.0)[:, None]
-                acc0 += wy * pick_row(h0, r, BAND_ROWS)[None, :]
-                acc1 += wy * pick_row(h1, r, BAND_ROWS)[None, :]
-                acc2 += wy * pick_row(h2, r, BAND_ROWS)[None, :]
+                                  FILTER, ANTIALIAS, QUANTIZE, 1, BLOCK_W, SOURCE, PAD_MODE)
+            wy = tap_weight(ky, cy, inv_y, rnorm_y, fb_y, FILTER, ANTIALIAS)  # [BLOCK_H]
+            wy = tl.where((ky >= ky0) & (ky < ky0 + n_y), wy, 0.0)[:, None]
+            acc0 += wy * tl.reshape(h0, [BLOCK_W])[None, :]
+            acc1 += wy * tl.reshape(h1, [BLOCK_W])[None, :]
+            acc2 += wy * tl.reshape(h2, [BLOCK_W])[None, :]
     return acc0, acc1, acc2
 
 
@@ -429,8 +415,7 @@ def quantize(v):
 @triton.jit
 def resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
              FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
-             BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr, PAD_MODE: tl.constexpr,
-             BAND_ROWS: tl.constexpr):
+             BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr, PAD_MODE: tl.constexpr):
     """The whole stage for one filter: the tile ``rows x cols`` of the sample whose
     parameter row starts at ``p``, read from the source ``SOURCE``, three float32 channels.
 
@@ -463,7 +448,7 @@ def resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill
                         cy, ky0, n_y, rnorm_y, fb_y, inv_y, lo_y.to(tl.int32), hi_y.to(tl.int32),
                         cx, kx0, n_x, rnorm_x, fb_x, inv_x, lo_x.to(tl.int32), hi_x.to(tl.int32),
                         f0_y, f1_y, f0_x, f1_x, fill0, fill1, fill2,
-                        FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE, BAND_ROWS)
+                        FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
     if PAD_MODE == layout.PAD_CONSTANT:
         ry = rows.to(tl.float32)
         rx = cols.to(tl.float32)
@@ -479,7 +464,7 @@ def resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill
 def resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
                       FILTER: tl.constexpr, ANTIALIAS: tl.constexpr, QUANTIZE: tl.constexpr,
                       BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr, SOURCE: tl.constexpr,
-                      PAD_MODE: tl.constexpr, BAND_ROWS: tl.constexpr):
+                      PAD_MODE: tl.constexpr):
     """:func:`resample` with the filter ``FILTER`` compiled in or, for
     ``FILTER_PER_SAMPLE``, the filter of the sample's ``filter`` column (a runtime
     branch; one program is one sample, so it never diverges)."""
@@ -487,21 +472,17 @@ def resample_filtered(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col
         code = tl.load(p + layout.FILTER)
         if code == layout.FILTER_BICUBIC:
             v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
-                                  layout.FILTER_BICUBIC, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE,
-                                  BAND_ROWS)
+                                  layout.FILTER_BICUBIC, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
         elif code == layout.FILTER_NEAREST:
             v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
-                                  layout.FILTER_NEAREST, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE,
-                                  BAND_ROWS)
+                                  layout.FILTER_NEAREST, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
         elif code == layout.FILTER_NEAREST_EXACT:
             v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
-                                  layout.FILTER_NEAREST_EXACT, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE,
-                                  BAND_ROWS)
+                                  layout.FILTER_NEAREST_EXACT, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
         else:
             v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
-                                  layout.FILTER_BILINEAR, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE,
-                                  BAND_ROWS)
+                                  layout.FILTER_BILINEAR, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
     else:
         v0, v1, v2 = resample(data_ptr, off, H, W, C, img_ok, p, rows, cols, row_in, col_in, fill0, fill1, fill2,
-                              FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE, BAND_ROWS)
+                              FILTER, ANTIALIAS, QUANTIZE, BLOCK_H, BLOCK_W, SOURCE, PAD_MODE)
     return v0, v1, v2
