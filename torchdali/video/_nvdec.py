@@ -3,10 +3,10 @@
 NVDEC is reached through FFmpeg's ``cuda`` hardware acceleration in PyAV's wheel
 (``av.codec.hwaccel.HWAccel``, frames kept on the device, FFmpeg on torch's primary
 CUDA context), so no system FFmpeg and no binding of our own is needed. A decoded
-frame's planes are exported with DLPack (pitched device memory that belongs to
-FFmpeg's frame pool) and copied into the batch's buffer in the layout the fused
-kernel's NV12 source reads (``csrc_triton/layout.py``: Y plane, then the CbCr plane,
-no pitch).
+frame's planes (pitched device memory that belongs to FFmpeg's frame pool, read by the
+address and pitch PyAV gives) are copied into the batch's buffer by the driver's 2-D
+copy (``_copy2d``), in the layout the fused kernel's NV12 source reads
+(``csrc_triton/layout.py``: Y plane, then the CbCr plane, no pitch).
 
 Only 8-bit 4:2:0 streams with a matrix the NV12 source converts (``as_nv12``) go to NVDEC:
 its frames of other formats are not 8-bit NV12 (P010, P016, 4:4:4 planes). The others (4:2:2,
@@ -72,6 +72,7 @@ from ._annexb import parameter_sets, to_annexb
 from ._container import (
     NV12_PIX_FMTS, ClipDecodeError, EncodedClip, VideoInfo, _av, as_nv12, decode_clip_nv12, decode_clip_rgb,
 )
+from ._copy2d import copy_2d
 from ._merge import merge_clips
 
 __all__ = ["ClipDecoder", "DecodedClips", "PendingClips", "plan_batch"]
@@ -428,21 +429,25 @@ class ClipDecoder:
 
     def _copy(self, held: list[tuple[Any, np.ndarray]], clip: EncodedClip, data: torch.Tensor) -> None:
         """The planes of a clip's device frames into ``data``, each at its offsets (a frame repeated
-        by ``pad_mode="edge"``, or wanted by several merged clips, goes to each), then the frames
-        released to FFmpeg's pool."""
+        by ``pad_mode="edge"``, or wanted by several merged clips, goes to each), one driver copy per
+        plane (``copy_2d``), then the frames released to FFmpeg's pool."""
         H, W = clip.height, clip.width
+        lane = self._lane()
         ready = torch.cuda.Event()
         ready.record(torch.cuda.default_stream(self.device))  # FFmpeg's copies out of the surfaces
-        with torch.cuda.stream(self._lane().copy_stream):
-            self._lane().copy_stream.wait_event(ready)
-            for frame, at in held:
-                # PyAV exports device planes without a stream (torch would pass one): the event above orders them
-                y = torch.from_dlpack(frame.planes[0].__dlpack__(stream=None))[:H, :W]
-                uv = torch.from_dlpack(frame.planes[1].__dlpack__(stream=None))[: H // 2, : W // 2].reshape(H // 2, W)
-                for off in at.tolist():
-                    data[off: off + H * W].view(H, W).copy_(y)
-                    data[off + H * W: off + H * W + (H // 2) * W].view(H // 2, W).copy_(uv)
-        self._lane().copy_stream.synchronize()  # the frames go back to FFmpeg's pool when dropped
+        lane.copy_stream.wait_event(ready)
+        base, handle = data.data_ptr(), lane.copy_stream.cuda_stream
+        for frame, at in held:
+            y, uv = frame.planes[0], frame.planes[1]
+            # the copies read H rows of W bytes from each plane: a frame of another size (a stream
+            # that changes size) must not be read past its end
+            if frame.width < W or frame.height < H or y.line_size < W or uv.line_size < W:
+                raise ClipDecodeError(f"the decoder gave a {frame.width}x{frame.height} frame (pitches "
+                                      f"{y.line_size}, {uv.line_size}); the stream is {W}x{H}")
+            for off in at.tolist():
+                copy_2d(base + off, W, y.buffer_ptr, y.line_size, W, H, handle)
+                copy_2d(base + off + H * W, W, uv.buffer_ptr, uv.line_size, W, H // 2, handle)
+        lane.copy_stream.synchronize()  # the frames go back to FFmpeg's pool when dropped
         held.clear()
 
     def _pad(self, clip: EncodedClip, data: torch.Tensor, offsets: np.ndarray) -> None:
