@@ -25,7 +25,7 @@ from torchdali.video import (  # noqa: E402
     EncodedClip, VideoInfo, as_nv12, clip_frame_indices, decode_clip_nv12, decode_clip_rgb, probe, read_clip,
 )
 from torchdali.video._merge import merge_clips  # noqa: E402
-from torchdali.video._nvdec import PendingClips, frame_runs, plan_batch  # noqa: E402
+from torchdali.video._nvdec import PendingClips, frame_runs, plan_batch, skip_frame  # noqa: E402
 
 GOP = 10
 NUM_FRAMES = 45
@@ -285,7 +285,7 @@ def test_plan_batch_writes_each_clips_frames_at_their_offsets(videos: dict[str, 
     assert not as_nv12(clips[1]) and as_nv12(clips[0])
     plan = plan_batch(clips)
     assert [job.clips for job in plan.jobs] == [2, 2, 2, 1, 1]
-    assert plan.decoded_frames == sum(job.clip.num_packets for job in plan.jobs) < sum(c.num_packets for c in clips)
+    assert plan.packets == sum(job.clip.num_packets for job in plan.jobs) < sum(c.num_packets for c in clips)
     # the layout: clip by clip, frame by frame, NV12 or RGB sized
     sizes = [layout.nv12_size(c.height, c.width) if as_nv12(c) else c.height * c.width * 3
              for c in clips for _ in range(c.num_frames)]
@@ -306,17 +306,76 @@ def test_plan_batch_writes_each_clips_frames_at_their_offsets(videos: dict[str, 
 
 
 def test_pending_clips_count_routes_per_clip() -> None:
-    """A merged decode counts each of its clips on its route."""
+    """A merged decode counts each of its clips on its route, and the pictures of every decode."""
     futures = []
-    for route in (True, False, True):
+    for route, pictures in ((True, 5), (False, 4), (True, 8)):
         f: Future = Future()
-        f.set_result(route)
+        f.set_result((route, pictures))
         futures.append(f)
     out = PendingClips(torch.zeros(1), np.zeros(5, np.int64), np.zeros((5, 3), np.int64), futures,
-                       decoded_frames=17, clips=[3, 2, 1]).result()
+                       clips=[3, 2, 1]).result()
     assert (out.nvdec, out.cpu, out.decoded_frames) == (4, 2, 17)
     assert (PendingClips(torch.zeros(1), np.zeros(2, np.int64), np.zeros((2, 3), np.int64), futures).result().nvdec
             == 2)
+
+
+def nonref_unwanted(clip: EncodedClip) -> int:
+    """Packets of an H.264 clip in MP4 form whose picture the clip does not want and no picture refers to:
+    each slice's NAL unit header has ``nal_ref_idc`` 0 (H.264 7.3.1), read from the length-prefixed NAL
+    units, their length size from the avcC record (its fifth byte's low two bits, plus one)."""
+    size = (bytes(clip.extradata)[4] & 3) + 1
+    wanted = {int(p) for p, i in zip(clip.frame_pts.tolist(), clip.frame_indices.tolist()) if i >= 0}
+    count = 0
+    for j in range(clip.num_packets):
+        if int(clip.pts[j]) in wanted:
+            continue
+        data, at, refs = bytes(clip.packet(j)), 0, []
+        while at + size < len(data):
+            length = int.from_bytes(data[at: at + size], "big")
+            header = data[at + size]
+            if header & 0x1F in (1, 5):  # a coded slice (non-IDR, IDR)
+                refs.append(header >> 5 & 3)
+            at += size + length
+        count += bool(refs) and not any(refs)
+    return count
+
+
+@pytest.mark.parametrize("name,windows", [
+    ("h264_bframes.mp4", [range(3, 9), range(5, 11)]), ("h264_bframes.mp4", [range(13, 17)]),
+    ("h264_open_gop.mkv", [range(13, 17)]), ("h264_open_gop.mkv", [[9, 11, 13, 15]]),
+])
+def test_unwanted_non_reference_pictures_are_skipped_and_the_frames_stay(videos: dict[str, str], name: str,
+                                                                        windows: list[Any]) -> None:
+    """``skip_frame`` per packet, as NVDEC's decoder gets it, on FFmpeg's software decoder: the pictures it
+    gives are the packets less the unwanted ones whose slices are all non-reference (read from the
+    bitstream), and every wanted frame equals the one decoded without skipping."""
+    clips = clips_of(videos[name], windows)
+    clip = merge_clips(clips)[0].clip
+    wanted = {int(p) for p, i in zip(clip.frame_pts.tolist(), clip.frame_indices.tolist()) if i >= 0}
+
+    def decode(skip: bool) -> tuple[int, dict[int, np.ndarray]]:
+        ctx = av.CodecContext.create(clip.codec, "r")
+        ctx.extradata = bytes(clip.extradata)
+        out: dict[int, np.ndarray] = {}
+        given = 0
+        for j in range(clip.num_packets + 1):
+            if j < clip.num_packets:
+                ctx.skip_frame = skip_frame(int(clip.pts[j]), wanted) if skip else "DEFAULT"
+                packet = av.Packet(bytes(clip.packet(j)))
+                packet.pts, packet.dts = int(clip.pts[j]), int(clip.dts[j])
+                frames = ctx.decode(packet)
+            else:
+                frames = ctx.decode(None)
+            given += len(frames)
+            out.update({f.pts: f.to_ndarray() for f in frames})
+        return given, out
+
+    everything, full = decode(False)
+    given, part = decode(True)
+    assert everything == clip.num_packets
+    assert given == clip.num_packets - nonref_unwanted(clip) < clip.num_packets
+    for pts in wanted:
+        assert np.array_equal(part[pts], full[pts]), pts
 
 
 # --------------------------------------------------------------------------- #
@@ -346,7 +405,10 @@ def test_clip_decoder_decodes_shared_packets_once(gop: str, videos: dict[str, st
     try:
         out = decoder.decode(clips, stream)
         torch.cuda.synchronize()
-        assert out.decoded_frames == sum(m.clip.num_packets for m in merged) < sum(c.num_packets for c in clips)
+        # NVDEC (the H.264 jobs) skips the pictures no clip wants that nothing refers to; the CPU decodes all
+        skipped = [nonref_unwanted(m.clip) if m.clip.codec == "h264" and as_nv12(m.clip) else 0 for m in merged]
+        assert skipped[1] > 0, "the B-frame video's merged clip has non-reference pictures before its frames"
+        assert out.decoded_frames == sum(m.clip.num_packets for m in merged) - sum(skipped)
         assert out.nvdec + out.cpu == len(clips)
         assert out.nvdec >= 9, decoder.reasons  # every H.264 4:2:0 clip
         assert sum(decoder.reasons.values()) == out.cpu, decoder.reasons

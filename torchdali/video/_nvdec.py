@@ -26,7 +26,7 @@ pictures from a shared keyframe again. Clips of one file and stream whose packet
 adjacent in decode order become one clip, the union of their packets, whose output frames are theirs,
 each written to its own place in the batch's buffer: ``_nvdec`` maps a picture to every frame that wants
 it, ``_copy`` and ``_pad`` work frame by frame, and the CPU routes upload frame by frame (``frame_runs``).
-One decode thread decodes such a clip. ``DecodedClips.decoded_frames`` counts its packets once, so
+One decode thread decodes such a clip. ``DecodedClips.decoded_frames`` counts its pictures once, so
 ``decoded_per_delivered_frame`` falls where clips merge; the routes (``nvdec``, ``cpu``) and
 ``ClipDecoder.reasons`` still count the batch's clips.
 
@@ -62,7 +62,7 @@ import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Container, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -75,7 +75,7 @@ from ._container import (
 from ._copy2d import copy_2d
 from ._merge import merge_clips
 
-__all__ = ["ClipDecoder", "DecodedClips", "PendingClips", "plan_batch"]
+__all__ = ["ClipDecoder", "DecodedClips", "PendingClips", "plan_batch", "skip_frame"]
 
 #: clips decoded at once by a ``ClipDecoder``: each thread feeds its own FFmpeg decoders (PyAV lets
 #: go of the interpreter while FFmpeg decodes), so NVDEC has several sessions in flight
@@ -100,8 +100,10 @@ class DecodedClips(NamedTuple):
     ``H x W x 3`` interleaved RGB, ``shapes[k] = (H, W, 3)``. ``nvdec`` and ``cpu``: clips decoded
     by each route (clips decoded merged counted one by one). ``decoded_frames``: the pictures decoded
     to make them, those before a clip's first frame (from its keyframe on) and the references after
-    its last included: every packet of every decode, on either route (each is fed all of a clip's
-    packets, one picture each, then flushed), packets that merged clips share counted once."""
+    its last included, packets that merged clips share counted once. Each decode is fed all of a
+    clip's packets, one picture each, then flushed: on the CPU routes every packet's picture is
+    decoded; NVDEC's decoder skips the non-reference pictures the clip does not want, and the count
+    is the pictures it gave."""
 
     data: torch.Tensor
     offsets: np.ndarray
@@ -138,8 +140,9 @@ class BatchPlan(NamedTuple):
     jobs: list[DecodeJob]
 
     @property
-    def decoded_frames(self) -> int:
-        """Pictures the jobs decode: one per packet of each job's clip."""
+    def packets(self) -> int:
+        """Packets the jobs feed their decoders, one picture each (NVDEC skips the non-reference pictures
+        a clip does not want)."""
         return sum(job.clip.num_packets for job in self.jobs)
 
 
@@ -159,6 +162,13 @@ def plan_batch(clips: Sequence[EncodedClip]) -> BatchPlan:
     jobs = [DecodeJob(m.clip, np.concatenate([offsets[starts[i]: starts[i + 1]] for i in m.members]), len(m.members))
             for m in merge_clips(clips)]
     return BatchPlan(offsets, shapes, rgb, int(sum(sizes)), jobs)
+
+
+def skip_frame(pts: int, wanted: Container[int]) -> str:
+    """FFmpeg's ``skip_frame`` for a clip's packet of ``pts``: ``"NONREF"`` where the clip wants no frame of
+    it (the decoder then skips its picture unless other pictures refer to it), else ``"DEFAULT"``. A packet
+    without a timestamp is decoded."""
+    return "DEFAULT" if pts in wanted or pts == VideoInfo.NO_TIMESTAMP else "NONREF"
 
 
 def frame_runs(at: np.ndarray, frame_bytes: int) -> list[tuple[int, int, int]]:
@@ -225,24 +235,24 @@ os.register_at_fork(after_in_child=_keep_lanes_in_child)
 
 
 class PendingClips:
-    """A batch's clips being decoded (``ClipDecoder.start``): ``futures`` says per decode whether NVDEC
-    did it, ``clips`` how many of the batch's clips each holds (1 each where not given)."""
+    """A batch's clips being decoded (``ClipDecoder.start``): ``futures`` gives per decode whether NVDEC
+    did it and the pictures it decoded, ``clips`` how many of the batch's clips each holds (1 each where
+    not given)."""
 
     def __init__(self, data: torch.Tensor, offsets: np.ndarray, shapes: np.ndarray, futures: list[Future],
-                 rgb: np.ndarray | None = None, decoded_frames: int = 0, clips: Sequence[int] | None = None) -> None:
+                 rgb: np.ndarray | None = None, clips: Sequence[int] | None = None) -> None:
         self.data, self.offsets, self.shapes, self.futures = data, offsets, shapes, futures
         self.rgb = np.zeros(len(offsets), dtype=bool) if rgb is None else rgb
-        self.decoded_frames = decoded_frames
         self.clips = [1] * len(futures) if clips is None else list(clips)
 
     def result(self) -> DecodedClips:
         """Every clip decoded: the buffer is written. A clip's failure is raised once every clip
         is done (none writes the buffer any more)."""
         wait(self.futures)
-        routes = [f.result() for f in self.futures]  # the first failure, if any
-        nvdec = sum(n for on_nvdec, n in zip(routes, self.clips) if on_nvdec)
+        done = [f.result() for f in self.futures]  # the first failure, if any
+        nvdec = sum(n for (on_nvdec, _), n in zip(done, self.clips) if on_nvdec)
         return DecodedClips(self.data, self.offsets, self.shapes, nvdec, sum(self.clips) - nvdec, self.rgb,
-                            self.decoded_frames)
+                            sum(pictures for _, pictures in done))
 
 
 class ClipDecoder:
@@ -293,8 +303,7 @@ class ClipDecoder:
         # on the pool's threads, even one clip: the lanes belong to threads that live as long as the
         # pool, and go with it (``close``)
         futures = [pool.submit(self._one, job, data, allocated) for job in plan.jobs]
-        return PendingClips(data, plan.offsets, plan.shapes, futures, plan.rgb, plan.decoded_frames,
-                            [job.clips for job in plan.jobs])
+        return PendingClips(data, plan.offsets, plan.shapes, futures, plan.rgb, [job.clips for job in plan.jobs])
 
     def decode(self, clips: Sequence[EncodedClip], stream: torch.cuda.Stream) -> DecodedClips:
         """``start(clips, stream).result()``: when this returns, the buffer is written, and ``stream``
@@ -314,9 +323,10 @@ class ClipDecoder:
                 self._lanes[threading.get_ident()] = lane
         return lane
 
-    def _one(self, job: DecodeJob, data: torch.Tensor, allocated: torch.cuda.Event) -> bool:
-        """One job's clip into ``data`` at ``job.at``, on this thread's lane; whether NVDEC decoded it.
-        Every copy is done when this returns (the lane's copy stream is waited for)."""
+    def _one(self, job: DecodeJob, data: torch.Tensor, allocated: torch.cuda.Event) -> tuple[bool, int]:
+        """One job's clip into ``data`` at ``job.at``, on this thread's lane; whether NVDEC decoded it, and
+        the pictures decoded (on the CPU routes one per packet). Every copy is done when this returns (the
+        lane's copy stream is waited for)."""
         clip, at = job.clip, job.at
         lane = self._lane()
         lane.copy_stream.wait_event(allocated)
@@ -324,12 +334,12 @@ class ClipDecoder:
             self._count(f"pixel format {clip.pix_fmt}" if clip.pix_fmt not in NV12_PIX_FMTS
                         else f"colour matrix {clip.color.conversion_matrix}", job.clips)
             self._upload(decode_clip_rgb(clip).reshape(-1), data, at, clip.height * clip.width * 3)
-            return False
-        done = self._nvdec(clip, data, at, job.clips)
-        if not done:
+            return False, clip.num_packets
+        pictures = self._nvdec(clip, data, at, job.clips)
+        if pictures is None:
             self._on_cpu(clip, data, at)
         lane.copy_stream.synchronize()
-        return done
+        return (False, clip.num_packets) if pictures is None else (True, pictures)
 
     # -- routes ------------------------------------------------------------------------------------
     def _refuse(self, clip: EncodedClip) -> str | None:
@@ -371,14 +381,18 @@ class ClipDecoder:
         decoders[key] = ctx  # the most recently used
         return ctx
 
-    def _nvdec(self, clip: EncodedClip, data: torch.Tensor, offsets: np.ndarray, clips: int = 1) -> bool:
-        """Decode ``clip`` with NVDEC into ``data`` at ``offsets``; False where it cannot, so that the
-        clip goes to the CPU (which writes every frame again). ``clips``: the batch's clips it holds,
-        for ``reasons``."""
+    def _nvdec(self, clip: EncodedClip, data: torch.Tensor, offsets: np.ndarray, clips: int = 1) -> int | None:
+        """Decode ``clip`` with NVDEC into ``data`` at ``offsets``; the pictures decoded, or None where it
+        cannot, so that the clip goes to the CPU (which writes every frame again). ``clips``: the batch's
+        clips it holds, for ``reasons``.
+
+        A packet whose picture the clip does not want is decoded only if other pictures refer to it:
+        FFmpeg skips non-reference pictures (``skip_frame="NONREF"``) for those packets, the B-frames
+        between a clip's keyframe and its first frame, say."""
         why = self._refuse(clip)
         if why is not None:
             self._count(why, clips)
-            return False
+            return None
         av = _av()
         # an H.264 or HEVC stream in MP4 form is fed Annex-B, its parameter sets first (see the module docstring)
         sets = parameter_sets(clip.codec, bytes(clip.extradata))
@@ -389,10 +403,14 @@ class ClipDecoder:
                 wanted.setdefault(pts, []).append(f)
         done: set[int] = set()
         held: list[tuple[Any, np.ndarray]] = []  # the clip's device frames, copied once all are decoded
+        pictures, skip = 0, ""
         try:
             ctx = self._decoder(clip)
             for j in range(clip.num_packets + 1):
                 if j < clip.num_packets:
+                    wants = skip_frame(int(clip.pts[j]), wanted)
+                    if wants != skip:
+                        ctx.skip_frame = skip = wants
                     payload: Any = clip.packet(j)
                     if sets is not None:
                         payload = to_annexb(payload, sets.length_size, sets.annexb if j == 0 else b"")
@@ -403,6 +421,7 @@ class ClipDecoder:
                     frames = ctx.decode(packet)
                 else:
                     frames = ctx.decode(None)
+                pictures += len(frames)
                 for frame in frames:
                     if frame.pts in wanted and frame.pts not in done:
                         if frame.format.name != "cuda":
@@ -416,16 +435,16 @@ class ClipDecoder:
                 self._failures[stream] = self._failures.get(stream, 0) + 1
             self._lane().decoders.pop(decoder_key(clip), None)
             self._count(f"NVDEC failed: {type(e).__name__}: {str(e)[:160]}", clips)
-            return False
+            return None
         if len(done) != len(wanted):
             self._count("NVDEC gave too few frames", clips)
-            return False
+            return None
         self._copy(held, clip, data)
         self._pad(clip, data, offsets)
         if self._failures.get(stream):
             with self._lock:
                 self._failures.pop(stream, None)
-        return True
+        return pictures
 
     def _copy(self, held: list[tuple[Any, np.ndarray]], clip: EncodedClip, data: torch.Tensor) -> None:
         """The planes of a clip's device frames into ``data``, each at its offsets (a frame repeated
