@@ -40,11 +40,16 @@ _fn = None
 
 
 def _memcpy2d_async():
-    """``cuMemcpy2DAsync_v2`` of the driver library the process already has loaded."""
+    """``cuMemcpy2DAsync_v2`` of the driver library the process already has loaded. Raises
+    ``RuntimeError`` where there is none (the decode then fails as any NVDEC failure does)."""
     global _fn
     with _lock:
         if _fn is None:
-            fn = ctypes.CDLL("libcuda.so.1").cuMemcpy2DAsync_v2
+            try:
+                fn = ctypes.CDLL("libcuda.so.1").cuMemcpy2DAsync_v2
+            except (OSError, AttributeError) as e:
+                raise RuntimeError(f"the CUDA driver's cuMemcpy2DAsync_v2 is not available (libcuda.so.1): "
+                                   f"{e}") from None
             fn.argtypes = [ctypes.POINTER(_Memcpy2D), ctypes.c_void_p]
             fn.restype = ctypes.c_int
             _fn = fn
