@@ -481,7 +481,7 @@ def test_a_malformed_packet_fails_its_stream_only(videos: dict[str, dict[str, st
     decoder._decoder = lambda c: lane.decoders.setdefault(decoder_key(c), _software(c.codec))  # type: ignore
     for n in range(NVDEC_FAILURES):
         assert decoder._refuse(bad) is None
-        assert decoder._nvdec(bad, torch.empty(0, dtype=torch.uint8), np.zeros(bad.num_frames, np.int64)) is False
+        assert decoder._nvdec(bad, torch.empty(0, dtype=torch.uint8), np.zeros(bad.num_frames, np.int64)) is None
         assert lane.decoders == {}  # a decoder that failed is dropped
     assert decoder._failures == {stream_key(bad): NVDEC_FAILURES}
     (why, count), = decoder.reasons.items()
