@@ -22,12 +22,6 @@ def add_combine(a, b):
 
 
 @triton.jit
-def min_combine(a, b):
-    """``tl.reduce`` combiner: minimum."""
-    return tl.minimum(a, b)
-
-
-@triton.jit
 def image_stats_kernel(
     in_ptr,  # uint8 [B, 3, H, W], any strides
     stats_ptr,  # int32 [B, STATS_W] contiguous, zeroed (min columns at 255)
@@ -55,7 +49,7 @@ def image_stats_kernel(
             x = x2
         xi = x.to(tl.int32)
         if MINMAX:
-            lo = tl.reduce(tl.reduce(tl.where(mask, xi, 255), 1, min_combine), 0, min_combine)
+            lo = tl.reduce(tl.reduce(tl.where(mask, xi, 255), 1, sample.min_combine), 0, sample.min_combine)
             hi = tl.reduce(tl.reduce(tl.where(mask, xi, 0), 1, sample.max_combine), 0, sample.max_combine)
             tl.atomic_min(row + augment.STATS_MIN + ch, lo)
             tl.atomic_max(row + augment.STATS_MAX + ch, hi)

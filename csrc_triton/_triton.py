@@ -38,8 +38,8 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import torch
 
-__all__ = ["LaunchSettings", "cache_key", "cdiv", "interpret_mode", "kernel", "next_power_of_2", "resample_settings", "tile_settings",
-           "upload"]
+__all__ = ["LaunchSettings", "cache_key", "cdiv", "interpret_mode", "kernel", "next_power_of_2", "resample_settings",
+           "tile_settings", "upload"]
 
 _TRUE = ("1", "true", "on", "yes")
 _kernels: dict[tuple[str, str, str], Any] = {}

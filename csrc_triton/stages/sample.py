@@ -62,8 +62,14 @@ from . import source as src_stage
 
 @triton.jit
 def max_combine(a, b):
-    """``tl.reduce`` combiner: the most taps any pixel of a tile needs."""
+    """``tl.reduce`` combiner: maximum (the most taps any pixel of a tile needs, the end of its band)."""
     return tl.maximum(a, b)
+
+
+@triton.jit
+def min_combine(a, b):
+    """``tl.reduce`` combiner: minimum (the first source row of a tile's band)."""
+    return tl.minimum(a, b)
 
 
 @triton.jit
@@ -238,18 +244,6 @@ def tap_weight(k, c, inv, rnorm, fb, FILTER: tl.constexpr, ANTIALIAS: tl.constex
 
 
 @triton.jit
-def min_combine(a, b):
-    """``tl.reduce`` combiner: the first source row a tile reads."""
-    return tl.minimum(a, b)
-
-
-@triton.jit
-def add_combine(a, b):
-    """``tl.reduce`` combiner: a sum."""
-    return a + b
-
-
-@triton.jit
 def band(ky0, n_y):
     """The tile's band: the source rows ``[first, end)`` from the first tap of any of its
     output rows to one past the last (tap indices, as :func:`axis_taps` gives them);
@@ -367,12 +361,12 @@ def sample(data_ptr, off, H, W, C,
     The windowed filters walk the tile's band of source rows (:func:`band`) one row
     at a time: each row's horizontal sums are computed once and added, in ascending
     row, into every output row of the tile, weighted 0 where the row is outside the
-    output row's window. Each output pixel so gets the operations of
-    reading its own taps one by one, in the same order, plus added ``0 * h`` terms that
-    change no sum (``h`` is finite for finite pixels and fill), while a source row's
-    horizontal pass is done once per tile instead of once per output row whose window
-    holds it (about twice for a 2x antialiased downscale). The nearest filters read one
-    row per output row, far apart when shrinking: they read the rows tap by tap.
+    output row's window. Each output pixel so gets the operations of reading its own
+    taps one by one, in the same order, plus added ``0 * h`` terms that change no sum
+    (``h`` is finite for finite pixels and fill), while a source row's horizontal pass
+    is done once per tile instead of once per output row whose window holds it (about
+    twice for a 2x antialiased downscale). The nearest filters read one row per output
+    row, far apart when shrinking: they read the rows tap by tap.
     """
     acc0 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
     acc1 = tl.full([BLOCK_H, BLOCK_W], 0.0, tl.float32)
