@@ -408,14 +408,15 @@ class ClipDecoder:
             ctx = self._decoder(clip)
             for j in range(clip.num_packets + 1):
                 if j < clip.num_packets:
-                    wants = skip_frame(int(clip.pts[j]), wanted)
+                    pts = int(clip.pts[j])
+                    wants = skip_frame(pts, wanted)
                     if wants != skip:
                         ctx.skip_frame = skip = wants
                     payload: Any = clip.packet(j)
                     if sets is not None:
                         payload = to_annexb(payload, sets.length_size, sets.annexb if j == 0 else b"")
                     packet = av.Packet(bytes(payload))
-                    packet.pts = int(clip.pts[j])
+                    packet.pts = pts
                     packet.dts = None if clip.dts[j] == VideoInfo.NO_TIMESTAMP else int(clip.dts[j])
                     packet.is_keyframe = bool(clip.key[j])
                     frames = ctx.decode(packet)
