@@ -199,8 +199,8 @@ def _software_decoder(clip: Any) -> Any:
 
 
 def _decode_packets(ctx: Any, clip: Any, stop: int | None = None) -> int:
-    """Feed ``clip``'s packets (the first ``stop``) to ``ctx`` as ``ClipDecoder`` does, then flush;
-    the frames that came out, dropped at once. Returns their count."""
+    """Feed ``clip``'s packets (the first ``stop``) to FFmpeg's decoder ``ctx``, then flush; the frames
+    that came out, dropped at once. Returns their count."""
     import av
 
     from torchdali.video import VideoInfo
@@ -215,18 +215,53 @@ def _decode_packets(ctx: Any, clip: Any, stop: int | None = None) -> int:
     return frames + len(ctx.decode(None))
 
 
+class _NvdecSession:
+    """One thread's NVDEC session as ``ClipDecoder``'s decode threads hold one (``_cuvid.Session``, its
+    decoders reused from video to video), decoding every packet and mapping every picture (NVDEC's own
+    post-processing, which any consumer of its frames does), copying none out."""
+
+    def __init__(self, device: torch.device) -> None:
+        from torchdali.video._cuvid import Session
+
+        torch.cuda.set_device(device)
+        self.stream = torch.cuda.Stream(device)
+        self.stream.query()  # the device's context current on this thread
+        self.session = Session(self.stream.cuda_stream)
+        self.done = torch.cuda.Event(blocking=True)
+
+    def sync(self) -> None:
+        self.done.record(self.stream)
+        self.done.synchronize()
+
+    def decode(self, clip: Any, stop: int | None = None) -> int:
+        import itertools
+
+        from torchdali.video._nvdec import _payloads
+
+        n = clip.num_packets if stop is None else min(stop, clip.num_packets)
+        return self.session.decode(clip.codec, itertools.islice(_payloads(clip), n), clip.width, clip.height,
+                                   {int(p): [] for p in clip.pts[:n]}, 0, self.sync)
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class _SoftwareSession:
+    """FFmpeg's software decoder, one per video as ``decode_clip_nv12`` makes it."""
+
+    def decode(self, clip: Any, stop: int | None = None) -> int:
+        return _decode_packets(_software_decoder(clip), clip, stop)
+
+    def close(self) -> None:
+        pass
+
+
 def raw_rate(clips: list[Any], sessions: int, device: torch.device | None, budget_s: float) -> dict:
     """Every frame of ``clips`` (``whole_videos``) decoded in order by ``sessions`` decoders in as many
     threads, each taking the next whole video until none is left or ``budget_s`` has passed: NVDEC on
-    ``device`` through ``ClipDecoder``'s own FFmpeg decoders (``ClipDecoder._decoder``: one per stream
-    configuration and thread, flushed between videos), FFmpeg's software decoder where ``device`` is
-    None. Each thread first decodes a few packets of a video untimed (the session's start)."""
-    nvdec = None
-    if device is not None:
-        from torchdali.video._nvdec import ClipDecoder
-
-        nvdec = ClipDecoder(device, threads=sessions)
-    make = (lambda clip: nvdec._decoder(clip)) if nvdec is not None else _software_decoder
+    ``device`` through the sessions ``ClipDecoder`` uses (``_NvdecSession``), FFmpeg's software decoder
+    where ``device`` is None. Each thread first decodes a few packets of a video untimed (the session's
+    start)."""
     lock = threading.Lock()
     queue = iter(range(len(clips)))
     start = threading.Barrier(sessions + 1)
@@ -234,37 +269,35 @@ def raw_rate(clips: list[Any], sessions: int, device: torch.device | None, budge
 
     def session(k: int) -> tuple[int, int]:
         try:
-            _decode_packets(make(clips[k % len(clips)]), clips[k % len(clips)], stop=8)
+            decoder = _NvdecSession(device) if device is not None else _SoftwareSession()
+            decoder.decode(clips[k % len(clips)], stop=8)
         except BaseException:
             start.abort()  # the others and the main thread stop waiting; this error is raised below
             raise
         start.wait()
         frames = videos = 0
-        while time.perf_counter() < deadline[0]:
-            with lock:
-                i = next(queue, None)
-            if i is None:
-                break
-            frames += _decode_packets(make(clips[i]), clips[i])
-            videos += 1
+        try:
+            while time.perf_counter() < deadline[0]:
+                with lock:
+                    i = next(queue, None)
+                if i is None:
+                    break
+                frames += decoder.decode(clips[i])
+                videos += 1
+        finally:
+            decoder.close()
         return frames, videos
 
-    try:
-        with ThreadPoolExecutor(sessions, thread_name_prefix="raw-decode") as pool:
-            futures = [pool.submit(session, k) for k in range(sessions)]
-            try:
-                start.wait()
-            except threading.BrokenBarrierError:
-                pass  # a session failed to start: its error comes with its result
-            t0, cpu0 = time.perf_counter(), time.process_time()
-            deadline[0] = t0 + budget_s
-            done = [f.result() for f in futures]
-            if device is not None:
-                torch.cuda.synchronize(device)  # FFmpeg's copies out of the surfaces
-            wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    finally:
-        if nvdec is not None:
-            nvdec.close()
+    with ThreadPoolExecutor(sessions, thread_name_prefix="raw-decode") as pool:
+        futures = [pool.submit(session, k) for k in range(sessions)]
+        try:
+            start.wait()
+        except threading.BrokenBarrierError:
+            pass  # a session failed to start: its error comes with its result
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        deadline[0] = t0 + budget_s
+        done = [f.result() for f in futures]
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     frames, videos = sum(d[0] for d in done), sum(d[1] for d in done)
     return {"sessions": sessions, "videos": videos, "frames": frames, "wall_s": wall,
             "frames_per_s": frames / wall if wall > 0 else 0.0,
@@ -278,7 +311,7 @@ def raw_sweep(root: str, args: argparse.Namespace, device: torch.device | None) 
     clips = whole_videos(paths)
     read_s = time.perf_counter() - t0
     frames = sum(c.num_packets for c in clips)
-    backend = "NVDEC through FFmpeg (cuda hwaccel)" if device is not None else "FFmpeg's software decoder"
+    backend = "NVDEC (libnvcuvid, every picture mapped)" if device is not None else "FFmpeg's software decoder"
     codecs = sorted({c.codec for c in clips})
     print(f"\nraw decode, {backend}: {len(clips)} videos ({', '.join(codecs)}), {frames} frames "
           f"(packets read in {read_s:.1f} s)")

@@ -23,7 +23,8 @@ from torchdali.video import ClipDecodeError, EncodedClip, VideoInfo, decode_clip
 from torchdali.video._annexb import (  # noqa: E402
     START_CODE, ParameterSets, h264_dpb, parameter_sets, parse_avcc, parse_hvcc, to_annexb,
 )
-from torchdali.video._nvdec import NVDEC_FAILURES, ClipDecoder, _Lane, decoder_key, stream_key  # noqa: E402
+from torchdali.video import _nvdec  # noqa: E402
+from torchdali.video._nvdec import NVDEC_FAILURES, ClipDecoder, _Lane, _payloads, stream_key  # noqa: E402
 
 av.logging.set_level(av.logging.PANIC)  # the decodes without parameter sets make FFmpeg log errors on purpose
 
@@ -235,28 +236,6 @@ def test_one_decoder_reused_across_videos_of_a_size(videos: dict[str, dict[str, 
         _assert_frames(_decode(ctx, clip, _reframed(clip)), clip, path, f"turn {n}: {os.path.basename(path)} clip {k}")
 
 
-# -- the decoder's key -----------------------------------------------------------------------------
-
-@pytest.mark.parametrize("codec", CODECS)
-def test_decoder_key_shares_a_size_and_separates_sizes(videos: dict[str, dict[str, str]], codec: str) -> None:
-    """Videos of one size and encoder settings share a decoder (in mp4 and mkv alike), those of another size
-    do not, nor H.264 videos whose SPSs keep other numbers of pictures (HEVC's decoder re-creates its
-    hardware decoder for each new SPS: those share)."""
-    same_25, same_30, simple, other = (_clips(videos[codec][n])[0]
-                                       for n in ("same_25", "same_30", "same_simple", "other"))
-    mkv = _clips(videos[codec]["same_25_mkv"])[0]
-    assert decoder_key(same_25) == decoder_key(same_30) == decoder_key(mkv)
-    assert decoder_key(same_25).extradata == b""  # the decoder is created without it
-    assert decoder_key(other) != decoder_key(same_25)
-    if codec == "h264":
-        assert decoder_key(simple) != decoder_key(same_25)
-        assert decoder_key(simple)._replace(dpb=()) == decoder_key(same_25)._replace(dpb=())
-    else:
-        assert decoder_key(simple) == decoder_key(same_25)
-    # failures stay counted per stream
-    assert stream_key(same_25) != stream_key(same_30)
-
-
 # -- the pictures an H.264 SPS keeps -----------------------------------------------------------------
 
 _X264 = "keyint=8:min-keyint=8:scenecut=0:log-level=error"
@@ -383,21 +362,25 @@ def test_h264_dpb_of_sps_built_by_hand() -> None:
             h264_dpb(timed[:cut])
 
 
-def test_other_streams_keep_their_extradata_in_the_key(videos: dict[str, dict[str, str]]) -> None:
-    """Annex-B extradata, records that do not parse, and other codecs: decoded as they are, each
-    extradata its own decoder."""
+def test_payloads_are_what_the_parser_takes(videos: dict[str, dict[str, str]]) -> None:
+    """``_payloads``: an MP4-form stream re-framed, its parameter sets first, decodes to the file's own frames
+    on a decoder given no extradata; Annex-B extradata goes before the first packet; a record that does not
+    parse, and other codecs, leave the packets as they are. Each packet keeps its pts."""
+    for codec in CODECS:
+        path = videos[codec]["same_25"]
+        for k, clip in enumerate(_clips(path)):
+            payloads = list(_payloads(clip))
+            assert [pts for _, pts in payloads] == clip.pts.tolist()
+            _assert_frames(_decode(_software(codec), clip, [p for p, _ in payloads]), clip, path, f"clip {k}")
     clip = _clips(videos["h264"]["same_25"])[0]
     sets = parameter_sets(clip.codec, clip.extradata)
     assert sets is not None
-    for extradata in (sets.annexb, sets.annexb[1:], clip.extradata[:20], b"\x00" + clip.extradata[1:]):
-        odd = dataclasses.replace(clip, extradata=extradata)
-        assert parameter_sets(odd.codec, odd.extradata) is None
-        assert decoder_key(odd).extradata == extradata and decoder_key(odd) != decoder_key(clip)
-    empty = dataclasses.replace(clip, extradata=b"")
-    assert parameter_sets("h264", b"") is None and decoder_key(empty).extradata == b""
-    assert parameter_sets("vp9", clip.extradata) is None
-    vp9 = dataclasses.replace(clip, codec="vp9")
-    assert decoder_key(vp9).extradata == clip.extradata
+    raw = [bytes(clip.packet(j)) for j in range(clip.num_packets)]
+    annexb = dataclasses.replace(clip, extradata=sets.annexb)
+    assert [p for p, _ in _payloads(annexb)] == [sets.annexb + raw[0]] + raw[1:]
+    for odd in (dataclasses.replace(clip, extradata=clip.extradata[:20]), dataclasses.replace(clip, extradata=b""),
+                dataclasses.replace(clip, codec="vp9")):
+        assert [p for p, _ in _payloads(odd)] == raw
 
 
 # -- malformed input -------------------------------------------------------------------------------
@@ -465,36 +448,42 @@ def test_packets_reframed_and_malformed_packets_refused() -> None:
             to_annexb(empty, 4, b"P")
 
 
-def test_a_malformed_packet_fails_its_stream_only(videos: dict[str, dict[str, str]]) -> None:
+class _Feeder:
+    """A stand-in for a decode thread's NVDEC session: it takes every packet as the parser would."""
+
+    def decode(self, codec: str, packets: Any, *args: Any) -> int:
+        return sum(1 for _ in packets)
+
+
+def test_a_malformed_packet_fails_its_stream_only(videos: dict[str, dict[str, str]],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A clip whose packet's NAL size runs past its end goes the way of NVDEC's failures (counted against
-    its own stream, the clip to the CPU), before a decoder is fed it: the other video of its size, which
-    shares its decoder, is still sent to NVDEC after ``NVDEC_FAILURES`` of them. The thread's lane and
-    decoder are stand-ins (a software decoder): no GPU is touched."""
+    its own stream, the clip to the CPU): another video of its size is still sent to NVDEC after
+    ``NVDEC_FAILURES`` of them. The thread's lane and session are stand-ins: no GPU is touched."""
     good = _clips(videos["h264"]["same_30"])[0]
     clip = _clips(videos["h264"]["same_25"])[0]
     data = clip.data.copy()
     data[int(clip.offsets[0]): int(clip.offsets[0]) + 4] = 0xFF
     bad = dataclasses.replace(clip, data=data)
+    monkeypatch.setattr(_nvdec, "refuse", lambda codec, width, height: None)  # the engines' range, untouched
     decoder = ClipDecoder("cuda:0")
-    lane = _Lane(copy_stream=None)  # type: ignore[arg-type]
+    lane = _Lane(copy_stream=None, session=_Feeder())  # type: ignore[arg-type]
     decoder._lane = lambda: lane  # type: ignore[method-assign]
-    decoder._decoder = lambda c: lane.decoders.setdefault(decoder_key(c), _software(c.codec))  # type: ignore
     for n in range(NVDEC_FAILURES):
         assert decoder._refuse(bad) is None
         assert decoder._nvdec(bad, torch.empty(0, dtype=torch.uint8), np.zeros(bad.num_frames, np.int64)) is None
-        assert lane.decoders == {}  # a decoder that failed is dropped
     assert decoder._failures == {stream_key(bad): NVDEC_FAILURES}
     (why, count), = decoder.reasons.items()
     assert count == NVDEC_FAILURES and why.startswith("NVDEC failed: ClipDecodeError: a NAL unit's size")
     assert decoder._refuse(bad) is not None
-    assert decoder_key(good) == decoder_key(bad) and decoder._refuse(good) is None
+    assert decoder._refuse(good) is None
 
 
 # -- on the GPU ------------------------------------------------------------------------------------
 
 _GPU = {"h264": "keyint=40:min-keyint=40:scenecut=0:bframes=3:log-level=error",
         "hevc": "keyint=40:min-keyint=40:scenecut=0:bframes=3:open-gop=0:log-level=error"}
-#: more reference frames (and, for H.264, a deeper B-pyramid) than the others: H.264's need a decoder of their own
+#: more reference frames (and, for H.264, a deeper B-pyramid) than the others: more decode surfaces
 _GPU_REFS = {"h264": ":ref=16:b-pyramid=normal", "hevc": ":ref=5:bframes=4"}
 
 
@@ -502,10 +491,9 @@ _GPU_REFS = {"h264": ":ref=16:b-pyramid=normal", "hevc": ":ref=5:bframes=4"}
 @pytest.mark.parametrize("codec", CODECS)
 def test_nvdec_shares_one_decoder_across_videos_of_a_size(tmp_path: Any, codec: str) -> None:
     """Clips of three videos of one size (160 x 144: NVDEC's smallest HEVC frame is 144 x 144) decoded in
-    turn through one decode thread: two whose frame rates differ share a decoder; a third keeps more
-    reference frames, which for H.264 takes a decoder of its own (the surfaces are counted from the SPS)
-    and for HEVC shares it (FFmpeg re-creates the hardware decoder for the new SPS). Every clip goes to
-    NVDEC and every frame equals the CPU's."""
+    turn through one decode thread, whose session keeps one decoder for them all: two differ in frame rate
+    (so in their records), a third keeps more reference frames (the decoder is re-made with more surfaces
+    once, then serves the others too). Every clip goes to NVDEC and every frame equals the CPU's."""
     specs = [("rate_25", 25, ""), ("rate_30", 30, ""), ("refs", 25, _GPU_REFS[codec])]
     paths = [_video.write_video(tmp_path / f"{name}.mp4", codec=_ENCODER[codec], frames=40, width=160, height=144,
                                 rate=rate, options={"x264-params" if codec == "h264" else "x265-params":
@@ -516,8 +504,6 @@ def test_nvdec_shares_one_decoder_across_videos_of_a_size(tmp_path: Any, codec: 
     windows = [np.arange(0, 32), np.arange(5, 40, 3), np.arange(30, 40)]
     clips = [read_clip(p, w, i) for w in windows for p, i in zip(paths, infos)]
     clips += clips[::-1]
-    keys = [decoder_key(read_clip(p, [0], i)) for p, i in zip(paths, infos)]
-    assert keys[0] == keys[1] and (keys[2] != keys[0]) == (codec == "h264")
     decoder, stream = ClipDecoder("cuda", threads=1), torch.cuda.Stream()
     try:
         for n, clip in enumerate(clips):
@@ -531,7 +517,7 @@ def test_nvdec_shares_one_decoder_across_videos_of_a_size(tmp_path: Any, codec: 
                 assert np.array_equal(host[: H * W].reshape(H, W), ref.y[f]), f"clip {n}, frame {f}: Y"
                 assert np.array_equal(host[H * W:].reshape(H // 2, W // 2, 2), ref.uv[f]), f"clip {n}, frame {f}: CbCr"
         (lane,) = decoder._lanes.values()
-        assert set(lane.decoders) == set(keys)
+        assert len(lane.session._decoders) == 1
         assert decoder.reasons == {} and decoder._failures == {}
     finally:
         decoder.close()

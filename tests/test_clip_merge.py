@@ -25,7 +25,7 @@ from torchdali.video import (  # noqa: E402
     EncodedClip, VideoInfo, as_nv12, clip_frame_indices, decode_clip_nv12, decode_clip_rgb, probe, read_clip,
 )
 from torchdali.video._merge import merge_clips  # noqa: E402
-from torchdali.video._nvdec import PendingClips, frame_runs, plan_batch, skip_frame  # noqa: E402
+from torchdali.video._nvdec import PendingClips, frame_runs, plan_batch  # noqa: E402
 
 GOP = 10
 NUM_FRAMES = 45
@@ -340,42 +340,35 @@ def nonref_unwanted(clip: EncodedClip) -> int:
     return count
 
 
+@pytest.mark.cuda
 @pytest.mark.parametrize("name,windows", [
     ("h264_bframes.mp4", [range(3, 9), range(5, 11)]), ("h264_bframes.mp4", [range(13, 17)]),
     ("h264_open_gop.mkv", [range(13, 17)]), ("h264_open_gop.mkv", [[9, 11, 13, 15]]),
 ])
 def test_unwanted_non_reference_pictures_are_skipped_and_the_frames_stay(videos: dict[str, str], name: str,
                                                                         windows: list[Any]) -> None:
-    """``skip_frame`` per packet, as NVDEC's decoder gets it, on FFmpeg's software decoder: the pictures it
-    gives are the packets less the unwanted ones whose slices are all non-reference (read from the
-    bitstream), and every wanted frame equals the one decoded without skipping."""
+    """NVDEC decodes the packets less the unwanted ones whose slices are all non-reference (read from the
+    bitstream here), and every frame equals the CPU's, which decodes every packet."""
+    from torchdali.video._nvdec import ClipDecoder
+
     clips = clips_of(videos[name], windows)
     clip = merge_clips(clips)[0].clip
-    wanted = {int(p) for p, i in zip(clip.frame_pts.tolist(), clip.frame_indices.tolist()) if i >= 0}
-
-    def decode(skip: bool) -> tuple[int, dict[int, np.ndarray]]:
-        ctx = av.CodecContext.create(clip.codec, "r")
-        ctx.extradata = bytes(clip.extradata)
-        out: dict[int, np.ndarray] = {}
-        given = 0
-        for j in range(clip.num_packets + 1):
-            if j < clip.num_packets:
-                ctx.skip_frame = skip_frame(int(clip.pts[j]), wanted) if skip else "DEFAULT"
-                packet = av.Packet(bytes(clip.packet(j)))
-                packet.pts, packet.dts = int(clip.pts[j]), int(clip.dts[j])
-                frames = ctx.decode(packet)
-            else:
-                frames = ctx.decode(None)
-            given += len(frames)
-            out.update({f.pts: f.to_ndarray() for f in frames})
-        return given, out
-
-    everything, full = decode(False)
-    given, part = decode(True)
-    assert everything == clip.num_packets
-    assert given == clip.num_packets - nonref_unwanted(clip) < clip.num_packets
-    for pts in wanted:
-        assert np.array_equal(part[pts], full[pts]), pts
+    decoder = ClipDecoder("cuda", threads=1)
+    try:
+        out = decoder.decode(clips, torch.cuda.Stream())
+    finally:
+        decoder.close()
+    assert (out.nvdec, out.cpu) == (len(clips), 0), decoder.reasons
+    assert out.decoded_frames == clip.num_packets - nonref_unwanted(clip) < clip.num_packets
+    k = 0
+    for c in clips:
+        ref = decode_clip_nv12(c)
+        for f in range(c.num_frames):
+            H, W = c.height, c.width
+            host = out.data[int(out.offsets[k]): int(out.offsets[k]) + H * W * 3 // 2].cpu().numpy()
+            assert np.array_equal(host[: H * W].reshape(H, W), ref.y[f]), (k, "Y")
+            assert np.array_equal(host[H * W:].reshape(H // 2, W // 2, 2), ref.uv[f]), (k, "CbCr")
+            k += 1
 
 
 # --------------------------------------------------------------------------- #

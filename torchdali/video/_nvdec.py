@@ -1,23 +1,22 @@
 """A batch of clips decoded on the GPU with NVDEC, into one packed NV12 buffer.
 
-NVDEC is reached through FFmpeg's ``cuda`` hardware acceleration in PyAV's wheel
-(``av.codec.hwaccel.HWAccel``, frames kept on the device, FFmpeg on torch's primary
-CUDA context), so no system FFmpeg and no binding of our own is needed. A decoded
-frame's planes (pitched device memory that belongs to FFmpeg's frame pool, read by the
-address and pitch PyAV gives) are copied into the batch's buffer by the driver's 2-D
-copy (``_copy2d``), in the layout the fused kernel's NV12 source reads
-(``csrc_triton/layout.py``: Y plane, then the CbCr plane, no pitch).
+NVDEC is driven through the driver's own video library (``_cuvid``: NVIDIA's parser and decoder, reached
+with ctypes, on torch's primary CUDA context). A decoded picture is mapped and its two planes copied into
+the batch's buffer by the driver's 2-D copy (``_copy2d``), in the layout the fused kernel's NV12 source
+reads (``csrc_triton/layout.py``: Y plane, then the CbCr plane, no pitch). FFmpeg (PyAV) reads the
+packets and decodes on the CPU routes; it is not on NVDEC's path.
 
 Only 8-bit 4:2:0 streams with a matrix the NV12 source converts (``as_nv12``) go to NVDEC:
 its frames of other formats are not 8-bit NV12 (P010, P016, 4:4:4 planes). The others (4:2:2,
 4:4:4, 10 and 12 bits, BT.2020, ...) are decided up front from the stream's parameters and
 decoded on the CPU per clip to RGB by swscale at their chroma resolution and bit depth
 (``decode_clip_rgb``), their frames stored as interleaved RGB (``DecodedClips.rgb``); 8-bit 4:2:0
-clips NVDEC does not take (a codec it lacks, odd frame sizes, a decoder that fails) are decoded
-on the CPU to NV12 (``decode_clip_nv12``). Both are uploaded; ``DecodedClips`` counts the routes.
+clips NVDEC does not take (a codec ``_cuvid`` does not feed, odd frame sizes, sizes outside the
+engines' range, a decode that fails) are decoded on the CPU to NV12 (``decode_clip_nv12``). Both are
+uploaded; ``DecodedClips`` counts the routes.
 
-Several clips decode at once, one per decode thread, each thread with its own FFmpeg
-decoders and its own copy stream (one NVDEC session decodes one picture at a time).
+Several clips decode at once, one per decode thread, each thread with its own NVDEC session (its
+decoders, reused from clip to clip: creating one takes milliseconds) and its own copy stream.
 
 Clips of one video that share packets are decoded once (``plan_batch``, ``_merge.merge_clips``): a clip
 is decoded from the keyframe at or before its first frame, so the clips of one video in a batch
@@ -25,35 +24,25 @@ is decoded from the keyframe at or before its first frame, so the clips of one v
 pictures from a shared keyframe again. Clips of one file and stream whose packet ranges overlap or are
 adjacent in decode order become one clip, the union of their packets, whose output frames are theirs,
 each written to its own place in the batch's buffer: ``_nvdec`` maps a picture to every frame that wants
-it, ``_copy`` and ``_pad`` work frame by frame, and the CPU routes upload frame by frame (``frame_runs``).
-One decode thread decodes such a clip. ``DecodedClips.decoded_frames`` counts its pictures once, so
+it, ``_pad`` works frame by frame, and the CPU routes upload frame by frame (``frame_runs``). One decode
+thread decodes such a clip. ``DecodedClips.decoded_frames`` counts its pictures once, so
 ``decoded_per_delivered_frame`` falls where clips merge; the routes (``nvdec``, ``cpu``) and
 ``ClipDecoder.reasons`` still count the batch's clips.
 
-Decoders are reused from clip to clip (flushed between them): creating one costs milliseconds of CPU. Which
-clips share one is ``decoder_key``'s. An H.264 or HEVC stream in MP4 form (length-prefixed NAL units, its
-parameter sets in an avcC or hvcC record: mp4, mov, mkv) is fed Annex-B by ``_annexb``, its parameter sets
-before the clip's first packet, to a decoder created without extradata: such streams of a codec, size and
-pixel format share one, although nearly every video's record differs (its SPS's timing fields, say). FFmpeg
-takes the in-band parameter sets and keeps its hardware decoder while the size and format stay the same;
-H.264's then keeps the surfaces it counted from the first stream's SPS, so H.264 streams share a decoder
-only where their SPSs count the same pictures (``ParameterSets.dpb``: reference frames, reorder depth).
-Other streams (already Annex-B, other codecs, records that do not parse) are decoded as they are, one
-decoder per codec, extradata and size. Failures are counted per stream (``stream_key``: codec, extradata,
-size), so that a corrupt video does not send the others of its size to the CPU.
+An H.264 or HEVC stream in MP4 form (length-prefixed NAL units, its parameter sets in an avcC or hvcC
+record: mp4, mov, mkv) is fed to the parser in Annex-B (``_annexb``), its parameter sets before the clip's
+first packet. Failures are counted per stream (``stream_key``: codec, extradata, size), so that a corrupt
+video does not send the others of its size to the CPU.
 
-Fork safety: a loader's workers are forked from the process whose decode threads hold FFmpeg
-decoders. In the child those threads do not exist, and freeing a decoder there waits for its
-FFmpeg threads for ever (``avcodec_free_context`` joins them). So the decoders are never in a
-``threading.local`` (the child's after-fork clean-up drops the other threads' locals, freeing what
-they hold): each thread's lane lives in ``ClipDecoder._lanes``, and in a forked child every lane
-is kept alive to the end (``_keep_lanes_in_child``), never freed.
+Fork safety: a loader's workers are forked from the process whose decode threads hold NVDEC sessions,
+which the child can never use (CUDA does not survive a fork) and must not free. So the sessions are never
+in a ``threading.local`` (the child's after-fork clean-up drops the other threads' locals, freeing what
+they hold): each thread's lane lives in ``ClipDecoder._lanes``, and in a forked child every lane is kept
+alive to the end (``_keep_lanes_in_child``), never freed.
 
-Synchronisation: FFmpeg copies each decoded surface into its frame on the legacy
-default stream; the copies into the batch's buffer run on the thread's copy stream
-after an event recorded there, and a frame goes back to FFmpeg's pool only once they
-are done (the pool is small: frames held longer would starve the decoder). Every copy
-is done when ``decode`` returns.
+Synchronisation: the maps and the copies out of them run on the thread's copy stream, after an event
+recorded where the batch's buffer was allocated; a mapped surface goes back to its decoder only once the
+stream has done its copies, and every copy is done when ``decode`` returns.
 """
 from __future__ import annotations
 
@@ -61,36 +50,25 @@ import os
 import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from typing import Any, Container, NamedTuple, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import torch
 from csrc_triton import layout
 
-from ._annexb import parameter_sets, to_annexb
-from ._container import (
-    NV12_PIX_FMTS, ClipDecodeError, EncodedClip, VideoInfo, _av, as_nv12, decode_clip_nv12, decode_clip_rgb,
-)
-from ._copy2d import copy_2d
+from ._annexb import START_CODE, parameter_sets, to_annexb
+from ._container import NV12_PIX_FMTS, ClipDecodeError, EncodedClip, as_nv12, decode_clip_nv12, decode_clip_rgb
+from ._cuvid import CODECS, Session, refuse
 from ._merge import merge_clips
 
-__all__ = ["ClipDecoder", "DecodedClips", "PendingClips", "plan_batch", "skip_frame"]
+__all__ = ["ClipDecoder", "DecodedClips", "PendingClips", "plan_batch"]
 
-#: clips decoded at once by a ``ClipDecoder``: each thread feeds its own FFmpeg decoders (PyAV lets
-#: go of the interpreter while FFmpeg decodes), so NVDEC has several sessions in flight
+#: clips decoded at once by a ``ClipDecoder``: each thread has its own NVDEC session (ctypes lets go of
+#: the interpreter in every driver call), so the engines have several clips in flight
 DECODE_THREADS = 8
-#: FFmpeg decoders a decode thread keeps, least recently used dropped: one per ``decoder_key`` (for MP4's
-#: H.264 and HEVC a codec, size and pixel format, and H.264's reference counts; for other streams each
-#: extradata makes its own), each holding its NVDEC surfaces
-_DECODERS_PER_THREAD = 4
 #: failures in a row after which a stream (``stream_key``: codec, extradata, size) is no longer tried on NVDEC
 NVDEC_FAILURES = 3
-#: FFmpeg codec names NVDEC decodes (where the engine supports the profile)
-NVDEC_CODECS = frozenset({"h264", "hevc", "vp9", "vp8", "av1", "mpeg2video", "mpeg4", "vc1"})
-#: device frames a decoder's pool holds beyond its reference frames: decoded frames are held until
-#: this many wait, then copied out together (NVDEC takes at most 32 surfaces, references included)
-_HELD_FRAMES = 8
 
 
 class DecodedClips(NamedTuple):
@@ -164,13 +142,6 @@ def plan_batch(clips: Sequence[EncodedClip]) -> BatchPlan:
     return BatchPlan(offsets, shapes, rgb, int(sum(sizes)), jobs)
 
 
-def skip_frame(pts: int, wanted: Container[int]) -> str:
-    """FFmpeg's ``skip_frame`` for a clip's packet of ``pts``: ``"NONREF"`` where the clip wants no frame of
-    it (the decoder then skips its picture unless other pictures refer to it), else ``"DEFAULT"``. A packet
-    without a timestamp is decoded."""
-    return "DEFAULT" if pts in wanted or pts == VideoInfo.NO_TIMESTAMP else "NONREF"
-
-
 def frame_runs(at: np.ndarray, frame_bytes: int) -> list[tuple[int, int, int]]:
     """The copies ``(from, to, bytes)`` that put frames of ``frame_bytes`` each, back to back in a host
     buffer, at ``at`` in the batch's buffer: frames that follow each other in both share one copy (a
@@ -185,27 +156,6 @@ def frame_runs(at: np.ndarray, frame_bytes: int) -> list[tuple[int, int, int]]:
     return runs
 
 
-class DecoderKey(NamedTuple):
-    """What an FFmpeg decoder is created for; the clips of equal keys share a decode thread's decoder."""
-
-    codec: str
-    extradata: bytes  # given to the decoder; empty for a stream fed Annex-B with its parameter sets in band
-    width: int
-    height: int
-    pix_fmt: str
-    dpb: tuple  # what the decoder's surfaces are counted from (``ParameterSets.dpb``); () where extradata is given
-
-
-def decoder_key(clip: EncodedClip) -> DecoderKey:
-    """The decoder ``clip`` is decoded with: for an H.264 or HEVC stream in MP4 form (fed Annex-B, see the
-    module docstring) its codec, size, pixel format and (H.264) the pictures its SPS keeps; for other
-    streams their extradata instead of the last."""
-    sets = parameter_sets(clip.codec, bytes(clip.extradata))
-    if sets is None:
-        return DecoderKey(clip.codec, bytes(clip.extradata), clip.width, clip.height, clip.pix_fmt, ())
-    return DecoderKey(clip.codec, b"", clip.width, clip.height, clip.pix_fmt, sets.dpb)
-
-
 def stream_key(clip: EncodedClip) -> tuple[str, bytes, int, int]:
     """``clip``'s stream configuration, which NVDEC's failures are counted against: codec, extradata, size."""
     return (clip.codec, bytes(clip.extradata), clip.width, clip.height)
@@ -213,10 +163,37 @@ def stream_key(clip: EncodedClip) -> tuple[str, bytes, int, int]:
 
 @dataclass
 class _Lane:
-    """A decode thread's copy stream and FFmpeg decoders (least recently used first)."""
+    """A decode thread's copy stream and NVDEC session (made on its first clip NVDEC decodes)."""
 
     copy_stream: torch.cuda.Stream
-    decoders: dict[DecoderKey, Any] = field(default_factory=dict)
+    session: Session | None = None
+    done: Any = None  # the blocking event ``sync`` waits on
+
+    def sync(self) -> None:
+        """Wait for the copy stream's work, asleep: a stream's own synchronize spins a core for as long
+        as it waits (torch's context schedules spin waits), and eight decode threads wait often."""
+        if self.done is None:
+            self.done = torch.cuda.Event(blocking=True)
+        self.done.record(self.copy_stream)
+        self.done.synchronize()
+
+
+def _payloads(clip: EncodedClip) -> Iterator[tuple[bytes, int]]:
+    """``clip``'s packets as NVDEC's parser takes them, each with its pts: an H.264 or HEVC stream in MP4
+    form re-framed to Annex-B, its parameter sets before the first packet (``_annexb``); one already in
+    Annex-B with its parameter sets in its extradata has them before the first packet; others as they are."""
+    extradata = bytes(clip.extradata)
+    sets = parameter_sets(clip.codec, extradata)
+    first = b""
+    if sets is None and clip.codec in ("h264", "hevc") and extradata.startswith((START_CODE, START_CODE[1:])):
+        first = extradata
+    for j in range(clip.num_packets):
+        payload = clip.packet(j)
+        if sets is not None:
+            data = to_annexb(payload, sets.length_size, sets.annexb if j == 0 else b"")
+        else:
+            data = (first + bytes(payload)) if j == 0 else bytes(payload)
+        yield data, int(clip.pts[j])
 
 
 _LIVE: "weakref.WeakSet[ClipDecoder]" = weakref.WeakSet()
@@ -279,12 +256,18 @@ class ClipDecoder:
         _LIVE.add(self)
 
     def close(self) -> None:
-        """Stop the decode threads and free their FFmpeg decoders; idempotent."""
+        """Stop the decode threads and destroy their NVDEC decoders; idempotent."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
         with self._lock:
-            self._lanes = {}
+            lanes, self._lanes = self._lanes, {}
+        sessions = [lane.session for lane in lanes.values() if lane.session is not None]
+        if sessions:
+            torch.cuda.set_device(self.device)
+            torch.cuda.current_stream(self.device).query()  # the device's context current here too
+            for session in sessions:
+                session.close()
 
     def start(self, clips: Sequence[EncodedClip], stream: torch.cuda.Stream) -> "PendingClips":
         """Start decoding ``clips`` into one buffer, allocated on ``stream`` (where it will be read),
@@ -316,8 +299,8 @@ class ClipDecoder:
         if lane is None:
             torch.cuda.set_device(self.device)
             lane = _Lane(torch.cuda.Stream(self.device))
-            # a runtime call that needs the device's context makes it current on this thread, where
-            # FFmpeg takes it (``current_ctx``); the query waits for nothing
+            # a runtime call that needs the device's context makes it current on this thread, where the
+            # driver's video calls and copies take it; the query waits for nothing
             lane.copy_stream.query()
             with self._lock:
                 self._lanes[threading.get_ident()] = lane
@@ -338,137 +321,62 @@ class ClipDecoder:
         pictures = self._nvdec(clip, data, at, job.clips)
         if pictures is None:
             self._on_cpu(clip, data, at)
-        lane.copy_stream.synchronize()
+        lane.sync()
         return (False, clip.num_packets) if pictures is None else (True, pictures)
 
     # -- routes ------------------------------------------------------------------------------------
     def _refuse(self, clip: EncodedClip) -> str | None:
         """Why ``clip`` does not go to NVDEC (None: it does)."""
-        if clip.codec not in NVDEC_CODECS:
+        if clip.codec not in CODECS:
             return f"codec {clip.codec}"
         if clip.width % 2 or clip.height % 2:
             return "odd frame size"
         if self._failures.get(stream_key(clip), 0) >= NVDEC_FAILURES:
             return f"NVDEC failed {NVDEC_FAILURES} times in a row on this stream"
-        return None
+        try:
+            return refuse(clip.codec, clip.width, clip.height)
+        except (RuntimeError, ClipDecodeError) as e:
+            return f"NVDEC unavailable: {e}"
 
     def _count(self, why: str, clips: int = 1) -> None:
         with self._lock:
             self.reasons[why] = self.reasons.get(why, 0) + clips
 
-    def _decoder(self, clip: EncodedClip) -> Any:
-        key = decoder_key(clip)
-        decoders = self._lane().decoders
-        ctx = decoders.pop(key, None)
-        if ctx is None:
-            av = _av()
-            from av.codec.hwaccel import HWAccel
-
-            if len(decoders) >= _DECODERS_PER_THREAD:  # each holds NVDEC surfaces: the oldest goes
-                decoders.pop(next(iter(decoders)))
-            # FFmpeg on torch's context, current on this thread (``_lane``): its primary-context
-            # option would refuse a context torch made active with other scheduling flags
-            hw = HWAccel("cuda", device=str(self.device.index), allow_software_fallback=False, is_hw_owned=True,
-                         options={"primary_ctx": "0", "current_ctx": "1"})
-            ctx = av.CodecContext.create(clip.codec, "r", hwaccel=hw)
-            # frames are held until _HELD_FRAMES wait: the pool must have room for them
-            ctx.options = {"extra_hw_frames": str(_HELD_FRAMES)}
-            if key.extradata:
-                ctx.extradata = key.extradata
-            ctx.width, ctx.height = clip.width, clip.height
-        else:
-            ctx.flush_buffers()
-        decoders[key] = ctx  # the most recently used
-        return ctx
+    def _session(self) -> Session:
+        """This thread's NVDEC session (``_cuvid``), made on its first clip."""
+        lane = self._lane()
+        if lane.session is None:
+            lane.session = Session(lane.copy_stream.cuda_stream)
+        return lane.session
 
     def _nvdec(self, clip: EncodedClip, data: torch.Tensor, offsets: np.ndarray, clips: int = 1) -> int | None:
         """Decode ``clip`` with NVDEC into ``data`` at ``offsets``; the pictures decoded, or None where it
         cannot, so that the clip goes to the CPU (which writes every frame again). ``clips``: the batch's
-        clips it holds, for ``reasons``.
-
-        A packet whose picture the clip does not want is decoded only if other pictures refer to it:
-        FFmpeg skips non-reference pictures (``skip_frame="NONREF"``) for those packets, the B-frames
-        between a clip's keyframe and its first frame, say."""
+        clips it holds, for ``reasons``. Pictures no other refers to whose packets the clip does not want
+        (the B-frames between a clip's keyframe and its first frame, say) are not decoded (``_cuvid``)."""
         why = self._refuse(clip)
         if why is not None:
             self._count(why, clips)
             return None
-        av = _av()
-        # an H.264 or HEVC stream in MP4 form is fed Annex-B, its parameter sets first (see the module docstring)
-        sets = parameter_sets(clip.codec, bytes(clip.extradata))
         stream = stream_key(clip)
-        wanted: dict[int, list[int]] = {}
+        outputs: dict[int, list[int]] = {}
         for f, (pts, index) in enumerate(zip(clip.frame_pts.tolist(), clip.frame_indices.tolist())):
             if index >= 0:
-                wanted.setdefault(pts, []).append(f)
-        done: set[int] = set()
-        held: list[tuple[Any, np.ndarray]] = []  # the clip's device frames, copied once all are decoded
-        pictures, skip = 0, ""
+                outputs.setdefault(pts, []).append(int(offsets[f]))
+        lane = self._lane()
         try:
-            ctx = self._decoder(clip)
-            for j in range(clip.num_packets + 1):
-                if j < clip.num_packets:
-                    pts = int(clip.pts[j])
-                    wants = skip_frame(pts, wanted)
-                    if wants != skip:
-                        ctx.skip_frame = skip = wants
-                    payload: Any = clip.packet(j)
-                    if sets is not None:
-                        payload = to_annexb(payload, sets.length_size, sets.annexb if j == 0 else b"")
-                    packet = av.Packet(bytes(payload))
-                    packet.pts = pts
-                    packet.dts = None if clip.dts[j] == VideoInfo.NO_TIMESTAMP else int(clip.dts[j])
-                    packet.is_keyframe = bool(clip.key[j])
-                    frames = ctx.decode(packet)
-                else:
-                    frames = ctx.decode(None)
-                pictures += len(frames)
-                for frame in frames:
-                    if frame.pts in wanted and frame.pts not in done:
-                        if frame.format.name != "cuda":
-                            raise ClipDecodeError(f"the decoder gave a {frame.format.name} frame, not a device one")
-                        held.append((frame, offsets[wanted[frame.pts]]))
-                        done.add(frame.pts)
-                        if len(held) == _HELD_FRAMES:
-                            self._copy(held, clip, data)
-        except (ClipDecodeError, av.FFmpegError, NotImplementedError, ValueError, TypeError, RuntimeError) as e:
+            pictures = self._session().decode(clip.codec, _payloads(clip), clip.width, clip.height, outputs,
+                                              data.data_ptr(), lane.sync)
+        except (ClipDecodeError, RuntimeError) as e:
             with self._lock:
                 self._failures[stream] = self._failures.get(stream, 0) + 1
-            self._lane().decoders.pop(decoder_key(clip), None)
             self._count(f"NVDEC failed: {type(e).__name__}: {str(e)[:160]}", clips)
             return None
-        if len(done) != len(wanted):
-            self._count("NVDEC gave too few frames", clips)
-            return None
-        self._copy(held, clip, data)
         self._pad(clip, data, offsets)
         if self._failures.get(stream):
             with self._lock:
                 self._failures.pop(stream, None)
         return pictures
-
-    def _copy(self, held: list[tuple[Any, np.ndarray]], clip: EncodedClip, data: torch.Tensor) -> None:
-        """The planes of a clip's device frames into ``data``, each at its offsets (a frame repeated
-        by ``pad_mode="edge"``, or wanted by several merged clips, goes to each), one driver copy per
-        plane (``copy_2d``), then the frames released to FFmpeg's pool."""
-        H, W = clip.height, clip.width
-        lane = self._lane()
-        ready = torch.cuda.Event()
-        ready.record(torch.cuda.default_stream(self.device))  # FFmpeg's copies out of the surfaces
-        lane.copy_stream.wait_event(ready)
-        base, handle = data.data_ptr(), lane.copy_stream.cuda_stream
-        for frame, at in held:
-            y, uv = frame.planes[0], frame.planes[1]
-            # the copies read H rows of W bytes from each plane: a frame of another size (a stream
-            # that changes size) must not be read past its end
-            if frame.width < W or frame.height < H or y.line_size < W or uv.line_size < W:
-                raise ClipDecodeError(f"the decoder gave a {frame.width}x{frame.height} frame (pitches "
-                                      f"{y.line_size}, {uv.line_size}); the stream is {W}x{H}")
-            for off in at.tolist():
-                copy_2d(base + off, W, y.buffer_ptr, y.line_size, W, H, handle)
-                copy_2d(base + off + H * W, W, uv.buffer_ptr, uv.line_size, W, H // 2, handle)
-        lane.copy_stream.synchronize()  # the frames go back to FFmpeg's pool when dropped
-        held.clear()
 
     def _pad(self, clip: EncodedClip, data: torch.Tensor, offsets: np.ndarray) -> None:
         """Padding frames (``pad_mode="constant"``) black: Y at the range's black level, CbCr 128."""
@@ -494,4 +402,4 @@ class ClipDecoder:
         with torch.cuda.stream(self._lane().copy_stream):
             for src, to, size in frame_runs(offsets, frame_bytes):
                 data[to: to + size].copy_(host[src: src + size], non_blocking=True)
-        self._lane().copy_stream.synchronize()  # the pinned buffer is freed on return
+        self._lane().sync()  # the pinned buffer is freed on return
