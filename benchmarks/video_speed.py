@@ -14,10 +14,10 @@ Kinetics as it is stored, see photo_folder.py); a folder made with the same argu
 
 ``--raw`` first measures the decoders' own rate on the set, the ceiling of any clip loader on it:
 every frame of every video decoded in order (the packets read into memory beforehand) by the
-decoder ``ClipDecoder`` uses (NVDEC through FFmpeg's ``cuda`` hardware acceleration; without a
-GPU, FFmpeg's software decoder, as ``decode_clip_nv12`` makes it), with ``--sessions`` decoders in
-as many threads, each taking whole videos from one list; no clip logic, no copies out of the decoded
-frames. It reports frames/s, the clips/s that makes at ``--frames`` frames per clip, and the CPU
+decoder ``ClipDecoder`` uses (NVDEC through the sessions of its decode threads, ``_cuvid``, each
+picture mapped as any consumer of NVDEC's frames maps it; without a GPU, FFmpeg's software decoder,
+as ``decode_clip_nv12`` makes it), with ``--sessions`` decoders in as many threads, each taking whole
+videos from one list; no clip logic, no copies out of the decoded frames. It reports frames/s, the clips/s that makes at ``--frames`` frames per clip, and the CPU
 time of the process per 1000 frames, for each session count (``--raw-budget`` seconds at most per
 count: sessions stop taking videos after that). Without a GPU only ``--raw`` runs.
 

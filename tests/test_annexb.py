@@ -1,8 +1,8 @@
 """H.264 and HEVC packets re-framed from MP4's length-prefixed form to Annex-B (``torchdali.video._annexb``),
-so that one decoder created without extradata serves many streams of a size (``_nvdec.decoder_key``).
+the form NVDEC's parser reads (``_nvdec._payloads``).
 
 References: FFmpeg's own ``h264_mp4toannexb`` / ``hevc_mp4toannexb`` bitstream filters for the NAL units,
-its ``trace_headers`` filter for the SPS fields, FFmpeg's software decoder given the stream's extradata
+FFmpeg's software decoder given the stream's extradata
 (what the CPU path does) and PyAV's sequential decode of the whole file for the frames. The same decoder
 gives the same bits, so frames must be equal.
 """
@@ -21,7 +21,7 @@ av = pytest.importorskip("av")
 from tests import _video  # noqa: E402
 from torchdali.video import ClipDecodeError, EncodedClip, VideoInfo, decode_clip_nv12, probe, read_clip  # noqa: E402
 from torchdali.video._annexb import (  # noqa: E402
-    START_CODE, ParameterSets, h264_dpb, parameter_sets, parse_avcc, parse_hvcc, to_annexb,
+    START_CODE, ParameterSets, parameter_sets, parse_avcc, parse_hvcc, to_annexb,
 )
 from torchdali.video import _nvdec  # noqa: E402
 from torchdali.video._nvdec import NVDEC_FAILURES, ClipDecoder, _Lane, _payloads, stream_key  # noqa: E402
@@ -222,8 +222,7 @@ def test_a_decoder_without_extradata_fed_annexb_gives_the_same_frames(videos: di
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_one_decoder_reused_across_videos_of_a_size(videos: dict[str, dict[str, str]], codec: str) -> None:
-    """One software decoder, flushed between clips (as ``ClipDecoder._decoder`` does), decodes clips of
-    the same-size videos in turn, each fed its own parameter sets: every frame equals the file's own,
+    """One software decoder, flushed between clips, decodes clips of the same-size videos in turn, each fed its own parameter sets: every frame equals the file's own,
     decoded by a decoder of its own. One of them is encoded otherwise, so that a decoder keeping another
     stream's SPS would decode its pictures wrongly."""
     ctx = _software(codec)
@@ -236,52 +235,7 @@ def test_one_decoder_reused_across_videos_of_a_size(videos: dict[str, dict[str, 
         _assert_frames(_decode(ctx, clip, _reframed(clip)), clip, path, f"turn {n}: {os.path.basename(path)} clip {k}")
 
 
-# -- the pictures an H.264 SPS keeps -----------------------------------------------------------------
-
-_X264 = "keyint=8:min-keyint=8:scenecut=0:log-level=error"
-#: x264 settings whose SPSs take the parser through most of its paths: reference counts, interlacing,
-#: an extended sample aspect ratio, chroma siting and NAL HRD parameters in the VUI
-SPS_VARIANTS = {
-    "default": {"bf": "3", "g": "8", "x264-params": _X264},
-    "simple": _SIMPLE["h264"],
-    "refs": {"bf": "3", "g": "8", "x264-params": _X264 + ":ref=16:b-pyramid=normal"},
-    "interlaced": {"bf": "3", "g": "8", "x264-params": _X264 + ":interlaced=1"},
-    "vui": {"bf": "2", "g": "8", "x264-params": _X264 + ":ref=2:sar=7:5:chromaloc=1:nal-hrd=vbr:vbv-maxrate=500:"
-                                                        "vbv-bufsize=1000"},
-}
-
-
-def _traced_sps(path: str) -> dict[str, int]:
-    """The first SPS's fields as FFmpeg's ``trace_headers`` bitstream filter logs them (the record's SPS)."""
-    previous = av.logging.get_level()
-    av.logging.set_level(av.logging.INFO)
-    try:
-        with av.logging.Capture(True) as logs:
-            with av.open(path) as container:
-                av.bitstream.BitStreamFilterContext("trace_headers", container.streams.video[0])
-    finally:
-        av.logging.set_level(previous)
-    fields: dict[str, int] = {}
-    for _, _, line in logs:
-        parts = line.split()
-        if len(parts) >= 4 and parts[-2] == "=" and parts[1] not in fields:
-            fields[parts[1]] = int(parts[-1])
-    return fields
-
-
-def test_h264_dpb_reads_what_ffmpegs_trace_reads(tmp_path: Any) -> None:
-    """``ParameterSets.dpb`` of x264's SPSs equals the fields FFmpeg's own SPS reader logs."""
-    for name, options in SPS_VARIANTS.items():
-        path = _video.write_video(tmp_path / f"{name}.mp4", frames=12, options=options)
-        info = probe(path)
-        sets = parameter_sets(info.codec, info.extradata)
-        assert sets is not None
-        traced = _traced_sps(path)
-        want = (traced["max_num_ref_frames"], traced["max_num_reorder_frames"], None) \
-            if traced["bitstream_restriction_flag"] else (traced["max_num_ref_frames"], None, traced["level_idc"])
-        assert sets.dpb == (want,), (name, traced)
-    assert _traced_sps(str(tmp_path / "refs.mp4"))["max_num_ref_frames"] == 16  # (the premise: x264 kept 16)
-
+# -- SPSs built by hand ---------------------------------------------------------------------------
 
 class _Writer:
     """An H.264 RBSP written bit by bit, with Exp-Golomb codes; ``nal`` adds the header, the stop bit and
@@ -345,23 +299,6 @@ def _sps(profile: int, level: int, refs: int, *, scaling: list[list[int]] | None
     return w.u(1, 1).u(1, 1).ue(2).ue(1).ue(16).ue(16).ue(reorder).ue(refs).nal()
 
 
-def test_h264_dpb_of_sps_built_by_hand() -> None:
-    """The paths x264 does not take: no VUI, a VUI without bitstream restriction (the level then counts,
-    as FFmpeg derives the reorder depth from it), scaling lists in the SPS (a list ends where a delta makes
-    the next scale 0), picture order count type 1, emulation prevention bytes."""
-    baseline = _sps(66, 30, 3, vui="none")
-    assert h264_dpb(baseline) == (3, None, 30)
-    timed = _sps(77, 31, 5, vui="no_restriction")
-    assert b"\x00\x00\x03" in timed  # the tick's 31 leading zero bits
-    assert h264_dpb(timed) == (5, None, 31)
-    lists = [[0] * 16, None, [-8], [1] * 16, None, [5, -5] + [0] * 14, [3] * 64, [-8]]
-    assert h264_dpb(_sps(100, 40, 4, scaling=lists, poc_type=1, vui="restriction", reorder=2)) == (4, 2, None)
-    assert h264_dpb(_sps(100, 40, 1, scaling=[], poc_type=2, vui="restriction", reorder=0)) == (1, 0, None)
-    for cut in (4, 8, len(timed) - 5):
-        with pytest.raises(ValueError, match="ends early"):
-            h264_dpb(timed[:cut])
-
-
 def test_payloads_are_what_the_parser_takes(videos: dict[str, dict[str, str]]) -> None:
     """``_payloads``: an MP4-form stream re-framed, its parameter sets first, decodes to the file's own frames
     on a decoder given no extradata; Annex-B extradata goes before the first packet; a record that does not
@@ -401,22 +338,19 @@ def _hvcc(arrays: list[tuple[int, list[bytes]]], length_size: int = 4) -> bytes:
 def test_records_built_by_hand_parse() -> None:
     sps, pps = _sps(100, 30, 3, vui="restriction", reorder=1), b"\x68\xeb\xe3"
     whole = START_CODE + sps + START_CODE + pps
-    assert parse_avcc(_avcc(sps, pps, 2)) == ParameterSets(2, whole, ((3, 1, None),))
+    assert parse_avcc(_avcc(sps, pps, 2)) == ParameterSets(2, whole)
     # high profiles may append chroma format, bit depths and SPS extensions: not read
-    assert parse_avcc(_avcc(sps, pps) + b"\xfd\xf8\xf8\x00") == ParameterSets(4, whole, ((3, 1, None),))
+    assert parse_avcc(_avcc(sps, pps) + b"\xfd\xf8\xf8\x00") == ParameterSets(4, whole)
     vps, hevc_sps, sei = b"\x40\x01\x0c", b"\x42\x01\x01", b"\x4e\x01\x05"
     record = _hvcc([(32, [vps]), (33, [hevc_sps]), (34, [pps, pps]), (39, [sei])], 1)
     assert parse_hvcc(record) == ParameterSets(1, b"".join(START_CODE + u for u in (vps, hevc_sps, pps, pps, sei)))
 
 
 def test_malformed_records_fall_back() -> None:
-    """Cut short anywhere, or of another version, or (H.264) an SPS cut short: ``ValueError`` from the
-    parsers, None from ``parameter_sets`` (the stream is then decoded with its extradata, as before)."""
+    """Cut short anywhere, or of another version: ``ValueError`` from the parsers, None from
+    ``parameter_sets`` (the stream's packets then go to the parser as they are)."""
     sps, pps = _sps(66, 30, 3), b"\x68\xeb\xe3"
     avcc, hvcc = _avcc(sps, pps), _hvcc([(32, [b"\x40\x01"]), (33, [b"\x42\x01\x01"]), (34, [pps])])
-    with pytest.raises(ValueError, match="ends early"):
-        parse_avcc(_avcc(sps[:3], pps))
-    assert parameter_sets("h264", _avcc(sps[:3], pps)) is None
     for codec, record, parse in (("h264", avcc, parse_avcc), ("hevc", hvcc, parse_hvcc)):
         for cut in range(1, len(record)):
             if record[:cut][:3] == START_CODE[1:]:

@@ -15,18 +15,10 @@ sets are not in the samples but in the sample entry's decoder configuration reco
   a 16-bit numNalus, and each NAL unit as a 16-bit size and its bytes (VPS, SPS, PPS, SEI).
 
 Annex B of H.264 and H.265 frames the same NAL units with a start code (``00 00 00 01``) before each, and
-carries the parameter sets in band. A decoder created without extradata and fed Annex-B takes each stream's
-parameter sets where they appear, so one decoder serves many streams of a size, whatever their extradata:
-``parameter_sets`` reads a record once per stream, ``to_annexb`` re-frames each packet (the clip's first
-with the stream's parameter sets before it). A clip starts at a keyframe (``read_clip``), where the
+carries the parameter sets in band: the form NVDEC's parser reads (``_cuvid``). ``parameter_sets`` reads a
+record once per stream, ``to_annexb`` re-frames each packet (the clip's first with the stream's parameter
+sets before it). A clip starts at a keyframe (``read_clip``), where the
 parameter sets are valid.
-
-Not every stream of a size: FFmpeg's H.264 decoder re-creates its hardware decoder only when the size or
-format changes, and NVDEC's holds the surfaces counted from the first SPS it saw (``max_num_ref_frames``
-plus the reorder depth, ``nvdec_h264.c``): too few for a stream that keeps more pictures. So the SPS fields
-that count them (``ParameterSets.dpb``, from ``h264_dpb``: ITU-T H.264 sections 7.3.2.1.1 and E.1.1) are
-part of what a decoder is shared on. FFmpeg's HEVC decoder re-creates its hardware decoder for every new
-SPS, so HEVC streams need nothing more.
 
 Pure functions on bytes; ``to_annexb`` runs per packet in the decode threads, so it walks only the NAL
 sizes and copies the payloads once, by slices.
@@ -38,7 +30,7 @@ from typing import NamedTuple
 
 from ._container import ClipDecodeError
 
-__all__ = ["START_CODE", "ParameterSets", "h264_dpb", "parse_avcc", "parse_hvcc", "parameter_sets", "to_annexb"]
+__all__ = ["START_CODE", "ParameterSets", "parse_avcc", "parse_hvcc", "parameter_sets", "to_annexb"]
 
 #: the start code written before every NAL unit (the four-byte form, valid before any NAL unit)
 START_CODE = b"\x00\x00\x00\x01"
@@ -52,13 +44,10 @@ class ParameterSets(NamedTuple):
     ``length_size``: bytes of each NAL unit's size in the packets (``lengthSizeMinusOne + 1``).
     ``annexb``: the record's NAL units (SPS, PPS; for HEVC every array: VPS, SPS, PPS, SEI) in its
     order, each after a start code, to go before the first packet a decoder is given.
-    ``dpb``: for H.264, ``h264_dpb`` of each SPS (what a hardware decoder's surfaces are counted from);
-    empty for HEVC (see the module docstring).
     """
 
     length_size: int
     annexb: bytes
-    dpb: tuple = ()
 
 
 def _nal_units(record: bytes, at: int, count: int) -> tuple[list[bytes], int]:
@@ -82,126 +71,6 @@ def _joined(units: list[bytes]) -> bytes:
     return b"".join(START_CODE + unit for unit in units)
 
 
-class _Bits:
-    """An RBSP read bit by bit, most significant first, with H.264's Exp-Golomb codes (section 9.1).
-    Raises ``ValueError`` past its end."""
-
-    def __init__(self, rbsp: bytes) -> None:
-        self.value = int.from_bytes(rbsp, "big")
-        self.left = 8 * len(rbsp)
-
-    def u(self, n: int) -> int:
-        if n > self.left:
-            raise ValueError("the SPS ends early")
-        self.left -= n
-        return (self.value >> self.left) & ((1 << n) - 1)
-
-    def ue(self) -> int:
-        zeros = 0
-        while not self.u(1):
-            zeros += 1
-            if zeros > 31:
-                raise ValueError("an Exp-Golomb code longer than 32 bits in the SPS")
-        return (1 << zeros) - 1 + self.u(zeros)
-
-    def se(self) -> int:
-        k = self.ue()
-        return (k + 1) // 2 if k & 1 else -(k // 2)
-
-
-# profile_idc values whose SPS carries chroma_format_idc, bit depths and scaling matrices (7.3.2.1.1)
-_HIGH_PROFILES = frozenset({100, 110, 122, 244, 44, 83, 86, 118, 128, 138, 139, 134, 135})
-
-
-def _skip_hrd(bits: _Bits) -> None:
-    """hrd_parameters() (E.1.2)."""
-    count = bits.ue() + 1  # cpb_cnt_minus1
-    bits.u(8)  # bit_rate_scale, cpb_size_scale
-    for _ in range(count):
-        bits.ue()
-        bits.ue()
-        bits.u(1)
-    bits.u(20)  # four 5-bit lengths
-
-
-def h264_dpb(sps: bytes) -> tuple[int, int | None, int | None]:
-    """What an H.264 SPS NAL unit (header byte included) counts a decoder's pictures from:
-    ``(max_num_ref_frames, max_num_reorder_frames, level_idc)``. The reorder depth is None where the
-    VUI has no bitstream restriction; then FFmpeg derives it from the level and the size, so the level is
-    given (None otherwise). Raises ``ValueError`` for an SPS cut short."""
-    bits = _Bits(bytes(sps[1:]).replace(b"\x00\x00\x03", b"\x00\x00"))  # emulation prevention bytes out
-    profile = bits.u(8)
-    bits.u(8)  # constraint flags
-    level = bits.u(8)
-    bits.ue()  # seq_parameter_set_id
-    if profile in _HIGH_PROFILES:
-        chroma = bits.ue()
-        if chroma == 3:
-            bits.u(1)  # separate_colour_plane_flag
-        bits.ue()  # bit_depth_luma_minus8
-        bits.ue()  # bit_depth_chroma_minus8
-        bits.u(1)  # qpprime_y_zero_transform_bypass_flag
-        if bits.u(1):  # seq_scaling_matrix_present_flag
-            for i in range(12 if chroma == 3 else 8):
-                if bits.u(1):  # scaling_list() (7.3.2.1.1.1): deltas until one makes the next scale 0
-                    last = following = 8
-                    for _ in range(16 if i < 6 else 64):
-                        if following:
-                            following = (last + bits.se() + 256) % 256
-                        last = following or last
-    bits.ue()  # log2_max_frame_num_minus4
-    poc_type = bits.ue()
-    if poc_type == 0:
-        bits.ue()  # log2_max_pic_order_cnt_lsb_minus4
-    elif poc_type == 1:
-        bits.u(1)
-        bits.se()
-        bits.se()
-        for _ in range(bits.ue()):
-            bits.se()
-    refs = bits.ue()
-    bits.u(1)  # gaps_in_frame_num_value_allowed_flag
-    bits.ue()  # pic_width_in_mbs_minus1
-    bits.ue()  # pic_height_in_map_units_minus1
-    if not bits.u(1):  # frame_mbs_only_flag
-        bits.u(1)
-    bits.u(1)  # direct_8x8_inference_flag
-    if bits.u(1):  # frame_cropping_flag
-        for _ in range(4):
-            bits.ue()
-    if not bits.u(1):  # vui_parameters_present_flag
-        return refs, None, level
-    # vui_parameters() (E.1.1)
-    if bits.u(1) and bits.u(8) == 255:  # aspect_ratio_info_present_flag, aspect_ratio_idc: Extended_SAR
-        bits.u(32)
-    if bits.u(1):  # overscan_info_present_flag
-        bits.u(1)
-    if bits.u(1):  # video_signal_type_present_flag
-        bits.u(4)
-        if bits.u(1):  # colour_description_present_flag
-            bits.u(24)
-    if bits.u(1):  # chroma_loc_info_present_flag
-        bits.ue()
-        bits.ue()
-    if bits.u(1):  # timing_info_present_flag
-        bits.u(65)
-    nal_hrd = bits.u(1)
-    if nal_hrd:
-        _skip_hrd(bits)
-    vcl_hrd = bits.u(1)
-    if vcl_hrd:
-        _skip_hrd(bits)
-    if nal_hrd or vcl_hrd:
-        bits.u(1)  # low_delay_hrd_flag
-    bits.u(1)  # pic_struct_present_flag
-    if not bits.u(1):  # bitstream_restriction_flag
-        return refs, None, level
-    bits.u(1)  # motion_vectors_over_pic_boundaries_flag
-    for _ in range(4):  # max_bytes_per_pic_denom, max_bits_per_mb_denom, log2_max_mv_length_{horizontal,vertical}
-        bits.ue()
-    return refs, bits.ue(), None
-
-
 def parse_avcc(extradata: bytes) -> ParameterSets:
     """An ``AVCDecoderConfigurationRecord``'s NAL unit size, parameter sets and what each SPS counts a
     decoder's pictures from (see the module docstring). Raises ``ValueError`` for a record that is not
@@ -213,7 +82,7 @@ def parse_avcc(extradata: bytes) -> ParameterSets:
     if at >= len(record):
         raise ValueError("the avcC record ends before numOfPictureParameterSets")
     pps, _ = _nal_units(record, at + 1, record[at])
-    return ParameterSets((record[4] & 0x03) + 1, _joined(sps + pps), tuple(h264_dpb(unit) for unit in sps))
+    return ParameterSets((record[4] & 0x03) + 1, _joined(sps + pps))
 
 
 def parse_hvcc(extradata: bytes) -> ParameterSets:

@@ -237,8 +237,8 @@ class ClipDecoder:
     once (clips of one video that share packets as one, ``plan_batch``), those of several batches
     among them (``start`` returns at once).
 
-    Each decode thread keeps FFmpeg decoders with NVDEC for its last ``_DECODERS_PER_THREAD`` decoder
-    keys (``decoder_key``), flushed between clips: creating one costs milliseconds.
+    Each decode thread keeps an NVDEC session (``_cuvid.Session``), whose decoders serve clip after clip
+    of their format: creating one costs milliseconds.
     """
 
     def __init__(self, device: torch.device | str, threads: int | None = None) -> None:
