@@ -5,6 +5,9 @@
   picklable ``EncodedClip``), ``decode_clip_nv12`` / ``decode_clip_rgb`` (FFmpeg's software decoders;
   ``as_nv12`` says which a clip's pixel format and colour matrix take).
 * ``_datasets``: ``VideoFolder`` and ``VideoFileList``.
+* ``_nvdec``: ``ClipDecoder``, a batch's clips decoded on the GPU by NVDEC, driven through the driver's
+  ``libnvcuvid`` (``_cuvid``; packets re-framed by ``_annexb``, clips that share packets merged by
+  ``_merge``, planes copied by ``_copy2d``).
 
 ``torchdali.DataLoader`` takes these datasets: one sample is one clip, placed by the loader's seeded
 per-sample generator, every frame of a clip transformed with the same drawn parameters; batches are

@@ -94,8 +94,8 @@ class _DisplayInfo(_c.Structure):
 class _Packet(_c.Structure):
     """``CUVIDSOURCEDATAPACKET``."""
 
-    _fields_ = [("flags", _c.c_ulong), ("payload_size", _c.c_ulong), ("payload", _c.c_void_p),
-                ("timestamp", _c.c_longlong)]
+    _fields_ = [("flags", _c.c_ulong), ("payload_size", _c.c_ulong), ("payload", _c.c_char_p),
+                ("timestamp", _c.c_longlong)]  # a bytes payload is pointed at, not copied
 
 
 _SEQUENCE = _c.CFUNCTYPE(_c.c_int, _c.c_void_p, _c.POINTER(VideoFormat))
@@ -273,6 +273,9 @@ class Session:
         self._decoders: "OrderedDict[tuple, _Decoder]" = OrderedDict()
         self._decoder: _Decoder | None = None
         self._clip: _Clip | None = None
+        # the map's arguments, set anew for each picture
+        self._proc, self._ptr, self._pitch = _ProcParams(output_stream=stream), _c.c_ulonglong(), _c.c_uint()
+        self._map_args = (_c.byref(self._ptr), _c.byref(self._pitch), _c.byref(self._proc))
         # the C callbacks must live as long as any parser that may call them
         self._callbacks = (_SEQUENCE(self._on_sequence), _DECODE(self._on_decode), _DISPLAY(self._on_display))
 
@@ -301,9 +304,8 @@ class Session:
         packet = _Packet()
         try:
             for payload, pts in packets:
-                ref = payload if isinstance(payload, bytes) else bytes(payload)  # kept alive for the call
-                packet.flags, packet.payload_size, packet.timestamp = flags, len(ref), pts
-                packet.payload = _c.cast(_c.c_char_p(ref), _c.c_void_p)
+                data = payload if isinstance(payload, bytes) else bytes(payload)
+                packet.flags, packet.payload_size, packet.payload, packet.timestamp = flags, len(data), data, pts
                 clip.pts = pts
                 self._parse(parser, packet, clip)
             packet.flags, packet.payload_size, packet.payload, packet.timestamp = _PKT_ENDOFSTREAM, 0, None, 0
@@ -398,20 +400,18 @@ class Session:
                 return 1
             if len(clip.mapped) >= OUTPUT_SURFACES:
                 self._unmap(clip)
-            decoder = self._decoder
-            proc = _ProcParams(progressive_frame=info.progressive_frame, top_field_first=info.top_field_first,
-                               output_stream=self.stream)
-            ptr, pitch = _c.c_ulonglong(), _c.c_uint()
-            _check(self._lib.cuvidMapVideoFrame64(decoder.handle, index, _c.byref(ptr), _c.byref(pitch),
-                                                  _c.byref(proc)), "cuvidMapVideoFrame64")
-            clip.mapped.append(ptr.value)
+            decoder, proc = self._decoder, self._proc
+            proc.progressive_frame, proc.top_field_first = info.progressive_frame, info.top_field_first
+            _check(self._lib.cuvidMapVideoFrame64(decoder.handle, index, *self._map_args), "cuvidMapVideoFrame64")
+            ptr, pitch = self._ptr.value, self._pitch.value
+            clip.mapped.append(ptr)
             # the CbCr plane's rows follow the Y plane's at the same pitch (from row ``(height + 1) & ~1``, the
             # display height, even: ``ClipDecoder`` refuses odd sizes), so one copy of 3/2 H rows writes both
             W, H = clip.width, clip.height
             if H % 2 or decoder.height != H:
                 raise ClipDecodeError(f"a {W}x{H} frame from a {decoder.width}x{decoder.height} decoder")
             for off in clip.outputs[ts]:
-                copy_2d(clip.base + off, W, ptr.value, pitch.value, W, H + H // 2, self.stream)
+                copy_2d(clip.base + off, W, ptr, pitch, W, H + H // 2, self.stream)
             clip.done.add(ts)
             return 1
         except BaseException as e:  # noqa: BLE001
