@@ -264,10 +264,10 @@ class ClipDecoder:
             lanes, self._lanes = self._lanes, {}
         sessions = [lane.session for lane in lanes.values() if lane.session is not None]
         if sessions:
-            torch.cuda.set_device(self.device)
-            torch.cuda.current_stream(self.device).query()  # the device's context current here too
-            for session in sessions:
-                session.close()
+            with torch.cuda.device(self.device):
+                torch.cuda.current_stream(self.device).query()  # the device's context current here too
+                for session in sessions:
+                    session.close()
 
     def start(self, clips: Sequence[EncodedClip], stream: torch.cuda.Stream) -> "PendingClips":
         """Start decoding ``clips`` into one buffer, allocated on ``stream`` (where it will be read),
