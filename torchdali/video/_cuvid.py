@@ -10,9 +10,11 @@ calls back three times:
   of decode surfaces the parser cycles through: the format's minimum (``min_num_decode_surfaces``) plus
   the display delay, at least what the decoder was made with.
 - ``decode``: a picture is ready to decode, in decode order (``CUVIDPICPARAMS``, passed on to
-  ``cuvidDecodePicture`` untouched). A picture no other refers to (``ref_pic_flag`` 0) whose packet's
-  timestamp the clip does not want is not decoded, for H.264 and HEVC, whose packets are each one whole
-  picture (``CUVID_PKT_ENDOFPICTURE``: the parser calls back while it parses that packet).
+  ``cuvidDecodePicture`` untouched). For H.264, a picture no other refers to (``ref_pic_flag``, from its
+  ``nal_ref_idc``) whose packet's timestamp the clip does not want is not decoded: its packets are each one
+  whole picture (``CUVID_PKT_ENDOFPICTURE``: the parser calls back while it parses that packet). HEVC's
+  non-reference pictures are only so within their temporal sub-layer (pictures of higher sub-layers may
+  refer to them), so HEVC decodes every picture.
 - ``display``: a picture is next in display order, with the timestamp of the packet it came in
   (``CUVIDPARSERDISPINFO``). A wanted one is mapped (``cuvidMapVideoFrame64``: NVDEC's post-processing
   writes it, cropped to the display area, into one of the decoder's output surfaces, on the session's
@@ -45,6 +47,8 @@ CODECS = {"h264": 4, "hevc": 8, "vp8": 9, "vp9": 10}
 #: codecs whose packets are each exactly one picture (MP4 and Matroska samples are whole access units), so
 #: that the parser calls back for a packet's picture while it parses that packet
 _WHOLE_PICTURES = frozenset({"h264", "hevc"})
+#: codecs whose unwanted pictures are skipped where ``ref_pic_flag`` says no picture refers to them
+_SKIP_NON_REFERENCE = frozenset({"h264"})
 #: pictures the parser holds before it displays one: the engines decode that far ahead of the maps
 DISPLAY_DELAY = 2
 #: mapped frames a decoder holds at once (its output surfaces), the copies out of them queued
@@ -293,14 +297,14 @@ class Session:
         timestamp ``t`` (``width x height``, Y then CbCr, no pitch) at device address ``base + o`` for every
         ``o`` in ``outputs[t]``; every copy is done when this returns. Returns the pictures decoded. Raises
         ``ClipDecodeError`` where NVDEC cannot decode them or a wanted picture does not come out."""
-        clip = self._clip = _Clip(codec, width, height, outputs, base, codec in _WHOLE_PICTURES, sync)
+        clip = self._clip = _Clip(codec, width, height, outputs, base, codec in _SKIP_NON_REFERENCE, sync)
         seq, dec, disp = self._callbacks
         params = _ParserParams(CodecType=CODECS[codec], ulMaxNumDecodeSurfaces=1, ulErrorThreshold=0,
                                ulMaxDisplayDelay=DISPLAY_DELAY, pfnSequenceCallback=seq, pfnDecodePicture=dec,
                                pfnDisplayPicture=disp)
         parser = _c.c_void_p()
         _check(self._lib.cuvidCreateVideoParser(_c.byref(parser), _c.byref(params)), "cuvidCreateVideoParser")
-        flags = _PKT_TIMESTAMP | (_PKT_ENDOFPICTURE if clip.skip else 0)
+        flags = _PKT_TIMESTAMP | (_PKT_ENDOFPICTURE if codec in _WHOLE_PICTURES else 0)
         packet = _Packet()
         try:
             for payload, pts in packets:
