@@ -54,8 +54,9 @@ class _FakeDriver:
     It checks the session's use of the API: surfaces, mapped frames at once, a wait before each unmap."""
 
     def __init__(self, *, bits: int = 0, size: tuple[int, int] = (W, H), surfaces: int = 4, fail_decode: int = -1,
-                 lose: int | None = None) -> None:
+                 lose: int | None = None, reformat: int = -1) -> None:
         self.bits, self.size, self.min_surfaces, self.fail_decode, self.lose = bits, size, surfaces, fail_decode, lose
+        self.reformat = reformat  # the packet before which a new sequence header asks for more surfaces
         self.created: list[int] = []  # decode surfaces of each decoder made
         self.destroyed = 0
         self.decoded: list[int] = []  # pts of each picture decoded
@@ -83,6 +84,8 @@ class _FakeDriver:
         self.flags.append(packet.flags)
         if packet.flags & cuvid._PKT_ENDOFSTREAM:
             return self._display(0)
+        if len(self.decoded) == self.reformat:
+            self.started, self.min_surfaces = False, self.min_surfaces + 6
         payload = ctypes.string_at(ctypes.c_void_p.from_buffer(packet, cuvid._Packet.payload.offset).value,
                                    packet.payload_size)
         if not self.started:
@@ -218,13 +221,14 @@ def test_the_decoder_serves_the_next_clip_and_is_made_again_for_more_surfaces(dr
     ("decode fails", "cuvidDecodePicture failed with CUresult 700"),
     ("10-bit", "not 8-bit 4:2:0"),
     ("size", "gives 80x48 frames; the clip is 64x48"),
+    ("new format", "the stream's format changes inside the clip"),
 ])
 def test_failures_are_clip_decode_errors(driver: Any, case: str, match: str) -> None:
     """A wanted picture the parser never displays, a decode the driver refuses, a stream that is not 8-bit
-    4:2:0 or not the clip's size: ``ClipDecodeError`` (the clip goes to the CPU), the parser destroyed and
+    4:2:0 or not the clip's size, a new format while pictures wait to be shown: ``ClipDecodeError`` (the clip goes to the CPU), the parser destroyed and
     every mapped frame given back."""
     fake = driver(**{"lost": {"lose": 6}, "decode fails": {"fail_decode": 3}, "10-bit": {"bits": 2},
-                     "size": {"size": (80, 48)}}[case])
+                     "size": {"size": (80, 48)}, "new format": {"reformat": 4}}[case])
     with pytest.raises(ClipDecodeError, match=match):
         cuvid.Session(stream=5).decode("h264", _packets(), W, H, {0: [0], 1: [100], 6: [200]}, 0, fake.sync)
     assert fake.parsers == 0 and fake.mapped == {}

@@ -353,6 +353,10 @@ class Session:
                                       f"{area.bottom - area.top} frames; the clip is {clip.width}x{clip.height}")
             need = min(_MAX_SURFACES, fmt.min_num_decode_surfaces + DISPLAY_DELAY + 1)
             key = format_key(fmt)
+            decoder = self._decoders.get(key)
+            if clip.decoded and (decoder is None or decoder is not self._decoder or decoder.surfaces < need):
+                # another decoder now would lose the pictures decoded into this one and not yet shown
+                raise ClipDecodeError("the stream's format changes inside the clip")
             decoder = self._decoders.pop(key, None)
             if decoder is not None and decoder.surfaces < need:
                 self._unmap(clip)  # its mapped surfaces go back before it does
