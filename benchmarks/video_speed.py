@@ -17,9 +17,10 @@ every frame of every video decoded in order (the packets read into memory before
 decoder ``ClipDecoder`` uses (NVDEC through the sessions of its decode threads, ``_cuvid``, each
 picture mapped as any consumer of NVDEC's frames maps it; without a GPU, FFmpeg's software decoder,
 as ``decode_clip_nv12`` makes it), with ``--sessions`` decoders in as many threads, each taking whole
-videos from one list; no clip logic, no copies out of the decoded frames. It reports frames/s, the clips/s that makes at ``--frames`` frames per clip, and the CPU
-time of the process per 1000 frames, for each session count (``--raw-budget`` seconds at most per
-count: sessions stop taking videos after that). Without a GPU only ``--raw`` runs.
+videos from one list; no clip logic, no copies out of the decoded frames. It reports frames/s, the
+clips/s that makes at ``--frames`` frames per clip, and the CPU time of the process per 1000 frames,
+for each session count (``--raw-budget`` seconds at most per count: sessions stop taking videos after
+that). Without a GPU only ``--raw`` runs.
 
 A sample is a clip of ``--frames`` consecutive frames at a random place in its video, one clip
 per video and epoch; every system gets ``--workers`` CPU workers (DALI: threads) and hands the

@@ -222,9 +222,9 @@ def test_a_decoder_without_extradata_fed_annexb_gives_the_same_frames(videos: di
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_one_decoder_reused_across_videos_of_a_size(videos: dict[str, dict[str, str]], codec: str) -> None:
-    """One software decoder, flushed between clips, decodes clips of the same-size videos in turn, each fed its own parameter sets: every frame equals the file's own,
-    decoded by a decoder of its own. One of them is encoded otherwise, so that a decoder keeping another
-    stream's SPS would decode its pictures wrongly."""
+    """One software decoder, flushed between clips, decodes clips of the same-size videos in turn, each fed
+    its own parameter sets: every frame equals the file's own, decoded by a decoder of its own. One of them
+    is encoded otherwise, so that a decoder keeping another stream's SPS would decode its pictures wrongly."""
     ctx = _software(codec)
     paths = [videos[codec][n] for n in ("same_25", "same_30", "same_simple", "same_25_mkv")]
     turns = [(p, k, clip) for k in range(len(WINDOWS)) for p in paths for clip in [_clips(p)[k]]]

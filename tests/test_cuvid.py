@@ -190,9 +190,9 @@ def test_wanted_pictures_are_copied_to_each_of_their_places(driver: Any, codec: 
     pictures = session.decode(codec, _packets(), W, H, outputs, 1 << 40, fake.sync)
     skipped = {5, 8} if codec == "h264" else set()  # unwanted, not referred to
     assert fake.decoded == [pts for pts, _ in GOP if pts not in skipped] and pictures == len(fake.decoded)
+    surface = {pts: i % fake.created[0] for i, (pts, _) in enumerate(GOP)}  # the fake parser's, in turn
     assert sorted((dst - (1 << 40), src) for dst, _, src, *_ in fake.log) == sorted(
-        (o, 0x100000 * (s + 1)) for pts, s in ((p, i % fake.created[0]) for i, (p, _) in enumerate(GOP)) if pts in outputs
-        for o in outputs[pts])
+        (o, 0x100000 * (surface[pts] + 1)) for pts in outputs for o in outputs[pts])
     assert {(dp, sp, w, h, st) for _, dp, _, sp, w, h, st in fake.log} == {(W, 128, W, H * 3 // 2, 5)}
     assert fake.mapped == {} and 0 < fake.max_mapped <= cuvid.OUTPUT_SURFACES
     assert fake.created == [4 + cuvid.DISPLAY_DELAY + 1] and fake.parsers == 0
@@ -225,8 +225,8 @@ def test_the_decoder_serves_the_next_clip_and_is_made_again_for_more_surfaces(dr
 ])
 def test_failures_are_clip_decode_errors(driver: Any, case: str, match: str) -> None:
     """A wanted picture the parser never displays, a decode the driver refuses, a stream that is not 8-bit
-    4:2:0 or not the clip's size, a new format while pictures wait to be shown: ``ClipDecodeError`` (the clip goes to the CPU), the parser destroyed and
-    every mapped frame given back."""
+    4:2:0 or not the clip's size, a new format while pictures wait to be shown: ``ClipDecodeError`` (the
+    clip goes to the CPU), the parser destroyed and every mapped frame given back."""
     fake = driver(**{"lost": {"lose": 6}, "decode fails": {"fail_decode": 3}, "10-bit": {"bits": 2},
                      "size": {"size": (80, 48)}, "new format": {"reformat": 4}}[case])
     with pytest.raises(ClipDecodeError, match=match):

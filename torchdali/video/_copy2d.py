@@ -1,12 +1,11 @@
 """Pitched device-to-device copies through the CUDA driver's ``cuMemcpy2DAsync``.
 
-A decoded NVDEC frame is two pitched planes in FFmpeg's frame pool; the batch buffer
-wants them without pitch. ``torch``'s ``copy_`` between two strided views does it with
-an elementwise kernel, but each call costs the decode thread tens of microseconds of
-Python and dispatch while it holds the interpreter, twice per frame, and eight decode
-threads share one interpreter. One driver call per plane, made through ``ctypes``
-(which lets go of the interpreter during the call), moves the same bytes with the
-copy engine.
+A mapped NVDEC frame is pitched device memory (``_cuvid``); the batch buffer wants it
+without pitch. ``torch``'s ``copy_`` between two strided views does it with an
+elementwise kernel, but each call costs the decode thread tens of microseconds of
+Python and dispatch while it holds the interpreter, and eight decode threads share
+one interpreter. One driver call per frame, made through ``ctypes`` (which lets go of
+the interpreter during the call), moves the same bytes with the copy engine.
 
 The calling thread must have the device's context current (the decode threads make
 torch's primary context current before they decode).

@@ -252,9 +252,9 @@ def format_key(fmt: VideoFormat) -> tuple:
 class _Clip:
     """What the callbacks need of the clip being decoded."""
 
-    def __init__(self, codec: str, width: int, height: int, outputs: Mapping[int, Sequence[int]], base: int,
-                 skip: bool, sync: Callable[[], None]) -> None:
-        self.codec, self.width, self.height = codec, width, height
+    def __init__(self, width: int, height: int, outputs: Mapping[int, Sequence[int]], base: int, skip: bool,
+                 sync: Callable[[], None]) -> None:
+        self.width, self.height = width, height
         self.outputs, self.base, self.skip, self.sync = outputs, base, skip, sync
         self.pts = 0  # the timestamp of the packet being parsed
         self.decoded: set[int] = set()  # surfaces holding a picture decoded and not yet displayed
@@ -297,7 +297,7 @@ class Session:
         timestamp ``t`` (``width x height``, Y then CbCr, no pitch) at device address ``base + o`` for every
         ``o`` in ``outputs[t]``; every copy is done when this returns. Returns the pictures decoded. Raises
         ``ClipDecodeError`` where NVDEC cannot decode them or a wanted picture does not come out."""
-        clip = self._clip = _Clip(codec, width, height, outputs, base, codec in _SKIP_NON_REFERENCE, sync)
+        clip = self._clip = _Clip(width, height, outputs, base, codec in _SKIP_NON_REFERENCE, sync)
         seq, dec, disp = self._callbacks
         params = _ParserParams(CodecType=CODECS[codec], ulMaxNumDecodeSurfaces=1, ulErrorThreshold=0,
                                ulMaxDisplayDelay=DISPLAY_DELAY, pfnSequenceCallback=seq, pfnDecodePicture=dec,
@@ -306,14 +306,15 @@ class Session:
         _check(self._lib.cuvidCreateVideoParser(_c.byref(parser), _c.byref(params)), "cuvidCreateVideoParser")
         flags = _PKT_TIMESTAMP | (_PKT_ENDOFPICTURE if codec in _WHOLE_PICTURES else 0)
         packet = _Packet()
+        ref = _c.byref(packet)
         try:
             for payload, pts in packets:
                 data = payload if isinstance(payload, bytes) else bytes(payload)
                 packet.flags, packet.payload_size, packet.payload, packet.timestamp = flags, len(data), data, pts
                 clip.pts = pts
-                self._parse(parser, packet, clip)
+                self._parse(parser, ref, clip)
             packet.flags, packet.payload_size, packet.payload, packet.timestamp = _PKT_ENDOFSTREAM, 0, None, 0
-            self._parse(parser, packet, clip)
+            self._parse(parser, ref, clip)
         finally:
             self._lib.cuvidDestroyVideoParser(parser)
             self._unmap(clip)
@@ -323,20 +324,18 @@ class Session:
             raise ClipDecodeError(f"NVDEC gave no picture of timestamps {sorted(missing)[:8]}")
         return clip.pictures
 
-    def _parse(self, parser: Any, packet: _Packet, clip: _Clip) -> None:
-        err = self._lib.cuvidParseVideoData(parser, _c.byref(packet))
+    def _parse(self, parser: Any, packet: Any, clip: _Clip) -> None:
+        err = self._lib.cuvidParseVideoData(parser, packet)
         if clip.error is not None:
             raise clip.error
         _check(err, "cuvidParseVideoData")
 
     def _unmap(self, clip: _Clip) -> None:
         """Wait for the queued copies, then give the mapped surfaces back."""
-        if clip.mapped:
+        if clip.mapped:  # mapped from the current decoder (another one unmaps them first)
             clip.sync()
-            decoder = self._decoder
             for ptr in clip.mapped:
-                if decoder is not None:
-                    self._lib.cuvidUnmapVideoFrame64(decoder.handle, ptr)
+                self._lib.cuvidUnmapVideoFrame64(self._decoder.handle, ptr)
             clip.mapped.clear()
 
     # -- the parser's callbacks: each returns 1 (go on) or 0 (stop), never raises ----------------------------
@@ -413,11 +412,10 @@ class Session:
             _check(self._lib.cuvidMapVideoFrame64(decoder.handle, index, *self._map_args), "cuvidMapVideoFrame64")
             ptr, pitch = self._ptr.value, self._pitch.value
             clip.mapped.append(ptr)
-            # the CbCr plane's rows follow the Y plane's at the same pitch (from row ``(height + 1) & ~1``, the
-            # display height, even: ``ClipDecoder`` refuses odd sizes), so one copy of 3/2 H rows writes both
+            # the CbCr plane's rows follow the Y plane's at the same pitch, from row ``(height + 1) & ~1``: the
+            # decoder's height is the clip's (``_on_sequence``), even (``ClipDecoder`` refuses odd sizes), so
+            # one copy of 3/2 H rows writes both
             W, H = clip.width, clip.height
-            if H % 2 or decoder.height != H:
-                raise ClipDecodeError(f"a {W}x{H} frame from a {decoder.width}x{decoder.height} decoder")
             for off in clip.outputs[ts]:
                 copy_2d(clip.base + off, W, ptr, pitch, W, H + H // 2, self.stream)
             clip.done.add(ts)

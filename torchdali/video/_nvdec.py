@@ -59,7 +59,7 @@ from csrc_triton import layout
 
 from ._annexb import START_CODE, parameter_sets, to_annexb
 from ._container import NV12_PIX_FMTS, ClipDecodeError, EncodedClip, as_nv12, decode_clip_nv12, decode_clip_rgb
-from ._cuvid import CODECS, Session, refuse
+from ._cuvid import Session, refuse
 from ._merge import merge_clips
 
 __all__ = ["ClipDecoder", "DecodedClips", "PendingClips", "plan_batch"]
@@ -80,7 +80,7 @@ class DecodedClips(NamedTuple):
     to make them, those before a clip's first frame (from its keyframe on) and the references after
     its last included, packets that merged clips share counted once. Each decode is fed all of a
     clip's packets, one picture each, then flushed: on the CPU routes every packet's picture is
-    decoded; NVDEC's decoder skips the non-reference pictures the clip does not want, and the count
+    decoded; NVDEC skips H.264's non-reference pictures the clip does not want (``_cuvid``), and the count
     is the pictures it gave."""
 
     data: torch.Tensor
@@ -119,7 +119,7 @@ class BatchPlan(NamedTuple):
 
     @property
     def packets(self) -> int:
-        """Packets the jobs feed their decoders, one picture each (NVDEC skips the non-reference pictures
+        """Packets the jobs feed their decoders, one picture each (NVDEC skips H.264's non-reference pictures
         a clip does not want)."""
         return sum(job.clip.num_packets for job in self.jobs)
 
@@ -326,9 +326,8 @@ class ClipDecoder:
 
     # -- routes ------------------------------------------------------------------------------------
     def _refuse(self, clip: EncodedClip) -> str | None:
-        """Why ``clip`` does not go to NVDEC (None: it does)."""
-        if clip.codec not in CODECS:
-            return f"codec {clip.codec}"
+        """Why ``clip`` does not go to NVDEC (None: it does); the codecs and sizes NVDEC takes are
+        ``_cuvid.refuse``'s."""
         if clip.width % 2 or clip.height % 2:
             return "odd frame size"
         if self._failures.get(stream_key(clip), 0) >= NVDEC_FAILURES:
