@@ -16,6 +16,8 @@ setup(
     license="BSD-3-Clause",
     python_requires=">=3.10",
     packages=find_packages(include=["torchdali", "torchdali.*", "csrc_triton", "csrc_triton.*"]),
+    # C sources built on first use with the system compiler (torchdali/_native.py)
+    package_data={"torchdali.video": ["*.c"]},
     install_requires=[
         "torch>=2.4",
         "torchvision>=0.19",

@@ -15,9 +15,9 @@ Kinetics as it is stored, see photo_folder.py); a folder made with the same argu
 ``--raw`` first measures the decoders' own rate on the set, the ceiling of any clip loader on it:
 every frame of every video decoded in order (the packets read into memory beforehand) by the
 decoder ``ClipDecoder`` uses (NVDEC through the sessions of its decode threads, ``_cuvid``, each
-picture mapped as any consumer of NVDEC's frames maps it; without a GPU, FFmpeg's software decoder,
-as ``decode_clip_nv12`` makes it), with ``--sessions`` decoders in as many threads, each taking whole
-videos from one list; no clip logic, no copies out of the decoded frames. It reports frames/s, the
+picture mapped as any consumer of NVDEC's frames maps it and copied into one scratch frame; without a
+GPU, FFmpeg's software decoder, as ``decode_clip_nv12`` makes it), with ``--sessions`` decoders in as
+many threads, each taking whole videos from one list; no clip logic, no copies into a batch. It reports frames/s, the
 clips/s that makes at ``--frames`` frames per clip, and the CPU time of the process per 1000 frames,
 for each session count (``--raw-budget`` seconds at most per count: sessions stop taking videos after
 that). Without a GPU only ``--raw`` runs.
@@ -219,29 +219,35 @@ def _decode_packets(ctx: Any, clip: Any, stop: int | None = None) -> int:
 class _NvdecSession:
     """One thread's NVDEC session as ``ClipDecoder``'s decode threads hold one (``_cuvid.Session``, its
     decoders reused from video to video), decoding every packet and mapping every picture (NVDEC's own
-    post-processing, which any consumer of its frames does), copying none out."""
+    post-processing, which any consumer of its frames does), each copied into one scratch frame (a session
+    maps only the pictures it copies somewhere)."""
 
     def __init__(self, device: torch.device) -> None:
         from torchdali.video._cuvid import Session
 
         torch.cuda.set_device(device)
         self.stream = torch.cuda.Stream(device)
-        self.stream.query()  # the device's context current on this thread
-        self.session = Session(self.stream.cuda_stream)
         self.done = torch.cuda.Event(blocking=True)
-
-    def sync(self) -> None:
-        self.done.record(self.stream)
-        self.done.synchronize()
+        self.done.record(self.stream)  # the device's context current on this thread, the event made
+        self.session = Session(self.stream.cuda_stream, self.done.cuda_event)
+        self.scratch: torch.Tensor | None = None
 
     def decode(self, clip: Any, stop: int | None = None) -> int:
-        import itertools
+        import numpy as np
 
-        from torchdali.video._nvdec import _payloads
+        from torchdali.video._cuvid import Outputs
+        from torchdali.video._nvdec import _packets
 
         n = clip.num_packets if stop is None else min(stop, clip.num_packets)
-        return self.session.decode(clip.codec, itertools.islice(_payloads(clip), n), clip.width, clip.height,
-                                   {int(p): [] for p in clip.pts[:n]}, 0, self.sync)
+        packets = _packets(clip)
+        packets = packets._replace(offsets=packets.offsets[: n + 1], pts=packets.pts[:n])
+        frame = clip.height * clip.width * 3 // 2
+        if self.scratch is None or self.scratch.numel() < frame:
+            with torch.cuda.stream(self.stream):
+                self.scratch = torch.empty(frame, dtype=torch.uint8, device=self.stream.device)
+        return self.session.decode(clip.codec, packets, clip.width, clip.height,
+                                   Outputs(np.arange(n + 1, dtype=np.int64), np.zeros(n, dtype=np.int64)),
+                                   self.scratch.data_ptr())
 
     def close(self) -> None:
         self.session.close()

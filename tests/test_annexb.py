@@ -1,5 +1,5 @@
 """H.264 and HEVC packets re-framed from MP4's length-prefixed form to Annex-B (``torchdali.video._annexb``),
-the form NVDEC's parser reads (``_nvdec._payloads``).
+the form NVDEC's parser reads (``_nvdec._packets``, re-framed by the session's C side: ``_cuvid.parser_payloads``).
 
 References: FFmpeg's own ``h264_mp4toannexb`` / ``hevc_mp4toannexb`` bitstream filters for the NAL units,
 FFmpeg's software decoder given the stream's extradata
@@ -24,7 +24,8 @@ from torchdali.video._annexb import (  # noqa: E402
     START_CODE, ParameterSets, parameter_sets, parse_avcc, parse_hvcc, to_annexb,
 )
 from torchdali.video import _nvdec  # noqa: E402
-from torchdali.video._nvdec import NVDEC_FAILURES, ClipDecoder, _Lane, _payloads, stream_key  # noqa: E402
+from torchdali.video._cuvid import parser_payloads  # noqa: E402
+from torchdali.video._nvdec import NVDEC_FAILURES, ClipDecoder, _Lane, _packets, stream_key  # noqa: E402
 
 av.logging.set_level(av.logging.PANIC)  # the decodes without parameter sets make FFmpeg log errors on purpose
 
@@ -300,24 +301,24 @@ def _sps(profile: int, level: int, refs: int, *, scaling: list[list[int]] | None
 
 
 def test_payloads_are_what_the_parser_takes(videos: dict[str, dict[str, str]]) -> None:
-    """``_payloads``: an MP4-form stream re-framed, its parameter sets first, decodes to the file's own frames
-    on a decoder given no extradata; Annex-B extradata goes before the first packet; a record that does not
-    parse, and other codecs, leave the packets as they are. Each packet keeps its pts."""
+    """What the session feeds the parser (``_packets``, re-framed by its C side): an MP4-form stream
+    re-framed, its parameter sets first, decodes to the file's own frames on a decoder given no extradata;
+    Annex-B extradata goes before the first packet; a record that does not parse, and other codecs, leave
+    the packets as they are."""
     for codec in CODECS:
         path = videos[codec]["same_25"]
         for k, clip in enumerate(_clips(path)):
-            payloads = list(_payloads(clip))
-            assert [pts for _, pts in payloads] == clip.pts.tolist()
-            _assert_frames(_decode(_software(codec), clip, [p for p, _ in payloads]), clip, path, f"clip {k}")
+            payloads = parser_payloads(_packets(clip))
+            _assert_frames(_decode(_software(codec), clip, payloads), clip, path, f"clip {k}")
     clip = _clips(videos["h264"]["same_25"])[0]
     sets = parameter_sets(clip.codec, clip.extradata)
     assert sets is not None
     raw = [bytes(clip.packet(j)) for j in range(clip.num_packets)]
     annexb = dataclasses.replace(clip, extradata=sets.annexb)
-    assert [p for p, _ in _payloads(annexb)] == [sets.annexb + raw[0]] + raw[1:]
+    assert parser_payloads(_packets(annexb)) == [sets.annexb + raw[0]] + raw[1:]
     for odd in (dataclasses.replace(clip, extradata=clip.extradata[:20]), dataclasses.replace(clip, extradata=b""),
                 dataclasses.replace(clip, codec="vp9")):
-        assert [p for p, _ in _payloads(odd)] == raw
+        assert parser_payloads(_packets(odd)) == raw
 
 
 # -- malformed input -------------------------------------------------------------------------------
@@ -383,10 +384,10 @@ def test_packets_reframed_and_malformed_packets_refused() -> None:
 
 
 class _Feeder:
-    """A stand-in for a decode thread's NVDEC session: it takes every packet as the parser would."""
+    """A stand-in for a decode thread's NVDEC session: it re-frames every packet as its C side does."""
 
     def decode(self, codec: str, packets: Any, *args: Any) -> int:
-        return sum(1 for _ in packets)
+        return len(parser_payloads(packets))
 
 
 def test_a_malformed_packet_fails_its_stream_only(videos: dict[str, dict[str, str]],
@@ -401,7 +402,7 @@ def test_a_malformed_packet_fails_its_stream_only(videos: dict[str, dict[str, st
     bad = dataclasses.replace(clip, data=data)
     monkeypatch.setattr(_nvdec, "refuse", lambda codec, width, height: None)  # the engines' range, untouched
     decoder = ClipDecoder("cuda:0")
-    lane = _Lane(copy_stream=None, session=_Feeder())  # type: ignore[arg-type]
+    lane = _Lane(copy_stream=None, done=None, session=_Feeder())  # type: ignore[arg-type]
     decoder._lane = lambda: lane  # type: ignore[method-assign]
     for n in range(NVDEC_FAILURES):
         assert decoder._refuse(bad) is None

@@ -285,13 +285,13 @@ def test_a_clip_that_cannot_be_read_raises_sample_error(paths: list[str], tmp_pa
 
 
 def test_a_forked_child_keeps_the_decode_threads_lanes() -> None:
-    """A worker forked from a process whose decode threads hold FFmpeg decoders must never free them:
+    """A worker forked from a process whose decode threads hold NVDEC sessions must never free them:
     their threads do not exist in the child, and freeing one waits for them for ever. The child keeps
     every lane and starts with none; the parent's are untouched."""
     from torchdali.video._nvdec import _KEPT_IN_CHILD, ClipDecoder, _Lane
 
     decoder = ClipDecoder("cuda:0")  # nothing runs on the device
-    lane = _Lane(copy_stream=None)  # type: ignore[arg-type]
+    lane = _Lane(copy_stream=None, done=None)  # type: ignore[arg-type]
     decoder._lanes[12345] = lane
     r, w = os.pipe()
     pid = os.fork()

@@ -6,8 +6,8 @@
   ``as_nv12`` says which a clip's pixel format and colour matrix take).
 * ``_datasets``: ``VideoFolder`` and ``VideoFileList``.
 * ``_nvdec``: ``ClipDecoder``, a batch's clips decoded on the GPU by NVDEC, driven through the driver's
-  ``libnvcuvid`` (``_cuvid``; packets re-framed by ``_annexb``, clips that share packets merged by
-  ``_merge``, planes copied by ``_copy2d``).
+  ``libnvcuvid`` (``_cuvid``, its per-picture callbacks in C: ``_cuvid_clip.c``; clips that share packets
+  merged by ``_merge``).
 
 ``torchdali.DataLoader`` takes these datasets: one sample is one clip, placed by the loader's seeded
 per-sample generator, every frame of a clip transformed with the same drawn parameters; batches are

@@ -19,9 +19,15 @@ calls back three times:
   (``CUVIDPARSERDISPINFO``). A wanted one is mapped (``cuvidMapVideoFrame64``: NVDEC's post-processing
   writes it, cropped to the display area, into one of the decoder's output surfaces, on the session's
   stream) and its two planes, one after the other at one pitch, are copied into the batch's buffer by one
-  driver 2-D copy (``copy_2d``), on the same stream; a mapped surface is given back
-  (``cuvidUnmapVideoFrame64``) once the stream has done the copies, after ``OUTPUT_SURFACES`` maps or at
-  the end of the clip.
+  driver 2-D copy (``cuMemcpy2DAsync``), on the same stream; a mapped surface is given back
+  (``cuvidUnmapVideoFrame64``) once the stream has done the copies (a blocking event waited for), after
+  ``OUTPUT_SURFACES`` maps or at the end of the clip.
+
+The packet loop and the decode and display callbacks are C (``_cuvid_clip.c``, built on first use by
+``torchdali._native``): called through ctypes, the parser runs a whole clip without the interpreter, so
+eight decode threads and the training loop do not take turns at it several times per picture. The
+sequence callback, once per sequence header, stays here. A clip's packets are fed with their index as
+timestamp; H.264 and HEVC packets in MP4 form are re-framed to Annex-B on the way (``Packets``).
 
 An end-of-stream packet flushes the parser's display queue; then the parser is destroyed.
 
@@ -35,12 +41,15 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from ._container import ClipDecodeError
-from ._copy2d import copy_2d
 
-__all__ = ["CODECS", "DISPLAY_DELAY", "OUTPUT_SURFACES", "Session", "library", "refuse"]
+__all__ = ["CODECS", "DISPLAY_DELAY", "OUTPUT_SURFACES", "Outputs", "Packets", "Session", "driver_api", "library",
+           "native", "parser_payloads", "refuse"]
 
 #: FFmpeg's codec names the session decodes, and their ``cudaVideoCodec``
 CODECS = {"h264": 4, "hevc": 8, "vp8": 9, "vp9": 10}
@@ -146,6 +155,18 @@ class _ProcParams(_c.Structure):
     ]
 
 
+class Memcpy2D(_c.Structure):
+    """``CUDA_MEMCPY2D`` (cuda.h)."""
+
+    _fields_ = [
+        ("srcXInBytes", _c.c_size_t), ("srcY", _c.c_size_t), ("srcMemoryType", _c.c_int),
+        ("srcHost", _c.c_void_p), ("srcDevice", _c.c_uint64), ("srcArray", _c.c_void_p), ("srcPitch", _c.c_size_t),
+        ("dstXInBytes", _c.c_size_t), ("dstY", _c.c_size_t), ("dstMemoryType", _c.c_int),
+        ("dstHost", _c.c_void_p), ("dstDevice", _c.c_uint64), ("dstArray", _c.c_void_p), ("dstPitch", _c.c_size_t),
+        ("WidthInBytes", _c.c_size_t), ("Height", _c.c_size_t),
+    ]
+
+
 class _DecodeCaps(_c.Structure):
     """``CUVIDDECODECAPS``."""
 
@@ -173,6 +194,8 @@ _SIGNATURES = {
 }
 _lock = threading.Lock()
 _lib: Any = None
+_native_lib: Any = None
+_driver_api: Any = None
 _caps: dict[str, _DecodeCaps] = {}
 
 
@@ -204,6 +227,7 @@ def refuse(codec: str, width: int, height: int) -> str | None:
     the engines' capabilities (``cuvidGetDecoderCaps``, asked once per codec)."""
     if codec not in CODECS:
         return f"codec {codec}"
+    native()  # the clip loop's C side built (RuntimeError where it cannot be: the clip goes to the CPU)
     caps = _caps.get(codec)
     if caps is None:
         caps = _DecodeCaps(eCodecType=CODECS[codec], eChromaFormat=_CHROMA_420, nBitDepthMinus8=0)
@@ -249,39 +273,186 @@ def format_key(fmt: VideoFormat) -> tuple:
             fmt.bit_depth_luma_minus8, fmt.bit_depth_chroma_minus8)
 
 
-class _Clip:
-    """What the callbacks need of the clip being decoded."""
+class Packets(NamedTuple):
+    """A clip's packets as ``Session.decode`` feeds them: packet ``j`` is ``data[offsets[j]:offsets[j + 1]]``
+    (uint8; int64 ``[P + 1]``), in decode order from a keyframe, its timestamp ``pts[j]`` (named in errors);
+    ``prefix`` (Annex-B bytes: parameter sets) goes before the first; where ``length_size`` > 0 the packets
+    hold NAL units after ``length_size``-byte sizes (MP4 form) and are re-framed to Annex-B
+    (``_annexb.to_annexb`` does the same in Python)."""
 
-    def __init__(self, width: int, height: int, outputs: Mapping[int, Sequence[int]], base: int, skip: bool,
-                 sync: Callable[[], None]) -> None:
-        self.width, self.height = width, height
-        self.outputs, self.base, self.skip, self.sync = outputs, base, skip, sync
-        self.pts = 0  # the timestamp of the packet being parsed
-        self.decoded: set[int] = set()  # surfaces holding a picture decoded and not yet displayed
-        self.done: set[int] = set()  # timestamps written
-        self.mapped: list[int] = []  # mapped surfaces whose copies are queued
-        self.pictures = 0
-        self.error: BaseException | None = None
+    data: np.ndarray
+    offsets: np.ndarray
+    pts: np.ndarray
+    prefix: bytes = b""
+    length_size: int = 0
+
+
+class Outputs(NamedTuple):
+    """Where the pictures go: packet ``j``'s picture to every device offset of
+    ``offsets[start[j]:start[j + 1]]`` (int64; none where the clip does not want it)."""
+
+    start: np.ndarray  # int64 [P + 1]
+    offsets: np.ndarray  # int64
+
+
+# -- the C side (``_cuvid_clip.c``) --------------------------------------------------------------------------
+_TD_CALL, _TD_NOT_DECODED, _TD_NAL_OVERRUN, _TD_NAL_TRAILING, _TD_NO_NAL, _TD_STOPPED, _TD_NO_MEMORY, \
+    _TD_BAD_INDEX = range(1, 9)
+_TD_CALLS = ("cuvidParseVideoData", "cuvidDecodePicture", "cuvidMapVideoFrame64", "cuMemcpy2DAsync",
+             "cuEventRecord", "cuEventSynchronize")
+_MAX_MAPPED = 8
+
+#: the driver's entry points the C side calls, as ``td_api`` lists them (C function types)
+API = {
+    "parse": _c.CFUNCTYPE(_c.c_int, _c.c_void_p, _c.POINTER(_Packet)),
+    "decode_picture": _c.CFUNCTYPE(_c.c_int, _c.c_void_p, _c.c_void_p),
+    "map": _c.CFUNCTYPE(_c.c_int, _c.c_void_p, _c.c_int, _c.POINTER(_c.c_ulonglong), _c.POINTER(_c.c_uint),
+                        _c.POINTER(_ProcParams)),
+    "unmap": _c.CFUNCTYPE(_c.c_int, _c.c_void_p, _c.c_ulonglong),
+    "copy_2d": _c.CFUNCTYPE(_c.c_int, _c.POINTER(Memcpy2D), _c.c_void_p),
+    "event_record": _c.CFUNCTYPE(_c.c_int, _c.c_void_p, _c.c_void_p),
+    "event_synchronize": _c.CFUNCTYPE(_c.c_int, _c.c_void_p),
+}
+
+
+class _Api(_c.Structure):
+    """``td_api``."""
+
+    _fields_ = [(name, kind) for name, kind in API.items()]
+
+
+class _ClipState(_c.Structure):
+    """``td_clip``: one clip's state, shared by the session's Python and the C callbacks."""
+
+    _fields_ = [
+        ("api", _c.POINTER(_Api)), ("decoder", _c.c_void_p), ("stream", _c.c_void_p), ("event", _c.c_void_p),
+        ("base", _c.c_ulonglong), ("out_start", _c.c_void_p), ("out_offsets", _c.c_void_p), ("done", _c.c_void_p),
+        ("packets", _c.c_int64), ("current", _c.c_int64), ("width", _c.c_int32), ("height", _c.c_int32),
+        ("skip", _c.c_int32), ("output_surfaces", _c.c_int32), ("decoded", _c.c_uint64),
+        ("mapped", _c.c_ulonglong * _MAX_MAPPED), ("n_mapped", _c.c_int32), ("failed", _c.c_int32),
+        ("pictures", _c.c_int64), ("detail", _c.c_int64), ("detail2", _c.c_int64), ("call", _c.c_int32),
+        ("result", _c.c_int32), ("proc", _ProcParams),
+    ]
+
+
+def native() -> Any:
+    """``_cuvid_clip.c`` built and loaded (``torchdali._native``), its functions typed. RuntimeError where
+    it cannot be built (no C compiler)."""
+    global _native_lib
+    with _lock:
+        if _native_lib is None:
+            from .._native import build
+
+            lib = build(Path(__file__).with_name("_cuvid_clip.c"))
+            if lib.td_clip_size() != _c.sizeof(_ClipState):
+                raise RuntimeError(f"_cuvid_clip.c's td_clip is {lib.td_clip_size()} bytes, _ClipState "
+                                   f"{_c.sizeof(_ClipState)}: the two must be changed together")
+            state = _c.POINTER(_ClipState)
+            lib.td_clip_size.restype = _c.c_int64
+            lib.td_unmap.argtypes, lib.td_unmap.restype = [state], _c.c_int
+            lib.td_decode.argtypes = [state, _c.c_void_p, _c.c_void_p, _c.c_void_p, _c.c_int64, _c.c_ulong,
+                                      _c.c_char_p, _c.c_int64, _c.c_int]
+            lib.td_decode.restype = _c.c_int
+            lib.td_annexb.argtypes = [state, _c.c_void_p, _c.c_int64, _c.c_int, _c.c_char_p, _c.c_int64,
+                                      _c.c_void_p]
+            lib.td_annexb.restype = _c.c_int64
+            _native_lib = lib
+    return _native_lib
+
+
+def driver_api() -> _Api:
+    """The driver's entry points for the C side: libnvcuvid's and libcuda's. RuntimeError where one is
+    missing."""
+    global _driver_api
+    with _lock:
+        api = _driver_api
+    if api is None:
+        lib = library()
+        try:
+            cuda = _c.CDLL("libcuda.so.1")
+            names = {"parse": lib.cuvidParseVideoData, "decode_picture": lib.cuvidDecodePicture,
+                     "map": lib.cuvidMapVideoFrame64, "unmap": lib.cuvidUnmapVideoFrame64,
+                     "copy_2d": cuda.cuMemcpy2DAsync_v2, "event_record": cuda.cuEventRecord,
+                     "event_synchronize": cuda.cuEventSynchronize}
+        except (OSError, AttributeError) as e:
+            raise RuntimeError(f"the CUDA driver's library is not available (libcuda.so.1): {e}") from None
+        api = _Api(**{k: API[k](_c.cast(fn, _c.c_void_p).value) for k, fn in names.items()})
+        with _lock:
+            _driver_api = api
+    return api
+
+
+def parser_payloads(packets: Packets) -> list[bytes]:
+    """What ``Session.decode`` feeds the parser for each of ``packets``: the prefix before the first, each
+    re-framed to Annex-B by the C side where ``length_size`` > 0 (``td_annexb``, as ``td_decode`` calls it).
+    ``ClipDecodeError`` where a packet does not re-frame, as ``decode`` raises it."""
+    lib, state, out = native(), _ClipState(), []
+    for j in range(len(packets.pts)):
+        payload = bytes(packets.data[int(packets.offsets[j]): int(packets.offsets[j + 1])])
+        prefix = packets.prefix if j == 0 else b""
+        if packets.length_size <= 0:
+            out.append(prefix + payload)
+            continue
+        buffer = _c.create_string_buffer(len(prefix) + 4 * len(payload) + 4)
+        state.current = j
+        n = lib.td_annexb(_c.byref(state), payload, len(payload), packets.length_size, prefix, len(prefix), buffer)
+        if n < 0:
+            raise _failure(state, packets)
+        out.append(buffer.raw[:n])
+    return out
+
+
+def _failure(state: _ClipState, packets: Packets) -> ClipDecodeError:
+    """The C side's failure as the error ``Session.decode`` raises."""
+    what, j = state.failed, int(state.current)
+    size = int(packets.offsets[j + 1] - packets.offsets[j]) if 0 <= j < len(packets.pts) else 0
+    if what == _TD_CALL:
+        return ClipDecodeError(f"{_TD_CALLS[state.call]} failed with CUresult {state.result}")
+    if what == _TD_NOT_DECODED:
+        return ClipDecodeError(f"the picture of timestamp {int(packets.pts[state.detail])} was displayed without "
+                               f"being decoded")
+    if what == _TD_NAL_OVERRUN:
+        return ClipDecodeError(f"a NAL unit's size ({state.detail} bytes, at byte {state.detail2}) runs past the "
+                               f"end of its {size}-byte packet: the packet is corrupt, or not "
+                               f"{packets.length_size}-byte length-prefixed as the stream's extradata says")
+    if what == _TD_NAL_TRAILING:
+        return ClipDecodeError(f"{state.detail} bytes after the last NAL unit of a {size}-byte packet, too few "
+                               f"for a {packets.length_size}-byte NAL unit size: the packet is corrupt")
+    if what == _TD_NO_NAL:
+        return ClipDecodeError(f"a {size}-byte packet holds no NAL unit")
+    if what == _TD_BAD_INDEX:
+        return ClipDecodeError(f"the parser gave picture index {state.detail}, outside NVDEC's surfaces")
+    if what == _TD_NO_MEMORY:
+        return ClipDecodeError(f"no memory for a {state.detail}-byte packet")
+    return ClipDecodeError(f"NVDEC's clip failed ({what})")
 
 
 class Session:
-    """One decode thread's NVDEC decoders, reused from clip to clip, and its parser callbacks.
+    """One decode thread's NVDEC decoders, reused from clip to clip, and its parser callbacks: the sequence
+    callback here, the decode and display callbacks and the packet loop in C (``_cuvid_clip.c``), so that a
+    clip's pictures take the interpreter only once per sequence header.
 
-    ``stream``: the ``CUstream`` handle the maps and copies run on; ``decode`` waits for it
-    (``sync``) before it gives mapped surfaces back.
+    ``stream``: the ``CUstream`` handle the maps and copies run on; ``event``: a ``CUevent`` made with
+    blocking sync, which the C side records on the stream and waits for before it gives mapped surfaces
+    back (a stream's own synchronize spins a core while it waits).
     """
 
-    def __init__(self, stream: int) -> None:
+    def __init__(self, stream: int, event: int) -> None:
         self._lib = library()
-        self.stream = stream
+        self._native = native()
+        self._api = driver_api()
         self._decoders: "OrderedDict[tuple, _Decoder]" = OrderedDict()
         self._decoder: _Decoder | None = None
-        self._clip: _Clip | None = None
-        # the map's arguments, set anew for each picture
-        self._proc, self._ptr, self._pitch = _ProcParams(output_stream=stream), _c.c_ulonglong(), _c.c_uint()
-        self._map_args = (_c.byref(self._ptr), _c.byref(self._pitch), _c.byref(self._proc))
-        # the C callbacks must live as long as any parser that may call them
-        self._callbacks = (_SEQUENCE(self._on_sequence), _DECODE(self._on_decode), _DISPLAY(self._on_display))
+        self._error: BaseException | None = None
+        self._width = self._height = 0
+        self._state = _ClipState(api=_c.pointer(self._api), stream=stream, event=event,
+                                 output_surfaces=OUTPUT_SURFACES)
+        self._state.proc.output_stream = stream
+        self._state_ref = _c.byref(self._state)
+        # the callbacks must live as long as any parser that may call them
+        self._sequence = _SEQUENCE(self._on_sequence)
+        self._decode_cb = _DECODE(_c.cast(self._native.td_on_decode, _c.c_void_p).value)
+        self._display_cb = _DISPLAY(_c.cast(self._native.td_on_display, _c.c_void_p).value)
 
     def close(self) -> None:
         """Destroy every decoder (the device's context current on this thread)."""
@@ -289,76 +460,74 @@ class Session:
             decoder.close()
         self._decoders.clear()
         self._decoder = None
+        self._state.decoder = None
 
-    def decode(self, codec: str, packets: Iterable[tuple[Any, int]], width: int, height: int,
-               outputs: Mapping[int, Sequence[int]], base: int, sync: Callable[[], None]) -> int:
-        """Decode ``packets`` (each its payload, bytes or a contiguous buffer, and its timestamp, in decode
-        order, from a keyframe; ``codec`` as FFmpeg names it), writing the NV12 planes of the picture of
-        timestamp ``t`` (``width x height``, Y then CbCr, no pitch) at device address ``base + o`` for every
-        ``o`` in ``outputs[t]``; every copy is done when this returns. Returns the pictures decoded. Raises
+    def decode(self, codec: str, packets: Packets, width: int, height: int, outputs: Outputs, base: int) -> int:
+        """Decode ``packets`` (``codec`` as FFmpeg names it), writing the NV12 planes of packet ``j``'s picture
+        (``width x height``, even; Y then CbCr, no pitch) at device address ``base + o`` for every ``o`` of
+        ``outputs`` for ``j``; every copy is done when this returns. Returns the pictures decoded. Raises
         ``ClipDecodeError`` where NVDEC cannot decode them or a wanted picture does not come out."""
-        clip = self._clip = _Clip(width, height, outputs, base, codec in _SKIP_NON_REFERENCE, sync)
-        seq, dec, disp = self._callbacks
+        n = len(packets.pts)
+        data = np.ascontiguousarray(packets.data, dtype=np.uint8)
+        offsets = np.ascontiguousarray(packets.offsets, dtype=np.int64)
+        start = np.ascontiguousarray(outputs.start, dtype=np.int64)
+        places = np.ascontiguousarray(outputs.offsets, dtype=np.int64)
+        if len(offsets) != n + 1 or len(start) != n + 1 or (n and offsets[-1] > len(data)):
+            raise ValueError(f"{n} packets need {n + 1} packet offsets within the data and {n + 1} output "
+                             f"starts; got {len(offsets)} and {len(start)}")
+        done = np.zeros(max(n, 1), dtype=np.uint8)
+        s = self._state
+        s.base, s.out_start, s.out_offsets, s.done = base, start.ctypes.data, places.ctypes.data, done.ctypes.data
+        s.packets, s.current, s.width, s.height = n, 0, width, height
+        s.skip, s.decoded, s.n_mapped, s.failed, s.pictures = codec in _SKIP_NON_REFERENCE, 0, 0, 0, 0
+        self._error, self._width, self._height = None, width, height
         params = _ParserParams(CodecType=CODECS[codec], ulMaxNumDecodeSurfaces=1, ulErrorThreshold=0,
-                               ulMaxDisplayDelay=DISPLAY_DELAY, pfnSequenceCallback=seq, pfnDecodePicture=dec,
-                               pfnDisplayPicture=disp)
+                               ulMaxDisplayDelay=DISPLAY_DELAY, pUserData=_c.addressof(s),
+                               pfnSequenceCallback=self._sequence, pfnDecodePicture=self._decode_cb,
+                               pfnDisplayPicture=self._display_cb)
         parser = _c.c_void_p()
         _check(self._lib.cuvidCreateVideoParser(_c.byref(parser), _c.byref(params)), "cuvidCreateVideoParser")
         flags = _PKT_TIMESTAMP | (_PKT_ENDOFPICTURE if codec in _WHOLE_PICTURES else 0)
-        packet = _Packet()
-        ref = _c.byref(packet)
         try:
-            for payload, pts in packets:
-                data = payload if isinstance(payload, bytes) else bytes(payload)
-                packet.flags, packet.payload_size, packet.payload, packet.timestamp = flags, len(data), data, pts
-                clip.pts = pts
-                self._parse(parser, ref, clip)
-            packet.flags, packet.payload_size, packet.payload, packet.timestamp = _PKT_ENDOFSTREAM, 0, None, 0
-            self._parse(parser, ref, clip)
+            self._native.td_decode(self._state_ref, parser, data.ctypes.data, offsets.ctypes.data, n, flags,
+                                   packets.prefix, len(packets.prefix), packets.length_size)
         finally:
             self._lib.cuvidDestroyVideoParser(parser)
-            self._unmap(clip)
-            self._clip = None
-        missing = set(outputs) - clip.done
-        if missing:
-            raise ClipDecodeError(f"NVDEC gave no picture of timestamps {sorted(missing)[:8]}")
-        return clip.pictures
+            self._native.td_unmap(self._state_ref)
+        if s.failed:
+            raise self._error if s.failed == _TD_STOPPED and self._error is not None else _failure(s, packets)
+        missing = np.flatnonzero((start[1:] > start[:-1]) & (done[:n] == 0))
+        if len(missing):
+            raise ClipDecodeError(f"NVDEC gave no picture of timestamps {packets.pts[missing][:8].tolist()}")
+        return int(s.pictures)
 
-    def _parse(self, parser: Any, packet: Any, clip: _Clip) -> None:
-        err = self._lib.cuvidParseVideoData(parser, packet)
-        if clip.error is not None:
-            raise clip.error
-        _check(err, "cuvidParseVideoData")
+    def _unmap(self) -> None:
+        """The C side's wait for the queued copies, then the mapped surfaces given back to the current decoder."""
+        if self._native.td_unmap(self._state_ref):
+            raise _failure(self._state, Packets(np.zeros(0, np.uint8), np.zeros(1, np.int64), np.zeros(0, np.int64)))
 
-    def _unmap(self, clip: _Clip) -> None:
-        """Wait for the queued copies, then give the mapped surfaces back."""
-        if clip.mapped:  # mapped from the current decoder (another one unmaps them first)
-            clip.sync()
-            for ptr in clip.mapped:
-                self._lib.cuvidUnmapVideoFrame64(self._decoder.handle, ptr)
-            clip.mapped.clear()
-
-    # -- the parser's callbacks: each returns 1 (go on) or 0 (stop), never raises ----------------------------
     def _on_sequence(self, _user: Any, fmt_p: Any) -> int:
-        clip = self._clip
+        """The parser's sequence callback (see the module docstring): the decoder for the format, the decode
+        surfaces; 0 stops the parser, the error kept for ``decode``."""
+        s = self._state
         try:
             fmt = fmt_p.contents
             if fmt.chroma_format != _CHROMA_420 or fmt.bit_depth_luma_minus8 or fmt.bit_depth_chroma_minus8:
                 raise ClipDecodeError(f"the stream is chroma format {fmt.chroma_format} with "
                                       f"{8 + fmt.bit_depth_luma_minus8}-bit luma, not 8-bit 4:2:0")
             area = fmt.display_area
-            if (area.right - area.left, area.bottom - area.top) != (clip.width, clip.height):
+            if (area.right - area.left, area.bottom - area.top) != (self._width, self._height):
                 raise ClipDecodeError(f"the stream's sequence header gives {area.right - area.left}x"
-                                      f"{area.bottom - area.top} frames; the clip is {clip.width}x{clip.height}")
+                                      f"{area.bottom - area.top} frames; the clip is {self._width}x{self._height}")
             need = min(_MAX_SURFACES, fmt.min_num_decode_surfaces + DISPLAY_DELAY + 1)
             key = format_key(fmt)
             decoder = self._decoders.get(key)
-            if clip.decoded and (decoder is None or decoder is not self._decoder or decoder.surfaces < need):
+            if s.decoded and (decoder is None or decoder is not self._decoder or decoder.surfaces < need):
                 # another decoder now would lose the pictures decoded into this one and not yet shown
                 raise ClipDecodeError("the stream's format changes inside the clip")
             decoder = self._decoders.pop(key, None)
             if decoder is not None and decoder.surfaces < need:
-                self._unmap(clip)  # its mapped surfaces go back before it does
+                self._unmap()  # its mapped surfaces go back before it does
                 decoder.close()
                 decoder = None
             if decoder is None:
@@ -368,58 +537,12 @@ class Session:
                 decoder = _Decoder(fmt.codec, fmt, need)
             self._decoders[key] = decoder  # the most recently used
             if decoder is not self._decoder:
-                self._unmap(clip)
+                self._unmap()
                 self._decoder = decoder
+                s.decoder = decoder.handle.value
             return decoder.surfaces
         except BaseException as e:  # noqa: BLE001 - raised by ``decode`` once the parser returns
-            clip.error = e
-            return 0
-
-    def _on_decode(self, _user: Any, pic: int) -> int:
-        clip = self._clip
-        try:
-            index = _c.c_int.from_address(pic + _PIC_CURR_IDX).value
-            if clip.skip and clip.pts not in clip.outputs and not _c.c_int.from_address(pic + _PIC_REF_FLAG).value:
-                clip.decoded.discard(index)  # nothing refers to it and it is not wanted
-                return 1
-            _check(self._lib.cuvidDecodePicture(self._decoder.handle, pic), "cuvidDecodePicture")
-            clip.decoded.add(index)
-            clip.pictures += 1
-            return 1
-        except BaseException as e:  # noqa: BLE001
-            clip.error = e
-            return 0
-
-    def _on_display(self, _user: Any, info_p: Any) -> int:
-        clip = self._clip
-        try:
-            if not info_p:
-                return 1
-            info = info_p.contents
-            index, ts = info.picture_index, info.timestamp
-            wanted = ts in clip.outputs and ts not in clip.done
-            if index not in clip.decoded:
-                if wanted:
-                    raise ClipDecodeError(f"the picture of timestamp {ts} was displayed without being decoded")
-                return 1
-            clip.decoded.discard(index)
-            if not wanted:
-                return 1
-            if len(clip.mapped) >= OUTPUT_SURFACES:
-                self._unmap(clip)
-            decoder, proc = self._decoder, self._proc
-            proc.progressive_frame, proc.top_field_first = info.progressive_frame, info.top_field_first
-            _check(self._lib.cuvidMapVideoFrame64(decoder.handle, index, *self._map_args), "cuvidMapVideoFrame64")
-            ptr, pitch = self._ptr.value, self._pitch.value
-            clip.mapped.append(ptr)
-            # the CbCr plane's rows follow the Y plane's at the same pitch, from row ``(height + 1) & ~1``: the
-            # decoder's height is the clip's (``_on_sequence``), even (``ClipDecoder`` refuses odd sizes), so
-            # one copy of 3/2 H rows writes both
-            W, H = clip.width, clip.height
-            for off in clip.outputs[ts]:
-                copy_2d(clip.base + off, W, ptr, pitch, W, H + H // 2, self.stream)
-            clip.done.add(ts)
-            return 1
-        except BaseException as e:  # noqa: BLE001
-            clip.error = e
+            self._error = e
+            if not s.failed:
+                s.failed = _TD_STOPPED
             return 0

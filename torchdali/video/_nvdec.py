@@ -1,8 +1,8 @@
 """A batch of clips decoded on the GPU with NVDEC, into one packed NV12 buffer.
 
 NVDEC is driven through the driver's own video library (``_cuvid``: NVIDIA's parser and decoder, reached
-with ctypes, on torch's primary CUDA context). A decoded picture is mapped and its two planes copied into
-the batch's buffer by the driver's 2-D copy (``_copy2d``), in the layout the fused kernel's NV12 source
+with ctypes, on torch's primary CUDA context; the per-picture callbacks in C). A decoded picture is mapped
+and its two planes copied into the batch's buffer by the driver's 2-D copy, in the layout the fused kernel's NV12 source
 reads (``csrc_triton/layout.py``: Y plane, then the CbCr plane, no pitch). FFmpeg (PyAV) reads the
 packets and decodes on the CPU routes; it is not on NVDEC's path.
 
@@ -30,8 +30,8 @@ thread decodes such a clip. ``DecodedClips.decoded_frames`` counts its pictures 
 ``ClipDecoder.reasons`` still count the batch's clips.
 
 An H.264 or HEVC stream in MP4 form (length-prefixed NAL units, its parameter sets in an avcC or hvcC
-record: mp4, mov, mkv) is fed to the parser in Annex-B (``_annexb``), its parameter sets before the clip's
-first packet. Failures are counted per stream (``stream_key``: codec, extradata, size), so that a corrupt
+record: mp4, mov, mkv) is fed to the parser in Annex-B, its parameter sets (``_annexb``) before the clip's
+first packet (``_packets``; the session's C side re-frames each packet). Failures are counted per stream (``stream_key``: codec, extradata, size), so that a corrupt
 video does not send the others of its size to the CPU.
 
 Fork safety: a loader's workers are forked from the process whose decode threads hold NVDEC sessions,
@@ -51,15 +51,15 @@ import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import torch
 from csrc_triton import layout
 
-from ._annexb import START_CODE, parameter_sets, to_annexb
+from ._annexb import START_CODE, parameter_sets
 from ._container import NV12_PIX_FMTS, ClipDecodeError, EncodedClip, as_nv12, decode_clip_nv12, decode_clip_rgb
-from ._cuvid import Session, refuse
+from ._cuvid import Outputs, Packets, Session, refuse
 from ._merge import merge_clips
 
 __all__ = ["ClipDecoder", "DecodedClips", "PendingClips", "plan_batch"]
@@ -166,34 +166,40 @@ class _Lane:
     """A decode thread's copy stream and NVDEC session (made on its first clip NVDEC decodes)."""
 
     copy_stream: torch.cuda.Stream
+    done: torch.cuda.Event  # blocking: ``sync`` and the session's waits sleep on it
     session: Session | None = None
-    done: Any = None  # the blocking event ``sync`` waits on
 
     def sync(self) -> None:
         """Wait for the copy stream's work, asleep: a stream's own synchronize spins a core for as long
         as it waits (torch's context schedules spin waits), and eight decode threads wait often."""
-        if self.done is None:
-            self.done = torch.cuda.Event(blocking=True)
         self.done.record(self.copy_stream)
         self.done.synchronize()
 
 
-def _payloads(clip: EncodedClip) -> Iterator[tuple[bytes, int]]:
-    """``clip``'s packets as NVDEC's parser takes them, each with its pts: an H.264 or HEVC stream in MP4
+def _packets(clip: EncodedClip) -> Packets:
+    """``clip``'s packets as NVDEC's parser takes them (``_cuvid.Packets``): an H.264 or HEVC stream in MP4
     form re-framed to Annex-B, its parameter sets before the first packet (``_annexb``); one already in
     Annex-B with its parameter sets in its extradata has them before the first packet; others as they are."""
     extradata = bytes(clip.extradata)
     sets = parameter_sets(clip.codec, extradata)
-    first = b""
-    if sets is None and clip.codec in ("h264", "hevc") and extradata.startswith((START_CODE, START_CODE[1:])):
-        first = extradata
-    for j in range(clip.num_packets):
-        payload = clip.packet(j)
-        if sets is not None:
-            data = to_annexb(payload, sets.length_size, sets.annexb if j == 0 else b"")
-        else:
-            data = (first + bytes(payload)) if j == 0 else bytes(payload)
-        yield data, int(clip.pts[j])
+    if sets is not None:
+        return Packets(clip.data, clip.offsets, clip.pts, sets.annexb, sets.length_size)
+    annexb = clip.codec in ("h264", "hevc") and extradata.startswith((START_CODE, START_CODE[1:]))
+    return Packets(clip.data, clip.offsets, clip.pts, extradata if annexb else b"")
+
+
+def _outputs(clip: EncodedClip, offsets: np.ndarray) -> Outputs:
+    """Where each packet's picture goes (``_cuvid.Outputs``): output frame ``f`` (not padding) is the picture
+    of the packet whose pts is ``clip.frame_pts[f]``, written at ``offsets[f]``."""
+    packet = {int(p): j for j, p in enumerate(clip.pts.tolist())}
+    frames = np.flatnonzero(clip.frame_indices >= 0)
+    of = np.array([packet.get(int(clip.frame_pts[f]), -1) for f in frames.tolist()], dtype=np.int64)
+    if (of < 0).any():
+        raise ClipDecodeError(f"no packet has the pts {int(clip.frame_pts[frames[of < 0][0]])} of a wanted frame")
+    order = np.argsort(of, kind="stable")
+    start = np.zeros(clip.num_packets + 1, dtype=np.int64)
+    np.cumsum(np.bincount(of, minlength=clip.num_packets), out=start[1:])
+    return Outputs(start, np.asarray(offsets, dtype=np.int64)[frames[order]])
 
 
 _LIVE: "weakref.WeakSet[ClipDecoder]" = weakref.WeakSet()
@@ -201,8 +207,8 @@ _KEPT_IN_CHILD: list[Any] = []
 
 
 def _keep_lanes_in_child() -> None:
-    """In a forked child: hold every lane for good, so that no FFmpeg decoder of the parent's
-    decode threads is ever freed here (see the module docstring)."""
+    """In a forked child: hold every lane for good, so that no NVDEC session of the parent's decode
+    threads is ever freed here (see the module docstring)."""
     for decoder in list(_LIVE):
         _KEPT_IN_CHILD.append((decoder._lanes, decoder._pool))  # the pool's threads are the parent's
         decoder._lanes, decoder._pool = {}, None
@@ -298,10 +304,11 @@ class ClipDecoder:
         lane = self._lanes.get(threading.get_ident())
         if lane is None:
             torch.cuda.set_device(self.device)
-            lane = _Lane(torch.cuda.Stream(self.device))
+            lane = _Lane(torch.cuda.Stream(self.device), torch.cuda.Event(blocking=True))
             # a runtime call that needs the device's context makes it current on this thread, where the
-            # driver's video calls and copies take it; the query waits for nothing
-            lane.copy_stream.query()
+            # driver's video calls and copies take it; the record also makes the event (torch makes it on
+            # first use), whose handle the session's C side records and waits on
+            lane.done.record(lane.copy_stream)
             with self._lock:
                 self._lanes[threading.get_ident()] = lane
         return lane
@@ -345,7 +352,7 @@ class ClipDecoder:
         """This thread's NVDEC session (``_cuvid``), made on its first clip."""
         lane = self._lane()
         if lane.session is None:
-            lane.session = Session(lane.copy_stream.cuda_stream)
+            lane.session = Session(lane.copy_stream.cuda_stream, lane.done.cuda_event)
         return lane.session
 
     def _nvdec(self, clip: EncodedClip, data: torch.Tensor, offsets: np.ndarray, clips: int = 1) -> int | None:
@@ -358,14 +365,9 @@ class ClipDecoder:
             self._count(why, clips)
             return None
         stream = stream_key(clip)
-        outputs: dict[int, list[int]] = {}
-        for f, (pts, index) in enumerate(zip(clip.frame_pts.tolist(), clip.frame_indices.tolist())):
-            if index >= 0:
-                outputs.setdefault(pts, []).append(int(offsets[f]))
-        lane = self._lane()
         try:
-            pictures = self._session().decode(clip.codec, _payloads(clip), clip.width, clip.height, outputs,
-                                              data.data_ptr(), lane.sync)
+            pictures = self._session().decode(clip.codec, _packets(clip), clip.width, clip.height,
+                                              _outputs(clip, offsets), data.data_ptr())
         except (ClipDecodeError, RuntimeError) as e:
             with self._lock:
                 self._failures[stream] = self._failures.get(stream, 0) + 1
