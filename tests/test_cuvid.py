@@ -92,7 +92,8 @@ class _FakeDriver:
     """``libnvcuvid`` and the CUDA calls the C side makes, played in Python: a parser that reads each packet as
     one picture (its last two bytes: reference flag, display position), calls back sequence (first packet),
     decode (each packet) and display (in display position order, at most ``delay`` pictures held; the rest at
-    end of stream), and a decoder whose maps hand out fake addresses. It checks the session's use of the API:
+    end of stream) with the smallest timestamp it holds (the driver's parser hands its timestamps out in
+    display order, whichever picture's packet brought them), and a decoder whose maps hand out fake addresses. It checks the session's use of the API:
     surfaces, mapped frames at once, a wait on the session's event before each unmap; what it finds wrong
     goes to ``errors`` (a stand-in called from C cannot raise into the test)."""
 
@@ -126,7 +127,8 @@ class _FakeDriver:
     def cuvidCreateVideoParser(self, handle: Any, params: Any) -> int:
         self.params = params._obj
         self.parsers += 1
-        self.pending: list[tuple[int, int, int]] = []  # (display position, surface, timestamp) not yet displayed
+        self.pending: list[tuple[int, int]] = []  # (display position, surface) not yet displayed
+        self.stamps: list[int] = []  # timestamps of the pending pictures' packets
         self.started, self.next_surface, self.surfaces = False, 0, 0
         handle._obj.value = 1000 + self.parsers
         return 0
@@ -160,14 +162,16 @@ class _FakeDriver:
         self.current = payload[-1]
         if not p.pfnDecodePicture(p.pUserData, ctypes.addressof(pic)):
             return 0
-        self.pending.append((payload[-1], self.next_surface, packet.timestamp))
+        self.pending.append((payload[-1], self.next_surface))
+        self.stamps.append(packet.timestamp)
         self.next_surface = (self.next_surface + 1) % self.surfaces
         return self._display(p.ulMaxDisplayDelay)
 
     def _display(self, hold: int) -> int:
         self.pending.sort()
+        self.stamps.sort()
         while len(self.pending) > hold:
-            position, surface, timestamp = self.pending.pop(0)
+            (position, surface), timestamp = self.pending.pop(0), self.stamps.pop(0)
             if position == self.lose:
                 continue
             info = cuvid._DisplayInfo(picture_index=surface, progressive_frame=1, timestamp=timestamp)

@@ -326,7 +326,7 @@ class _ClipState(_c.Structure):
 
     _fields_ = [
         ("api", _c.POINTER(_Api)), ("decoder", _c.c_void_p), ("stream", _c.c_void_p), ("event", _c.c_void_p),
-        ("base", _c.c_ulonglong), ("out_start", _c.c_void_p), ("out_offsets", _c.c_void_p), ("done", _c.c_void_p),
+        ("base", _c.c_ulonglong), ("stamps", _c.c_void_p), ("by_stamp", _c.c_void_p), ("out_start", _c.c_void_p), ("out_offsets", _c.c_void_p), ("done", _c.c_void_p),
         ("packets", _c.c_int64), ("current", _c.c_int64), ("width", _c.c_int32), ("height", _c.c_int32),
         ("skip", _c.c_int32), ("output_surfaces", _c.c_int32), ("decoded", _c.c_uint64),
         ("mapped", _c.c_ulonglong * _MAX_MAPPED), ("n_mapped", _c.c_int32), ("failed", _c.c_int32),
@@ -476,7 +476,12 @@ class Session:
             raise ValueError(f"{n} packets need {n + 1} packet offsets within the data and {n + 1} output "
                              f"starts; got {len(offsets)} and {len(start)}")
         done = np.zeros(max(n, 1), dtype=np.uint8)
+        # timestamps in display order (see _cuvid_clip.c): each packet's pts' rank
+        by_stamp = np.argsort(np.asarray(packets.pts, dtype=np.int64), kind="stable")
+        stamps = np.empty_like(by_stamp)
+        stamps[by_stamp] = np.arange(n, dtype=by_stamp.dtype)
         s = self._state
+        s.stamps, s.by_stamp = stamps.ctypes.data, by_stamp.ctypes.data
         s.base, s.out_start, s.out_offsets, s.done = base, start.ctypes.data, places.ctypes.data, done.ctypes.data
         s.packets, s.current, s.width, s.height = n, 0, width, height
         s.skip, s.decoded, s.n_mapped, s.failed, s.pictures = codec in _SKIP_NON_REFERENCE, 0, 0, 0, 0

@@ -3,8 +3,10 @@
  * what each step does and why). Python keeps the sequence callback (once per sequence header: it makes and
  * keeps the decoders) and everything around the clip.
  *
- * A clip's packets are fed with their index in the clip as timestamp, so the display callback finds the
- * places a picture goes by that index: ``out_start[j] .. out_start[j + 1]`` in ``out_offsets``.
+ * Each packet's timestamp is its rank among the clip's pts (``stamps[j]``): the parser's timestamps are
+ * presentation times, which it hands out in display order (fed the packets' indices in decode order, the
+ * pictures of H.264 streams with B-frames came back under other pictures' numbers), and a rank leads back
+ * to its packet (``by_stamp``), whose picture goes to ``out_offsets[out_start[j]:out_start[j + 1]]``.
  *
  * The driver's entry points come in ``td_api`` (filled by ``_cuvid`` from libnvcuvid and libcuda, or by a
  * stand-in driver in the tests), so this file needs no NVIDIA header and links against nothing. The
@@ -100,6 +102,8 @@ typedef struct {
     void *stream;                   /* the maps and copies run on it */
     void *event;                    /* a blocking event: the wait before surfaces go back */
     unsigned long long base;        /* the batch buffer's device address */
+    const int64_t *stamps;          /* [packets]: packet j's timestamp, its pts' rank */
+    const int64_t *by_stamp;        /* [packets]: the packet of each timestamp */
     const int64_t *out_start;       /* [packets + 1] */
     const int64_t *out_offsets;     /* where packet j's picture goes: out_offsets[out_start[j]:out_start[j + 1]] */
     uint8_t *done;                  /* [packets]: its picture written */
@@ -186,7 +190,7 @@ int td_on_display(void *user, td_display_info *info) {
     if (!info)
         return 1;
     int index = info->picture_index;
-    int64_t j = info->timestamp;
+    int64_t j = info->timestamp >= 0 && info->timestamp < c->packets ? c->by_stamp[info->timestamp] : -1;
     int want = wanted(c, j) && !c->done[j];
     if (index < 0 || index >= MAX_SURFACES || !(c->decoded >> index & 1)) {
         if (want)
@@ -265,51 +269,61 @@ int64_t td_annexb(td_clip *c, const uint8_t *packet, int64_t len, int length_siz
 }
 
 /* Feed the clip's ``n`` packets (``data[offsets[j]:offsets[j + 1]]``, decode order, from a keyframe) to
- * ``parser`` with ``flags``, each with its index as timestamp, ``prefix`` before the first, re-framed from
- * ``length_size``-byte sizes to Annex-B where ``length_size`` > 0; then end of stream, which flushes the
- * display queue. Stops at the first failure. 0, or TD_* (the details in ``c``). */
+ * ``parser`` with ``flags``, each with its timestamp ``stamps[j]``, ``prefix`` before the first, re-framed
+ * from ``length_size``-byte sizes to Annex-B where ``length_size`` > 0; then end of stream, which flushes
+ * the display queue. Every packet is re-framed before the first is parsed, into one buffer that lives
+ * until the end of stream: nothing the parser was given is written again while it parses. Stops at the
+ * first failure. 0, or TD_* (the details in ``c``). */
 int td_decode(td_clip *c, void *parser, const uint8_t *data, const int64_t *offsets, int64_t n,
               unsigned long flags, const uint8_t *prefix, int64_t prefix_len, int length_size) {
-    uint8_t *scratch = NULL;
-    int64_t capacity = 0;
+    uint8_t *framed = NULL;
+    int64_t *framed_at = NULL;
+    if (n > 0 && (length_size > 0 || prefix_len)) {
+        int64_t total = offsets[n] - offsets[0];
+        int64_t need = prefix_len + (length_size > 0 ? 4 * total + 4 * n : total) + 1;
+        framed = malloc((size_t)need);
+        framed_at = malloc(sizeof(int64_t) * (size_t)(n + 1));
+        if (!framed || !framed_at) {
+            free(framed);
+            free(framed_at);
+            fail(c, TD_NO_MEMORY, need, 0);
+            return c->failed;
+        }
+        int64_t at = 0;
+        for (int64_t j = 0; j < n; j++) {
+            const uint8_t *payload = data + offsets[j];
+            int64_t len = offsets[j + 1] - offsets[j], pre = j == 0 ? prefix_len : 0;
+            c->current = j;
+            framed_at[j] = at;
+            if (length_size > 0) {
+                int64_t got = td_annexb(c, payload, len, length_size, prefix, pre, framed + at);
+                if (got < 0)
+                    break;
+                at += got;
+            } else {
+                memcpy(framed + at, prefix, (size_t)pre);
+                memcpy(framed + at + pre, payload, (size_t)len);
+                at += pre + len;
+            }
+        }
+        framed_at[n] = at;
+    }
     td_packet packet;
     for (int64_t j = 0; j < n && !c->failed; j++) {
-        const uint8_t *payload = data + offsets[j];
-        int64_t len = offsets[j + 1] - offsets[j];
-        int64_t pre = j == 0 ? prefix_len : 0;
-        if (length_size > 0 || pre) {
-            int64_t need = pre + 4 * len + 4;
-            if (need > capacity) {
-                uint8_t *grown = realloc(scratch, (size_t)need);
-                if (!grown) {
-                    fail(c, TD_NO_MEMORY, need, 0);
-                    break;
-                }
-                scratch = grown;
-                capacity = need;
-            }
-            c->current = j;
-            if (length_size > 0) {
-                len = td_annexb(c, payload, len, length_size, prefix, pre, scratch);
-                if (len < 0)
-                    break;
-            } else {
-                memcpy(scratch, prefix, (size_t)pre);
-                memcpy(scratch + pre, payload, (size_t)len);
-                len += pre;
-            }
-            payload = scratch;
-        }
         packet.flags = flags;
-        packet.payload_size = (unsigned long)len;
-        packet.payload = payload;
-        packet.timestamp = j;
+        if (framed) {
+            packet.payload = framed + framed_at[j];
+            packet.payload_size = (unsigned long)(framed_at[j + 1] - framed_at[j]);
+        } else {
+            packet.payload = data + offsets[j];
+            packet.payload_size = (unsigned long)(offsets[j + 1] - offsets[j]);
+        }
+        packet.timestamp = c->stamps[j];
         c->current = j;
         int r = c->api->parse(parser, &packet);
         if (!c->failed && r)
             fail_call(c, TD_CALL_PARSE, r);
     }
-    free(scratch);
     if (!c->failed) {
         packet.flags = PKT_ENDOFSTREAM;
         packet.payload_size = 0;
@@ -320,5 +334,7 @@ int td_decode(td_clip *c, void *parser, const uint8_t *data, const int64_t *offs
         if (!c->failed && r)
             fail_call(c, TD_CALL_PARSE, r);
     }
+    free(framed);
+    free(framed_at);
     return c->failed;
 }
