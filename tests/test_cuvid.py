@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import random
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -321,3 +322,24 @@ def test_failures_are_clip_decode_errors(driver: Any, case: str, match: str) -> 
     fake.decoded.clear()
     assert session.decode("h264", _packets(), W, H, _outputs({0: [0]}), 0) > 0  # the session serves the next clip
     assert fake.errors == []
+
+
+def test_nvdec_unavailable_sends_clips_to_the_cpu_and_says_so_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the session cannot be had (no C compiler for its C side, no libnvcuvid), ``ClipDecoder`` sends
+    clips to the CPU with the reason, and warns once per decoder: a silent fall to the CPU costs most of the
+    speed."""
+    from types import SimpleNamespace
+
+    from torchdali.video import _nvdec
+
+    def unavailable(codec: str, width: int, height: int) -> str:
+        raise RuntimeError("no C compiler found")
+
+    monkeypatch.setattr(_nvdec, "refuse", unavailable)
+    decoder = _nvdec.ClipDecoder("cuda:0")  # nothing runs on the device
+    clip = SimpleNamespace(codec="h264", extradata=b"", width=64, height=48)
+    with pytest.warns(RuntimeWarning, match="NVDEC unavailable: no C compiler found; video clips decode on the CPU"):
+        assert decoder._refuse(clip) == "NVDEC unavailable: no C compiler found"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert decoder._refuse(clip) == "NVDEC unavailable: no C compiler found"

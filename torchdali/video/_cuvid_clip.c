@@ -4,9 +4,10 @@
  * keeps the decoders) and everything around the clip.
  *
  * Each packet's timestamp is its rank among the clip's pts (``stamps[j]``): the parser's timestamps are
- * presentation times, which it hands out in display order (fed the packets' indices in decode order, the
- * pictures of H.264 streams with B-frames came back under other pictures' numbers), and a rank leads back
- * to its packet (``by_stamp``), whose picture goes to ``out_offsets[out_start[j]:out_start[j + 1]]``.
+ * presentation times, handed out in display order (fed the packets' indices in decode order, the pictures
+ * of H.264 streams with B-frames came back under other pictures' numbers), and a rank, in display order
+ * like the pts, leads back to its packet (``by_stamp``), whose picture goes to
+ * ``out_offsets[out_start[j]:out_start[j + 1]]``.
  *
  * The driver's entry points come in ``td_api`` (filled by ``_cuvid`` from libnvcuvid and libcuda, or by a
  * stand-in driver in the tests), so this file needs no NVIDIA header and links against nothing. The

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -259,6 +260,7 @@ class ClipDecoder:
         # (a stream NVDEC cannot take), while one corrupt video does not send the others of its size there
         self._failures: dict[tuple, int] = {}
         self.reasons: dict[str, int] = {}  # why clips went to the CPU, counted
+        self._warned = False  # NVDEC unavailable: said once
         _LIVE.add(self)
 
     def close(self) -> None:
@@ -342,7 +344,12 @@ class ClipDecoder:
         try:
             return refuse(clip.codec, clip.width, clip.height)
         except (RuntimeError, ClipDecodeError) as e:
-            return f"NVDEC unavailable: {e}"
+            why = f"NVDEC unavailable: {e}"
+            if not self._warned:
+                self._warned = True
+                warnings.warn(f"{why}; video clips decode on the CPU (FFmpeg), far slower", RuntimeWarning,
+                              stacklevel=2)
+            return why
 
     def _count(self, why: str, clips: int = 1) -> None:
         with self._lock:
