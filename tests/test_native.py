@@ -69,3 +69,15 @@ def test_the_cache_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
     assert _native.cache_dir() == tmp_path / "xdg" / "torchdali"
     monkeypatch.setenv("TORCHDALI_CACHE_DIR", str(tmp_path / "mine"))
     assert _native.cache_dir() == tmp_path / "mine"
+
+
+def test_an_unwritable_cache_falls_back_to_the_temporary_directory(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("TORCHDALI_CACHE_DIR", str(blocker / "cache"))  # under a file: cannot be made
+    monkeypatch.setattr(_native.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    monkeypatch.setattr(_native, "_loaded", {})
+    lib = _native.build(_source(tmp_path, "int td_three(void) { return 3; }\n"))
+    assert lib.td_three() == 3
+    assert list((tmp_path / "tmp").glob("torchdali-*/probe-*.so"))

@@ -4,7 +4,8 @@ The library ships a few small C files (``torchdali/video/_cuvid_clip.c``: NVDEC'
 must not take the interpreter once per picture). They include no Python or NVIDIA header and link against
 nothing, so any C compiler builds them, as Triton builds its launchers: ``$CC``, else ``cc``, ``gcc`` or
 ``clang`` on the PATH. The library is kept in ``$TORCHDALI_CACHE_DIR`` (default
-``$XDG_CACHE_HOME/torchdali``, else ``~/.cache/torchdali``) under a name made from the source's and the
+``$XDG_CACHE_HOME/torchdali``, else ``~/.cache/torchdali``; where it cannot be written, a folder in the
+temporary directory) under a name made from the source's and the
 compiler's hash, written under a temporary name and renamed, so that processes building it at once (the
 ranks of a torchrun job) each load a whole file.
 """
@@ -44,6 +45,20 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "torchdali"
 
 
+def _writable_dir() -> Path:
+    """``cache_dir()``, or where it cannot be written (a read-only home), a folder of this user's in the
+    temporary directory."""
+    for folder in (cache_dir(), Path(tempfile.gettempdir()) / f"torchdali-{os.getuid()}"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(folder, os.W_OK | os.X_OK):
+            return folder
+    raise RuntimeError(f"no writable folder for torchdali's built C helpers ({cache_dir()} nor the temporary "
+                       f"directory): set TORCHDALI_CACHE_DIR")
+
+
 def build(source: Path) -> ctypes.CDLL:
     """``source`` compiled (``-O2 -shared -fPIC``) and loaded; built once per content and compiler, then
     taken from the cache. RuntimeError naming the source and the compiler's message where it fails."""
@@ -55,9 +70,8 @@ def build(source: Path) -> ctypes.CDLL:
         cc = compiler()
         text = source.read_bytes()
         key = hashlib.sha256(text + b"\0" + cc.encode() + b"\0" + str(os.stat(cc).st_mtime_ns).encode()).hexdigest()
-        target = cache_dir() / f"{source.stem}-{key[:20]}.so"
+        target = _writable_dir() / f"{source.stem}-{key[:20]}.so"
         if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{source.stem}-", suffix=".so")
             os.close(fd)
             try:

@@ -343,7 +343,10 @@ def native() -> Any:
         if _native_lib is None:
             from .._native import build
 
-            lib = build(Path(__file__).with_name("_cuvid_clip.c"))
+            try:
+                lib = build(Path(__file__).with_name("_cuvid_clip.c"))
+            except OSError as e:  # a library that does not load (a cache on a noexec mount, say)
+                raise RuntimeError(f"cannot build or load _cuvid_clip.c: {e}") from None
             if lib.td_clip_size() != _c.sizeof(_ClipState):
                 raise RuntimeError(f"_cuvid_clip.c's td_clip is {lib.td_clip_size()} bytes, _ClipState "
                                    f"{_c.sizeof(_ClipState)}: the two must be changed together")
