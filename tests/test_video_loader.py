@@ -392,6 +392,22 @@ def test_gpu_worker_packs_encoded_clips_with_one_parameter_row_each(paths: list[
     assert torch.equal(frames.params[FRAMES: 2 * FRAMES], batch.params[1:2].expand(FRAMES, -1))
 
 
+def test_frame_params_repeat_each_clips_rows_as_repeat_interleave() -> None:
+    """``frame_params`` (numpy's repeat) against torch's ``repeat_interleave``: rows and program slots,
+    dtypes kept, uneven and zero counts."""
+    from torchdali.transforms._plan import BatchParams
+
+    g = torch.Generator().manual_seed(5)
+    params = torch.rand(4, 24, generator=g)
+    slots = torch.rand(4, 2, 13, generator=g).to(torch.float64)
+    counts = np.array([3, 0, 5, 1])
+    got = frame_params(BatchParams(params, slots, {"k": 1}), counts)
+    repeats = torch.from_numpy(counts)
+    assert torch.equal(got.params, params.repeat_interleave(repeats, dim=0)) and got.params.dtype == torch.float32
+    assert torch.equal(got.slots, slots.repeat_interleave(repeats, dim=0)) and got.slots.dtype == torch.float64
+    assert got.batch == {"k": 1}
+
+
 class _SoftwareDecoder:
     """``ClipDecoder``'s interface with FFmpeg's software decoders (what its fallback does per clip)."""
 

@@ -78,10 +78,13 @@ def check_video_pipeline(plan: Plan, video_layout: str) -> None:
 
 
 def frame_params(drawn: BatchParams, frames: np.ndarray) -> BatchParams:
-    """``drawn`` (one row per clip) repeated for each clip's ``frames[b]`` frames, clip by clip."""
-    repeats = torch.from_numpy(np.asarray(frames, dtype=np.int64))
-    return BatchParams(drawn.params.repeat_interleave(repeats, dim=0),
-                       drawn.slots.repeat_interleave(repeats, dim=0), drawn.batch)
+    """``drawn`` (one row per clip) repeated for each clip's ``frames[b]`` frames, clip by clip. By numpy:
+    torch's ``repeat_interleave`` on the CPU wakes its intra-op threads even for a few rows, and they spin
+    after each call (with 16 of them: 12 of the 22 CPU-s per 1000 clips on 16 cores, the loader 446 ->
+    546 clips/s without; RESULTS.md, 2026-11-29 ninth)."""
+    repeats = np.asarray(frames, dtype=np.int64)
+    return BatchParams(torch.from_numpy(np.repeat(drawn.params.numpy(), repeats, axis=0)),
+                       torch.from_numpy(np.repeat(drawn.slots.numpy(), repeats, axis=0)), drawn.batch)
 
 
 def clip_batch(frames: torch.Tensor, clips: int, video_layout: str) -> torch.Tensor:
