@@ -79,9 +79,9 @@ def check_video_pipeline(plan: Plan, video_layout: str) -> None:
 
 def frame_params(drawn: BatchParams, frames: np.ndarray) -> BatchParams:
     """``drawn`` (one row per clip) repeated for each clip's ``frames[b]`` frames, clip by clip. By numpy:
-    torch's ``repeat_interleave`` on the CPU wakes its intra-op threads even for a few rows, and they spin
-    after each call (with 16 of them: 12 of the 22 CPU-s per 1000 clips on 16 cores, the loader 446 ->
-    546 clips/s without; RESULTS.md, 2026-11-29 ninth)."""
+    torch's ``repeat_interleave`` on the CPU runs a parallel loop even for a few rows, waking the
+    process's intra-op threads, which then spin for a while after each batch (on 16 cores they took a
+    third of the loader process's CPU; RESULTS.md, 2026-11-29 ninth)."""
     repeats = np.asarray(frames, dtype=np.int64)
     return BatchParams(torch.from_numpy(np.repeat(drawn.params.numpy(), repeats, axis=0)),
                        torch.from_numpy(np.repeat(drawn.slots.numpy(), repeats, axis=0)), drawn.batch)
