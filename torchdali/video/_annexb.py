@@ -16,12 +16,12 @@ sets are not in the samples but in the sample entry's decoder configuration reco
 
 Annex B of H.264 and H.265 frames the same NAL units with a start code (``00 00 00 01``) before each, and
 carries the parameter sets in band: the form NVDEC's parser reads (``_cuvid``). ``parameter_sets`` reads a
-record once per stream, ``to_annexb`` re-frames each packet (the clip's first with the stream's parameter
-sets before it). A clip starts at a keyframe (``read_clip``), where the
-parameter sets are valid.
+record once per stream; the session's C side re-frames each packet on its way to the parser, the clip's
+first with the stream's parameter sets before it (``_cuvid_clip.c``: ``td_annexb``). ``to_annexb`` is the
+same re-framing in Python, its reference in the tests. A clip starts at a keyframe (``read_clip``), where
+the parameter sets are valid.
 
-Pure functions on bytes; ``to_annexb`` runs per packet in the decode threads, so it walks only the NAL
-sizes and copies the payloads once, by slices.
+Pure functions on bytes.
 """
 from __future__ import annotations
 
