@@ -26,8 +26,9 @@ calls back three times:
 The packet loop and the decode and display callbacks are C (``_cuvid_clip.c``, built on first use by
 ``torchdali._native``): called through ctypes, the parser runs a whole clip without the interpreter, so
 eight decode threads and the training loop do not take turns at it several times per picture. The
-sequence callback, once per sequence header, stays here. A clip's packets are fed with their index as
-timestamp; H.264 and HEVC packets in MP4 form are re-framed to Annex-B on the way (``Packets``).
+sequence callback, once per sequence header, stays here. Each packet's timestamp is its pts' rank in the
+clip (the parser hands timestamps out in display order; ``_cuvid_clip.c`` says more); H.264 and HEVC
+packets in MP4 form are re-framed to Annex-B on the way (``Packets``).
 
 An end-of-stream packet flushes the parser's display queue; then the parser is destroyed.
 
