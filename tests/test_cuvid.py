@@ -343,3 +343,29 @@ def test_nvdec_unavailable_sends_clips_to_the_cpu_and_says_so_once(monkeypatch: 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert decoder._refuse(clip) == "NVDEC unavailable: no C compiler found"
+
+
+def test_mp4_form_packets_reach_the_parser_in_annexb(driver: Any) -> None:
+    """Packets of length-prefixed NAL units go to the parser re-framed (``to_annexb``, the parameter sets
+    before the first only) and decode as the Annex-B ones do; a packet whose NAL size runs past its end
+    fails the clip with ``to_annexb``'s message before anything is parsed."""
+    fake = driver()
+    units = [bytes([0xAB, ref, position]) for position, ref in GOP]
+    mp4 = [len(u).to_bytes(4, "big") + u for u in units]
+    offsets = np.cumsum([0] + [len(p) for p in mp4])
+    packets = cuvid.Packets(np.frombuffer(b"".join(mp4), dtype=np.uint8), offsets, np.array(PTS), b"SETS", 4)
+    session = cuvid.Session(stream=STREAM, event=EVENT)
+    pictures = session.decode("h264", packets, W, H, _outputs({1: [0], 7: [4608]}), 0)
+    assert fake.payloads == [to_annexb(p, 4, b"SETS" if j == 0 else b"") for j, p in enumerate(mp4)]
+    assert pictures == len(fake.decoded) and sorted(dst for dst, *_ in fake.log) == [0, 4608]
+    assert fake.errors == [] and fake.mapped == {}
+    bad = mp4[:3] + [(len(units[3]) + 9).to_bytes(4, "big") + units[3]] + mp4[4:]
+    data = np.frombuffer(b"".join(bad), dtype=np.uint8)
+    fake.payloads.clear()
+    with pytest.raises(ClipDecodeError) as err:
+        session.decode("h264", packets._replace(data=data, offsets=np.cumsum([0] + [len(p) for p in bad])), W, H,
+                       _outputs({1: [0]}), 0)
+    with pytest.raises(ClipDecodeError) as reference:
+        to_annexb(bad[3], 4)
+    assert str(err.value) == str(reference.value)
+    assert fake.payloads == [] and fake.parsers == 0 and fake.errors == []
