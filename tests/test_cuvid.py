@@ -1,8 +1,9 @@
 """The NVDEC session (``torchdali.video._cuvid`` and its C side, ``_cuvid_clip.c``) on the CPU: its
 structures against NVIDIA's headers, the C side's re-framing against ``_annexb.to_annexb``, and what the
 session does with the parser's callbacks, against a stand-in driver that plays the parser and the decoder
-(``_FakeDriver``), called by the compiled C side as the real one is. The session's real decodes, bit for bit against FFmpeg's software decoder, are
-the GPU tests (``test_video_nvdec.py``, ``test_clip_merge.py``, ``test_annexb.py``)."""
+(``_FakeDriver``), called by the compiled C side as the real one is. The session's real decodes, bit for
+bit against FFmpeg's software decoder, are the GPU tests (``test_video_nvdec.py``, ``test_clip_merge.py``,
+``test_annexb.py``)."""
 from __future__ import annotations
 
 import ctypes
@@ -53,7 +54,8 @@ def test_the_c_side_has_the_session_structures_layout() -> None:
 
 
 def _mp4_packet(rng: random.Random, length_size: int) -> bytes:
-    units = [bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 2, 5, 40]))) for _ in range(rng.randint(1, 4))]
+    sizes = [0, 1, 2, 5, 40] + ([300, 1000] if length_size > 1 else [255])  # sizes of more than one byte
+    units = [bytes(rng.randrange(256) for _ in range(rng.choice(sizes))) for _ in range(rng.randint(1, 4))]
     if not any(units):
         units.append(b"\x65")
     return b"".join(len(u).to_bytes(length_size, "big") + u for u in units) + b"\x00" * rng.choice([0, 0, 1])
@@ -61,7 +63,7 @@ def _mp4_packet(rng: random.Random, length_size: int) -> bytes:
 
 @pytest.mark.parametrize("length_size", [1, 2, 4])
 def test_the_c_side_reframes_packets_as_to_annexb(length_size: int) -> None:
-    """``td_annexb`` (what ``td_decode`` feeds the parser) against ``to_annexb``, on packets with empty NAL
+    """``td_frame`` (what ``td_decode`` feeds the parser) against ``to_annexb``, on packets with empty NAL
     units and padding, the prefix before the first packet only; and its refusals, with ``to_annexb``'s
     messages."""
     rng = random.Random(length_size)
@@ -94,9 +96,10 @@ class _FakeDriver:
     one picture (its last two bytes: reference flag, display position), calls back sequence (first packet),
     decode (each packet) and display (in display position order, at most ``delay`` pictures held; the rest at
     end of stream) with the smallest timestamp it holds (the driver's parser hands its timestamps out in
-    display order, whichever picture's packet brought them), and a decoder whose maps hand out fake addresses. It checks the session's use of the API:
-    surfaces, mapped frames at once, a wait on the session's event before each unmap; what it finds wrong
-    goes to ``errors`` (a stand-in called from C cannot raise into the test)."""
+    display order, whichever picture's packet brought them), and a decoder whose maps hand out fake
+    addresses. It checks the session's use of the API: surfaces, mapped frames at once, a wait on the
+    session's event before each unmap; what it finds wrong goes to ``errors`` (a stand-in called from C
+    cannot raise into the test)."""
 
     def __init__(self, *, bits: int = 0, size: tuple[int, int] = (W, H), surfaces: int = 4, fail_decode: int = -1,
                  lose: int | None = None, reformat: int = -1) -> None:

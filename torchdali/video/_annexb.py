@@ -17,7 +17,7 @@ sets are not in the samples but in the sample entry's decoder configuration reco
 Annex B of H.264 and H.265 frames the same NAL units with a start code (``00 00 00 01``) before each, and
 carries the parameter sets in band: the form NVDEC's parser reads (``_cuvid``). ``parameter_sets`` reads a
 record once per stream; the session's C side re-frames each packet on its way to the parser, the clip's
-first with the stream's parameter sets before it (``_cuvid_clip.c``: ``td_annexb``). ``to_annexb`` is the
+first with the stream's parameter sets before it (``_cuvid_clip.c``: ``td_frame``). ``to_annexb`` is the
 same re-framing in Python, its reference in the tests. A clip starts at a keyframe (``read_clip``), where
 the parameter sets are valid.
 

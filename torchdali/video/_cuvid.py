@@ -327,7 +327,8 @@ class _ClipState(_c.Structure):
 
     _fields_ = [
         ("api", _c.POINTER(_Api)), ("decoder", _c.c_void_p), ("stream", _c.c_void_p), ("event", _c.c_void_p),
-        ("base", _c.c_ulonglong), ("stamps", _c.c_void_p), ("by_stamp", _c.c_void_p), ("out_start", _c.c_void_p), ("out_offsets", _c.c_void_p), ("done", _c.c_void_p),
+        ("base", _c.c_ulonglong), ("stamps", _c.c_void_p), ("by_stamp", _c.c_void_p), ("out_start", _c.c_void_p),
+        ("out_offsets", _c.c_void_p), ("done", _c.c_void_p),
         ("packets", _c.c_int64), ("current", _c.c_int64), ("width", _c.c_int32), ("height", _c.c_int32),
         ("skip", _c.c_int32), ("output_surfaces", _c.c_int32), ("decoded", _c.c_uint64),
         ("mapped", _c.c_ulonglong * _MAX_MAPPED), ("n_mapped", _c.c_int32), ("failed", _c.c_int32),
@@ -348,18 +349,20 @@ def native() -> Any:
                 lib = build(Path(__file__).with_name("_cuvid_clip.c"))
             except OSError as e:  # a library that does not load (a cache on a noexec mount, say)
                 raise RuntimeError(f"cannot build or load _cuvid_clip.c: {e}") from None
+            lib.td_clip_size.restype = _c.c_int64
             if lib.td_clip_size() != _c.sizeof(_ClipState):
                 raise RuntimeError(f"_cuvid_clip.c's td_clip is {lib.td_clip_size()} bytes, _ClipState "
                                    f"{_c.sizeof(_ClipState)}: the two must be changed together")
             state = _c.POINTER(_ClipState)
-            lib.td_clip_size.restype = _c.c_int64
             lib.td_unmap.argtypes, lib.td_unmap.restype = [state], _c.c_int
             lib.td_decode.argtypes = [state, _c.c_void_p, _c.c_void_p, _c.c_void_p, _c.c_int64, _c.c_ulong,
                                       _c.c_char_p, _c.c_int64, _c.c_int]
             lib.td_decode.restype = _c.c_int
-            lib.td_annexb.argtypes = [state, _c.c_void_p, _c.c_int64, _c.c_int, _c.c_char_p, _c.c_int64,
-                                      _c.c_void_p]
-            lib.td_annexb.restype = _c.c_int64
+            lib.td_frame_bound.argtypes = [_c.c_int64, _c.c_int64, _c.c_int64, _c.c_int]
+            lib.td_frame_bound.restype = _c.c_int64
+            lib.td_frame.argtypes = [state, _c.c_void_p, _c.c_void_p, _c.c_int64, _c.c_char_p, _c.c_int64, _c.c_int,
+                                     _c.c_void_p, _c.c_void_p]
+            lib.td_frame.restype = _c.c_int
             _native_lib = lib
     return _native_lib
 
@@ -388,22 +391,18 @@ def driver_api() -> _Api:
 
 def parser_payloads(packets: Packets) -> list[bytes]:
     """What ``Session.decode`` feeds the parser for each of ``packets``: the prefix before the first, each
-    re-framed to Annex-B by the C side where ``length_size`` > 0 (``td_annexb``, as ``td_decode`` calls it).
-    ``ClipDecodeError`` where a packet does not re-frame, as ``decode`` raises it."""
-    lib, state, out = native(), _ClipState(), []
-    for j in range(len(packets.pts)):
-        payload = bytes(packets.data[int(packets.offsets[j]): int(packets.offsets[j + 1])])
-        prefix = packets.prefix if j == 0 else b""
-        if packets.length_size <= 0:
-            out.append(prefix + payload)
-            continue
-        buffer = _c.create_string_buffer(len(prefix) + 4 * len(payload) + 4)
-        state.current = j
-        n = lib.td_annexb(_c.byref(state), payload, len(payload), packets.length_size, prefix, len(prefix), buffer)
-        if n < 0:
-            raise _failure(state, packets)
-        out.append(buffer.raw[:n])
-    return out
+    re-framed to Annex-B where ``length_size`` > 0, by the C side's ``td_frame`` (which ``td_decode``
+    frames with). ``ClipDecodeError`` where a packet does not re-frame, as ``decode`` raises it."""
+    lib, state, n = native(), _ClipState(), len(packets.pts)
+    data = np.ascontiguousarray(packets.data, dtype=np.uint8)
+    offsets = np.ascontiguousarray(packets.offsets, dtype=np.int64)
+    out = np.empty(lib.td_frame_bound(n, int(offsets[n] - offsets[0]), len(packets.prefix), packets.length_size),
+                   dtype=np.uint8)
+    at = np.zeros(n + 1, dtype=np.int64)
+    if lib.td_frame(_c.byref(state), data.ctypes.data, offsets.ctypes.data, n, packets.prefix, len(packets.prefix),
+                    packets.length_size, out.ctypes.data, at.ctypes.data):
+        raise _failure(state, packets)
+    return [out[at[j]: at[j + 1]].tobytes() for j in range(n)]
 
 
 def _failure(state: _ClipState, packets: Packets) -> ClipDecodeError:
@@ -448,7 +447,6 @@ class Session:
         self._decoders: "OrderedDict[tuple, _Decoder]" = OrderedDict()
         self._decoder: _Decoder | None = None
         self._error: BaseException | None = None
-        self._width = self._height = 0
         self._state = _ClipState(api=_c.pointer(self._api), stream=stream, event=event,
                                  output_surfaces=OUTPUT_SURFACES)
         self._state.proc.output_stream = stream
@@ -489,7 +487,7 @@ class Session:
         s.base, s.out_start, s.out_offsets, s.done = base, start.ctypes.data, places.ctypes.data, done.ctypes.data
         s.packets, s.current, s.width, s.height = n, 0, width, height
         s.skip, s.decoded, s.n_mapped, s.failed, s.pictures = codec in _SKIP_NON_REFERENCE, 0, 0, 0, 0
-        self._error, self._width, self._height = None, width, height
+        self._error = None
         params = _ParserParams(CodecType=CODECS[codec], ulMaxNumDecodeSurfaces=1, ulErrorThreshold=0,
                                ulMaxDisplayDelay=DISPLAY_DELAY, pUserData=_c.addressof(s),
                                pfnSequenceCallback=self._sequence, pfnDecodePicture=self._decode_cb,
@@ -511,9 +509,10 @@ class Session:
         return int(s.pictures)
 
     def _unmap(self) -> None:
-        """The C side's wait for the queued copies, then the mapped surfaces given back to the current decoder."""
+        """The C side's wait for the queued copies, then the mapped surfaces given back to the current decoder.
+        Where it fails, the failure is in the state (``decode`` raises it)."""
         if self._native.td_unmap(self._state_ref):
-            raise _failure(self._state, Packets(np.zeros(0, np.uint8), np.zeros(1, np.int64), np.zeros(0, np.int64)))
+            raise ClipDecodeError("the wait before the mapped frames go back failed")
 
     def _on_sequence(self, _user: Any, fmt_p: Any) -> int:
         """The parser's sequence callback (see the module docstring): the decoder for the format, the decode
@@ -525,9 +524,9 @@ class Session:
                 raise ClipDecodeError(f"the stream is chroma format {fmt.chroma_format} with "
                                       f"{8 + fmt.bit_depth_luma_minus8}-bit luma, not 8-bit 4:2:0")
             area = fmt.display_area
-            if (area.right - area.left, area.bottom - area.top) != (self._width, self._height):
+            if (area.right - area.left, area.bottom - area.top) != (s.width, s.height):
                 raise ClipDecodeError(f"the stream's sequence header gives {area.right - area.left}x"
-                                      f"{area.bottom - area.top} frames; the clip is {self._width}x{self._height}")
+                                      f"{area.bottom - area.top} frames; the clip is {s.width}x{s.height}")
             need = min(_MAX_SURFACES, fmt.min_num_decode_surfaces + DISPLAY_DELAY + 1)
             key = format_key(fmt)
             decoder = self._decoders.get(key)

@@ -235,8 +235,8 @@ int td_on_display(void *user, td_display_info *info) {
  * ``prefix`` before them, into ``out`` (room for ``prefix_len + 4 * len`` bytes: a NAL unit grows by at
  * most 3 bytes, and holds at least one besides its size); zero-sized units dropped, and zero bytes after
  * the last unit too few for a size (padding). The bytes written, or -TD_* (``c->detail`` set). */
-int64_t td_annexb(td_clip *c, const uint8_t *packet, int64_t len, int length_size, const uint8_t *prefix,
-                  int64_t prefix_len, uint8_t *out) {
+static int64_t annexb(td_clip *c, const uint8_t *packet, int64_t len, int length_size, const uint8_t *prefix,
+                      int64_t prefix_len, uint8_t *out) {
     int64_t n = prefix_len, at = 0;
     if (prefix_len)
         memcpy(out, prefix, (size_t)prefix_len);
@@ -269,45 +269,55 @@ int64_t td_annexb(td_clip *c, const uint8_t *packet, int64_t len, int length_siz
     return n;
 }
 
-/* Feed the clip's ``n`` packets (``data[offsets[j]:offsets[j + 1]]``, decode order, from a keyframe) to
- * ``parser`` with ``flags``, each with its timestamp ``stamps[j]``, ``prefix`` before the first, re-framed
- * from ``length_size``-byte sizes to Annex-B where ``length_size`` > 0; then end of stream, which flushes
- * the display queue. Every packet is re-framed before the first is parsed, into one buffer that lives
- * until the end of stream: nothing the parser was given is written again while it parses. Stops at the
- * first failure. 0, or TD_* (the details in ``c``). */
+/* Bytes ``td_frame`` may write for ``n`` packets of ``total`` bytes. */
+int64_t td_frame_bound(int64_t n, int64_t total, int64_t prefix_len, int length_size) {
+    return prefix_len + (length_size > 0 ? 4 * total + 4 * n : total) + 1;
+}
+
+/* The clip's ``n`` packets (``data[offsets[j]:offsets[j + 1]]``) as the parser takes them, back to back in
+ * ``out`` (``td_frame_bound`` bytes), packet j at ``out[out_at[j]:out_at[j + 1]]``: ``prefix`` before the
+ * first, each re-framed from ``length_size``-byte sizes to Annex-B where ``length_size`` > 0. 0, or TD_*
+ * (``c->current`` the packet that does not re-frame). */
+int td_frame(td_clip *c, const uint8_t *data, const int64_t *offsets, int64_t n, const uint8_t *prefix,
+             int64_t prefix_len, int length_size, uint8_t *out, int64_t *out_at) {
+    int64_t at = 0;
+    for (int64_t j = 0; j < n; j++) {
+        const uint8_t *payload = data + offsets[j];
+        int64_t len = offsets[j + 1] - offsets[j], pre = j == 0 ? prefix_len : 0;
+        c->current = j;
+        out_at[j] = at;
+        if (length_size > 0) {
+            int64_t got = annexb(c, payload, len, length_size, prefix, pre, out + at);
+            if (got < 0)
+                return c->failed;
+            at += got;
+        } else {
+            memcpy(out + at, prefix, (size_t)pre);
+            memcpy(out + at + pre, payload, (size_t)len);
+            at += pre + len;
+        }
+    }
+    out_at[n] = at;
+    return c->failed;
+}
+
+/* Feed the clip's ``n`` packets (decode order, from a keyframe) to ``parser`` with ``flags``, each with its
+ * timestamp ``stamps[j]``, framed by ``td_frame`` where there is anything to frame; then end of stream,
+ * which flushes the display queue. Every packet is framed before the first is parsed, into one buffer
+ * that lives until the end of stream: nothing the parser was given is written again while it parses.
+ * Stops at the first failure. 0, or TD_* (the details in ``c``). */
 int td_decode(td_clip *c, void *parser, const uint8_t *data, const int64_t *offsets, int64_t n,
               unsigned long flags, const uint8_t *prefix, int64_t prefix_len, int length_size) {
     uint8_t *framed = NULL;
     int64_t *framed_at = NULL;
     if (n > 0 && (length_size > 0 || prefix_len)) {
-        int64_t total = offsets[n] - offsets[0];
-        int64_t need = prefix_len + (length_size > 0 ? 4 * total + 4 * n : total) + 1;
+        int64_t need = td_frame_bound(n, offsets[n] - offsets[0], prefix_len, length_size);
         framed = malloc((size_t)need);
         framed_at = malloc(sizeof(int64_t) * (size_t)(n + 1));
-        if (!framed || !framed_at) {
-            free(framed);
-            free(framed_at);
+        if (!framed || !framed_at)
             fail(c, TD_NO_MEMORY, need, 0);
-            return c->failed;
-        }
-        int64_t at = 0;
-        for (int64_t j = 0; j < n; j++) {
-            const uint8_t *payload = data + offsets[j];
-            int64_t len = offsets[j + 1] - offsets[j], pre = j == 0 ? prefix_len : 0;
-            c->current = j;
-            framed_at[j] = at;
-            if (length_size > 0) {
-                int64_t got = td_annexb(c, payload, len, length_size, prefix, pre, framed + at);
-                if (got < 0)
-                    break;
-                at += got;
-            } else {
-                memcpy(framed + at, prefix, (size_t)pre);
-                memcpy(framed + at + pre, payload, (size_t)len);
-                at += pre + len;
-            }
-        }
-        framed_at[n] = at;
+        else
+            td_frame(c, data, offsets, n, prefix, prefix_len, length_size, framed, framed_at);
     }
     td_packet packet;
     for (int64_t j = 0; j < n && !c->failed; j++) {

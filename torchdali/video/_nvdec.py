@@ -2,9 +2,9 @@
 
 NVDEC is driven through the driver's own video library (``_cuvid``: NVIDIA's parser and decoder, reached
 with ctypes, on torch's primary CUDA context; the per-picture callbacks in C). A decoded picture is mapped
-and its two planes copied into the batch's buffer by the driver's 2-D copy, in the layout the fused kernel's NV12 source
-reads (``csrc_triton/layout.py``: Y plane, then the CbCr plane, no pitch). FFmpeg (PyAV) reads the
-packets and decodes on the CPU routes; it is not on NVDEC's path.
+and its two planes copied into the batch's buffer by the driver's 2-D copy, in the layout the fused
+kernel's NV12 source reads (``csrc_triton/layout.py``: Y plane, then the CbCr plane, no pitch). FFmpeg
+(PyAV) reads the packets and decodes on the CPU routes; it is not on NVDEC's path.
 
 Only 8-bit 4:2:0 streams with a matrix the NV12 source converts (``as_nv12``) go to NVDEC:
 its frames of other formats are not 8-bit NV12 (P010, P016, 4:4:4 planes). The others (4:2:2,
@@ -31,8 +31,9 @@ thread decodes such a clip. ``DecodedClips.decoded_frames`` counts its pictures 
 
 An H.264 or HEVC stream in MP4 form (length-prefixed NAL units, its parameter sets in an avcC or hvcC
 record: mp4, mov, mkv) is fed to the parser in Annex-B, its parameter sets (``_annexb``) before the clip's
-first packet (``_packets``; the session's C side re-frames each packet). Failures are counted per stream (``stream_key``: codec, extradata, size), so that a corrupt
-video does not send the others of its size to the CPU.
+first packet (``_packets``; the session's C side re-frames each packet). Failures are counted per stream
+(``stream_key``: codec, extradata, size), so that a corrupt video does not send the others of its size to
+the CPU.
 
 Fork safety: a loader's workers are forked from the process whose decode threads hold NVDEC sessions,
 which the child can never use (CUDA does not survive a fork) and must not free. So the sessions are never
