@@ -438,6 +438,100 @@ def test_gpu_executor_replaces_a_clip_that_does_not_decode(bad: tuple[list[str],
         strict._decode(_gpu_batch(ds), None)
 
 
+class _FakeDecoder:
+    """``ClipDecoder.start``'s interface: the batch's buffer taken with ``take``, its decode already done
+    (``futures``: one that the test may hold back)."""
+
+    def __init__(self) -> None:
+        self.buffers: list[torch.Tensor] = []
+        self.futures: list[Any] = []
+
+    def start(self, clips: list, stream: Any, take: Any = None) -> Any:
+        from torchdali.video._nvdec import PendingClips
+
+        frames = sum(c.num_frames for c in clips)
+        data = take(frames * 6)
+        self.buffers.append(data)
+        offsets = np.arange(frames, dtype=np.int64) * 6
+        shapes = np.tile(np.array([[2, 2, layout.nv12_code("bt601", False)]], dtype=np.int64), (frames, 1))
+        return PendingClips(data, offsets, shapes, list(self.futures))
+
+    def close(self) -> None:
+        pass
+
+
+class _Launched(Exception):
+    pass
+
+
+class _FakeLauncher:
+    """``KernelLauncher.launch``: records the frames it was given (or raises ``_Launched`` when ``fail``)."""
+
+    def __init__(self) -> None:
+        self.fail = False
+        self.frames: list[Any] = []
+
+    def launch(self, frames: Any, params: Any, stream: Any) -> tuple[torch.Tensor, Any, Any]:
+        if self.fail:
+            raise _Launched()
+        self.frames.append(frames)
+        return torch.zeros(len(frames.offsets), 3, 2, 2), None, None
+
+
+def test_frame_buffers_bound_the_decodes_started_ahead(paths: list[str]) -> None:
+    """``ClipRunner.start`` takes one of two frame buffers; a third batch's decode starts only once the
+    kernel of the first is queued (``process``: also where it fails) or the first is given up (``drop``,
+    once its decode has ended). The buffers are reused, grown to the largest batch."""
+    import threading
+    from concurrent.futures import Future
+
+    from torchdali._executor._staging import Stopped
+
+    ds = clips(paths)
+    batch = _gpu_batch(ds)
+    launcher = _FakeLauncher()
+    runner = ClipRunner(compile_transforms(pipeline()), torch.device("cpu"), launcher,
+                        PrepareClips(compile_transforms(pipeline()), "gpu", dataset=ds), "BFCHW")
+    runner._decoder = decoder = _FakeDecoder()
+    first, second = runner.start(batch, None), runner.start(batch, None)
+    assert (first.turn, second.turn) == (0, 1)
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(Stopped):  # no buffer free: it waits, and a stop ends the wait
+        runner.start(batch, None, stop)
+    images, _, counts, _ = runner.process(batch, None, first)
+    assert images.shape[:2] == (len(ds), batch.clips[0].num_frames)
+    assert launcher.frames[0].buffer.data_ptr() == decoder.buffers[0].data_ptr()
+    assert counts["delivered_video_frames"] == sum(c.num_frames for c in batch.clips)
+    held = Future()  # the third's decode, still writing its buffer when its batch is given up (below)
+    decoder.futures = [held]
+    third = runner.start(batch, None, stop)  # the first's buffer, free again
+    assert third.turn == 0 and decoder.buffers[2].data_ptr() == decoder.buffers[0].data_ptr()
+    launcher.fail = True
+    with pytest.raises(_Launched):
+        runner.process(batch, None, second)
+    assert runner.start(batch, None, stop).turn == 1  # given back where the launch failed
+    smaller = _gpu_batch(clips(paths[:1]))
+    with pytest.raises(Stopped):
+        runner.start(smaller, None, stop)
+
+    decoder.futures = []
+    runner.drop(third)
+    done: list[Any] = []
+    waiter = threading.Thread(target=lambda: done.append(runner.start(smaller, None)))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive() and not done  # claimed, but waits for the decode given up to end
+    held.set_result((True, 1))
+    waiter.join(5)
+    assert done[0].turn == 0 and decoder.buffers[-1].data_ptr() == decoder.buffers[0].data_ptr()
+    grown = runner.buffers.taker(0, None)(runner.buffers.tensors[0].numel() + 1)
+    assert grown.numel() == runner.buffers.tensors[0].numel() and runner.buffers.tensors[0].data_ptr() != \
+        decoder.buffers[0].data_ptr()
+    runner.close()
+    assert runner.buffers.tensors == [None, None]
+
+
 # -- GPU path (NVDEC; run on a GPU machine) -----------------------------------------------------------
 
 @pytest.mark.cuda

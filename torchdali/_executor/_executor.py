@@ -3,7 +3,7 @@
 ``BatchExecutor.prepare`` runs on the staging thread, once a batch is staged: on a
 machine with ``DECODE_AHEAD_MIN_CPUS`` or more, it decodes the batch with nvJPEG into
 one of two decode buffers (``_decode.py``; a batch of video clips starts on NVDEC
-instead, ``_video.ClipRunner``), so that the next batch decodes while the executor
+instead, into one of two frame buffers, ``_video.ClipRunner``), so that the next batch decodes while the executor
 thread launches this one's kernels. ``BatchExecutor.process`` runs on the executor
 thread (``_iterators.py``): it decodes the batch when ``prepare`` did not, runs the
 fused kernel (``_launch.py``), maps the targets' boxes
@@ -32,7 +32,7 @@ from ._decode import (ROUTE_COUNTERS, DecodedBatch, GpuDecoder, decode_groups, d
 from ._deliver import Delivery, Stage
 from ._launch import KernelEvents, KernelLauncher
 from ._staging import Slot, Staging
-from ._video import ClipRunner, PrepareClips
+from ._video import ClipRunner, PrepareClips, StartedClips
 from ._wire import PackedBatch, PackedTargets
 
 
@@ -110,11 +110,11 @@ class BatchExecutor:
         its scan check started (``batch.scan_check``) and, with ``decode_ahead``, the batch
         decoded (``DecodedAhead``) once a decode buffer is free (``GpuDecoder.claim``: the batch
         before the last one has launched its kernels); else its ``decoded_sizes``. A batch of
-        clips: its decode started (``ClipRunner.start``). ``process`` gets what this returns;
+        clips: its decode started (``ClipRunner.start``) once a frame buffer is free. ``process`` gets what this returns;
         ``drop`` gives it up. Raises ``Stopped`` when ``stop`` is set while it waits for a buffer."""
         if batch.clips is not None:  # video: nothing staged; NVDEC starts on the batch's clips
             with torch.cuda.device(self.device):
-                return self.clips.start(batch, self.stream)
+                return self.clips.start(batch, self.stream, stop)
         numel = decoded_sizes(batch.shapes)
         if len(decode_groups(batch.shapes, sizes=numel)) > 1:
             return numel
@@ -144,7 +144,9 @@ class BatchExecutor:
     def drop(self, prepared: Any) -> None:
         """Give up what ``prepare`` made of a batch that will not be processed (a stop): its
         decode buffer goes back once the work queued on it has ended."""
-        if isinstance(prepared, DecodedAhead):
+        if isinstance(prepared, StartedClips):
+            self.clips.drop(prepared)
+        elif isinstance(prepared, DecodedAhead):
             with torch.cuda.device(self.device):
                 event = torch.cuda.Event()
                 event.record(self.stream)

@@ -42,7 +42,8 @@ they hold): each thread's lane lives in ``ClipDecoder._lanes``, and in a forked 
 alive to the end (``_keep_lanes_in_child``), never freed.
 
 Synchronisation: the maps and the copies out of them run on the thread's copy stream, after an event
-recorded where the batch's buffer was allocated; a mapped surface goes back to its decoder only once the
+recorded on the stream that reads the batch's buffer once the buffer is taken (after the kernels that read
+it last, where the loader reuses its buffers: ``_executor._video.FrameBuffers``); a mapped surface goes back to its decoder only once the
 stream has done its copies, and every copy is done when ``decode`` returns.
 """
 from __future__ import annotations
@@ -53,7 +54,7 @@ import warnings
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -278,16 +279,22 @@ class ClipDecoder:
                 for session in sessions:
                     session.close()
 
-    def start(self, clips: Sequence[EncodedClip], stream: torch.cuda.Stream) -> "PendingClips":
-        """Start decoding ``clips`` into one buffer, allocated on ``stream`` (where it will be read),
-        ``threads`` decodes at once (clips of one video that share packets merged into one, see
-        ``plan_batch``); returns at once. Any thread may call it: the loader's staging thread starts a
-        batch's decode while the executor still works on the batches before it."""
+    def start(self, clips: Sequence[EncodedClip], stream: torch.cuda.Stream,
+              take: Callable[[int], torch.Tensor] | None = None) -> "PendingClips":
+        """Start decoding ``clips`` into one buffer, ``threads`` decodes at once (clips of one video that
+        share packets merged into one, see ``plan_batch``); returns at once. The buffer is ``take(bytes)``
+        (the loader's ``FrameBuffers``), else allocated on ``stream``; what ``stream`` has queued before
+        (the kernels that read the buffer last) ends before the decode writes it. Any thread may call it:
+        the loader's staging thread starts a batch's decode while the executor still works on the batch
+        before it."""
         plan = plan_batch(clips)
-        with torch.cuda.stream(stream):
-            data = torch.empty(max(plan.size, 1), dtype=torch.uint8, device=self.device)
+        if take is not None:
+            data = take(plan.size)
+        else:
+            with torch.cuda.stream(stream):
+                data = torch.empty(max(plan.size, 1), dtype=torch.uint8, device=self.device)
         allocated = torch.cuda.Event()
-        allocated.record(stream)  # the copy streams must not write the buffer before its allocation
+        allocated.record(stream)  # the copy streams write the buffer after its allocation and its last readers
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="torchdali-nvdec")
