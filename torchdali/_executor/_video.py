@@ -324,6 +324,7 @@ class FrameBuffers:
             self._cond.notify()
 
     def release(self) -> None:
+        """Drop the buffers (the loader's close; its decode threads have stopped)."""
         self.tensors = [None] * len(self.tensors)
 
 
