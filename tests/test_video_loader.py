@@ -525,11 +525,11 @@ def test_frame_buffers_bound_the_decodes_started_ahead(paths: list[str]) -> None
     held.set_result((True, 1))
     waiter.join(5)
     assert done[0].turn == 0 and decoder.buffers[-1].data_ptr() == decoder.buffers[0].data_ptr()
-    grown = runner.buffers.taker(0, None)(runner.buffers.tensors[0].numel() + 1)
-    assert grown.numel() == runner.buffers.tensors[0].numel() and runner.buffers.tensors[0].data_ptr() != \
+    grown = runner.frames[0].take(runner.frames[0].tensor.numel() + 1)
+    assert grown.numel() == runner.frames[0].tensor.numel() and runner.frames[0].tensor.data_ptr() != \
         decoder.buffers[0].data_ptr()
     runner.close()
-    assert runner.buffers.tensors == [None, None]
+    assert [b.tensor for b in runner.frames] == [None, None]
 
 
 # -- GPU path (NVDEC; run on a GPU machine) -----------------------------------------------------------

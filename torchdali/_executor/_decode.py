@@ -28,7 +28,7 @@ from csrc_triton import layout
 from csrc_triton.scan_check import bad_scan_markers
 
 from ..errors import SampleError, without_frames
-from ._staging import SLOT_POLL_S, Stopped
+from ._staging import Turns
 from ._tags import SampleTag
 from ._wire import ENCODED, RAW, PackedBatch, PackedTargets, Skipped
 from ._worker import PrepareBatch, draw_params
@@ -210,8 +210,12 @@ class GrowOnlyBuffer:
     HEADROOM = 1.25
     ALIGN = 32 << 20
 
-    def __init__(self, device: torch.device | str) -> None:
+    def __init__(self, device: torch.device | str, headroom: float | None = None, align: int | None = None) -> None:
+        """``headroom``, ``align``: how it grows, ``HEADROOM`` and ``ALIGN`` where not given (a video loader's
+        batches of clips keep one size: 1 and 1)."""
         self.device = torch.device(device)
+        self.headroom = self.HEADROOM if headroom is None else headroom
+        self.align = self.ALIGN if align is None else align
         self.tensor: torch.Tensor | None = None
         self.grown = 0  # how often it was (re)allocated
 
@@ -224,7 +228,7 @@ class GrowOnlyBuffer:
                 # _executor._process_groups): let that finish before the block is freed
                 torch.cuda.current_stream(self.device).synchronize()
             self.tensor = None
-            size = -(-int(numel * self.HEADROOM) // self.ALIGN) * self.ALIGN
+            size = -(-int(numel * self.headroom) // self.align) * self.align
             self.tensor = torch.empty(size, dtype=torch.uint8, device=self.device)
             self.grown += 1
         return self.tensor[:numel]
@@ -285,10 +289,7 @@ class GpuDecoder:
         # its ``read_until`` gave the buffer back with the event after which it is no longer read.
         # With two, the staging thread decodes the next batch while the executor launches this one.
         self.buffers = (GrowOnlyBuffer(device), GrowOnlyBuffer(device))
-        self.readers: list[torch.cuda.Event | None] = [None, None]
-        self._claimed = [False, False]
-        self._claims = threading.Condition()
-        self._turn = 0  # the buffer the next claim gets
+        self.turns = Turns(len(self.buffers))
         # the decode buffers with the CPU's images appended (fallbacks, replacements), one per decode
         # buffer, and one for the batches decoded in groups (``group_buffer``, the executor thread's)
         self.grown_buffers = (GrowOnlyBuffer(device), GrowOnlyBuffer(device))
@@ -358,28 +359,14 @@ class GpuDecoder:
 
     def claim(self, stop: threading.Event | None = None) -> int:
         """The next decode buffer in turn, once the batch decoded there before gave it back
-        (``read_until``) and the work that read it has ended. Raises ``Stopped`` when
-        ``stop`` is set while it waits."""
-        with self._claims:
-            k = self._turn
-            while self._claimed[k]:
-                if stop is not None and stop.is_set():  # Note [torchdali iterator shutdown]
-                    raise Stopped()
-                self._claims.wait(timeout=SLOT_POLL_S)
-            self._claimed[k] = True
-            self._turn = (k + 1) % len(self.buffers)
-            reader, self.readers[k] = self.readers[k], None
-        if reader is not None:
-            reader.synchronize()  # in a running pipeline: the kernels of the batch launched last
-        return k
+        (``read_until``) and the work that read it has ended (in a running pipeline: the kernels of
+        the batch launched last). Raises ``Stopped`` when ``stop`` is set while it waits."""
+        return self.turns.claim(stop)
 
     def read_until(self, event: torch.cuda.Event, turn: int) -> None:
         """Give decode buffer ``turn`` back: what reads it has ended when ``event`` has passed,
         and the next batch decoded there waits for that (``claim``)."""
-        with self._claims:
-            self.readers[turn] = event
-            self._claimed[turn] = False
-            self._claims.notify_all()
+        self.turns.give_back(turn, event.synchronize)
 
     def _decode_encoded(self, batch: PackedBatch, pinned: torch.Tensor, enc: np.ndarray, shapes: np.ndarray,
                         decoded: torch.Tensor, out_offsets: np.ndarray, stream: torch.cuda.Stream, counts: dict,

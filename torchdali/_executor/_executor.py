@@ -3,9 +3,9 @@
 ``BatchExecutor.prepare`` runs on the staging thread, once a batch is staged: on a
 machine with ``DECODE_AHEAD_MIN_CPUS`` or more, it decodes the batch with nvJPEG into
 one of two decode buffers (``_decode.py``; a batch of video clips starts on NVDEC
-instead, into one of two frame buffers, ``_video.ClipRunner``), so that the next batch decodes while the executor
-thread launches this one's kernels. ``BatchExecutor.process`` runs on the executor
-thread (``_iterators.py``): it decodes the batch when ``prepare`` did not, runs the
+instead, into one of two frame buffers, ``_video.ClipRunner``), so that the next batch
+decodes while the executor thread launches this one's kernels. ``BatchExecutor.process``
+runs on the executor thread (``_iterators.py``): it decodes the batch when ``prepare`` did not, runs the
 fused kernel (``_launch.py``), maps the targets' boxes
 and masks (``transforms/_target_plan.py``) and runs the executor's part of delivery
 (``_deliver.py``) on the executor's stream, records a ready event,
@@ -110,8 +110,8 @@ class BatchExecutor:
         its scan check started (``batch.scan_check``) and, with ``decode_ahead``, the batch
         decoded (``DecodedAhead``) once a decode buffer is free (``GpuDecoder.claim``: the batch
         before the last one has launched its kernels); else its ``decoded_sizes``. A batch of
-        clips: its decode started (``ClipRunner.start``) once a frame buffer is free. ``process`` gets what this returns;
-        ``drop`` gives it up. Raises ``Stopped`` when ``stop`` is set while it waits for a buffer."""
+        clips: its decode started (``ClipRunner.start``) once a frame buffer is free. ``process``
+        gets what this returns; ``drop`` gives it up. Raises ``Stopped`` when ``stop`` is set while it waits for a buffer."""
         if batch.clips is not None:  # video: nothing staged; NVDEC starts on the batch's clips
             with torch.cuda.device(self.device):
                 return self.clips.start(batch, self.stream, stop)

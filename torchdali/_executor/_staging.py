@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, NamedTuple, Union
+from typing import Any, Callable, NamedTuple, Union
 
 import torch
 
@@ -22,6 +22,44 @@ SLOT_POLL_S = 0.1  # a wait for a free pinned slot checks this often whether the
 
 class Stopped(Exception):
     """Internal: the iterator is shutting down (Note [torchdali iterator shutdown], ``_iterators.py``)."""
+
+
+class Turns:
+    """``count`` device buffers that batches take in turn (``GpuDecoder``'s decode buffers, a video loader's
+    frame buffers): ``claim`` gives the next one once the batch that held it has given it back
+    (``give_back``) and what may still read or write it has ended (the ``wait`` given back with it), so
+    that the staging thread works on the next batch while the executor finishes this one."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._claimed = [False] * count
+        self._waits: list[Callable[[], Any] | None] = [None] * count
+        self._turn = 0  # the buffer the next claim gets
+        self._cond = threading.Condition()
+
+    def claim(self, stop: threading.Event | None = None) -> int:
+        """The next buffer in turn, once given back and its ``wait`` done. Raises ``Stopped`` when ``stop``
+        is set while it waits."""
+        with self._cond:
+            k = self._turn
+            while self._claimed[k]:
+                if stop is not None and stop.is_set():  # Note [torchdali iterator shutdown]
+                    raise Stopped()
+                self._cond.wait(timeout=SLOT_POLL_S)
+            self._claimed[k] = True
+            self._turn = (k + 1) % self.count
+            wait, self._waits[k] = self._waits[k], None
+        if wait is not None:
+            wait()
+        return k
+
+    def give_back(self, k: int, wait: Callable[[], Any] | None = None) -> None:
+        """Buffer ``k`` free for the next batch; ``wait``: what its next ``claim`` calls first (waits for
+        the work that still reads or writes it)."""
+        with self._cond:
+            self._waits[k] = wait
+            self._claimed[k] = False
+            self._cond.notify_all()
 
 
 class PinnedSlot:

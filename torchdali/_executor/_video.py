@@ -20,8 +20,8 @@ torchvision's transforms give every frame of a ``[T, C, H, W]`` video.
   hundred), never through the staging ring.
 * Executor (``ClipRunner``, the video branch of ``BatchExecutor.process``): ``ClipDecoder``
   (``torchdali/video/_nvdec.py``: NVDEC, or FFmpeg per clip where NVDEC cannot) decodes every frame
-  of the batch into one buffer of NV12 frames (one of two ``FrameBuffers``: the staging thread starts a
-  batch's decode once the kernel of the batch before the last is queued), and the fused kernel reads them through its NV12
+  of the batch into one buffer of NV12 frames (one of two, ``ClipRunner.frames``: the staging thread starts
+  a batch's decode once the kernel of the batch before the last is queued), and the fused kernel reads them through its NV12
   source (``csrc_triton/layout.py``). Clips that ``as_nv12`` sends to swscale come as RGB frames
   (the CPU path's conversion); a batch holding any is read through the interleaved source, its
   NV12 frames converted first by ``reference.nv12_to_rgb`` (``kernel_frames``). A clip that does
@@ -36,11 +36,10 @@ pass ``BatchExecutor.process`` and the loop's iterator like images.
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from concurrent.futures import wait
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -54,13 +53,14 @@ from ..video._container import EncodedClip, as_nv12, decode_clip_nv12, decode_cl
 from ._classify import LoadedSample, split_item
 from ._launch import KernelEvents, KernelLauncher
 from ._replace import Replacement, replace
-from ._staging import SLOT_POLL_S, Stopped
+from ._decode import GrowOnlyBuffer
+from ._staging import Turns
 from ._tags import SampleTag, TaggedSample, batch_head, clip_uniforms
 from ._wire import RAW, PackedBatch, Skipped
 from ._worker import PrepareBatch, draw_params
 
-#: batches of decoded frames a loader holds at once (``FrameBuffers``): the one whose kernel is being queued and
-#: the next one, decoding. A third let NVDEC start one more batch ahead, for a batch of frames more on the
+#: batches of decoded frames a loader holds at once (``ClipRunner.frames``): the one whose kernel is being queued
+#: and the next one, decoding. A third let NVDEC start one more batch ahead, for a batch of frames more on the
 #: device (177 MB of NV12 for 8 clips of 16 frames at 720p; RESULTS.md, 2026-11-29 tenth).
 FRAME_BUFFERS = 2
 
@@ -275,62 +275,9 @@ def kernel_frames(decoded: Any) -> DecodedFrames:
     return DecodedFrames(buffer, shapes, offsets, layout.SOURCE_INTERLEAVED)
 
 
-class FrameBuffers:
-    """The buffers a loader decodes its batches of clips into, ``FRAME_BUFFERS`` of them, taken in turn:
-    ``claim`` waits until the batch that held the next one has given it back (``give_back``, once the kernels
-    that read it are queued on the executor's stream, which the next decode's copies wait for) and, for a batch
-    given up half-way, until its decode has ended. So the staging thread starts a batch's decode only once a
-    buffer is free, and the decoded frames on the device are bounded by the batches in flight. Each buffer is
-    kept from batch to batch and grown to the largest batch it has held."""
-
-    def __init__(self, device: torch.device, count: int = FRAME_BUFFERS) -> None:
-        self.device = device
-        self.tensors: list[torch.Tensor | None] = [None] * count
-        self._free = list(range(count))  # in turn: the one given back first is claimed first
-        self._writers: list[Any] = [None] * count  # the futures of a decode given up half-way
-        self._cond = threading.Condition()
-
-    def claim(self, stop: threading.Event | None = None) -> int:
-        """The next free buffer's number; raises ``Stopped`` when ``stop`` is set while it waits."""
-        with self._cond:
-            while not self._free:
-                if stop is not None and stop.is_set():  # Note [torchdali iterator shutdown]
-                    raise Stopped()
-                self._cond.wait(timeout=SLOT_POLL_S)
-            k = self._free.pop(0)
-            writers, self._writers[k] = self._writers[k], None
-        if writers:
-            wait(writers)
-        return k
-
-    def taker(self, k: int, stream: torch.cuda.Stream | None) -> Callable[[int], torch.Tensor]:
-        """``take(numel)``: the first ``numel`` bytes of buffer ``k``, grown first where it is smaller (allocated
-        on ``stream``, the executor's, which reads it)."""
-        def take(numel: int) -> torch.Tensor:
-            tensor = self.tensors[k]
-            if tensor is None or tensor.numel() < numel:
-                self.tensors[k] = tensor = None  # the old block back to torch's allocator first
-                with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-                    tensor = self.tensors[k] = torch.empty(max(numel, 1), dtype=torch.uint8, device=self.device)
-            return tensor[:max(numel, 1)]
-        return take
-
-    def give_back(self, k: int, writers: Sequence[Any] = ()) -> None:
-        """Buffer ``k`` free for the next batch; ``writers``: the futures of a decode given up half-way, which
-        its next ``claim`` waits for."""
-        with self._cond:
-            self._writers[k] = list(writers) or None
-            self._free.append(k)
-            self._cond.notify()
-
-    def release(self) -> None:
-        """Drop the buffers (the loader's close; its decode threads have stopped)."""
-        self.tensors = [None] * len(self.tensors)
-
-
 class StartedClips(NamedTuple):
     """A batch's decode as ``ClipRunner.start`` began it: ``pending`` (``_nvdec.PendingClips``) writes
-    ``FrameBuffers`` buffer ``turn``, which ``ClipRunner.process`` (or ``drop``) gives back."""
+    frame buffer ``turn``, which ``ClipRunner.process`` (or ``drop``) gives back."""
 
     pending: Any
     turn: int
@@ -350,7 +297,11 @@ class ClipRunner:
         self.fallback = fallback
         self.video_layout = video_layout
         self._decoder: Any = None
-        self.buffers = FrameBuffers(device)
+        # the buffers the batches' frames are decoded into, taken in turn (``start``) and given back once the
+        # kernels that read one are queued (``process``), which the next decode's copies wait for: the staging
+        # thread starts a batch's decode only once one is free. Grown to the largest batch, without headroom.
+        self.frames = [GrowOnlyBuffer(device, headroom=1.0, align=1) for _ in range(FRAME_BUFFERS)]
+        self.turns = Turns(FRAME_BUFFERS)
 
     @property
     def decoder(self) -> Any:
@@ -365,23 +316,30 @@ class ClipRunner:
         if self._decoder is not None:
             self._decoder.close()
             self._decoder = None
-        self.buffers.release()
+        for buffer in self.frames:
+            buffer.release()
 
     def start(self, batch: PackedBatch, stream: torch.cuda.Stream, stop: threading.Event | None = None) -> Any:
         """Start decoding ``batch``'s clips (``ClipDecoder.start``; the loader's staging thread, so
         that NVDEC works on the next batch while the executor finishes this one) into the next of
-        ``buffers`` once it is free (raises ``Stopped`` when ``stop`` is set while it waits): a
+        ``frames`` once it is free (raises ``Stopped`` when ``stop`` is set while it waits): a
         ``StartedClips``, or None where it cannot start (``process`` then decodes, and raises what fails)."""
-        turn = self.buffers.claim(stop)
+        turn = self.turns.claim(stop)
+        buffer = self.frames[turn]
+
+        def take(numel: int) -> torch.Tensor:
+            with torch.cuda.stream(stream):  # grown on the executor's stream, which reads it
+                return buffer.take(numel)
+
         try:
-            return StartedClips(self.decoder.start(batch.clips, stream, self.buffers.taker(turn, stream)), turn)
+            return StartedClips(self.decoder.start(batch.clips, stream, take), turn)
         except Exception:
-            self.buffers.give_back(turn)
+            self.turns.give_back(turn)
             return None
 
     def drop(self, started: StartedClips) -> None:
         """Give up a batch ``start`` began (a stop): its buffer is claimed again once its decode has ended."""
-        self.buffers.give_back(started.turn, started.pending.futures)
+        self.turns.give_back(started.turn, lambda: wait(started.pending.futures))
 
     def process(self, batch: PackedBatch, stream: torch.cuda.Stream,
                 started: StartedClips | None = None) -> tuple[torch.Tensor, KernelEvents, dict, float]:
@@ -398,7 +356,7 @@ class ClipRunner:
                                                      stream)
         finally:
             if started is not None:
-                self.buffers.give_back(started.turn)
+                self.turns.give_back(started.turn)
         counts = {"decoded_nvdec": int(decoded.nvdec), "decoded_video_cpu": int(decoded.cpu),
                   "decoded_video_frames": int(decoded.decoded_frames),
                   "delivered_video_frames": int(frames.sum())}

@@ -42,9 +42,10 @@ they hold): each thread's lane lives in ``ClipDecoder._lanes``, and in a forked 
 alive to the end (``_keep_lanes_in_child``), never freed.
 
 Synchronisation: the maps and the copies out of them run on the thread's copy stream, after an event
-recorded on the stream that reads the batch's buffer once the buffer is taken (after the kernels that read
-it last, where the loader reuses its buffers: ``_executor._video.FrameBuffers``); a mapped surface goes back to its decoder only once the
-stream has done its copies, and every copy is done when ``decode`` returns.
+recorded on the stream that reads the batch's buffer once the buffer is taken (so after the kernels that
+read it last, where the loader reuses its buffers: ``_executor._video.ClipRunner.frames``); a mapped
+surface goes back to its decoder only once the stream has done its copies, and every copy is done when
+``decode`` returns.
 """
 from __future__ import annotations
 
@@ -283,7 +284,7 @@ class ClipDecoder:
               take: Callable[[int], torch.Tensor] | None = None) -> "PendingClips":
         """Start decoding ``clips`` into one buffer, ``threads`` decodes at once (clips of one video that
         share packets merged into one, see ``plan_batch``); returns at once. The buffer is ``take(bytes)``
-        (the loader's ``FrameBuffers``), else allocated on ``stream``; what ``stream`` has queued before
+        (the loader's frame buffers), else allocated on ``stream``; what ``stream`` has queued before
         (the kernels that read the buffer last) ends before the decode writes it. Any thread may call it:
         the loader's staging thread starts a batch's decode while the executor still works on the batch
         before it."""
