@@ -51,9 +51,9 @@ from ..transforms._plan import BatchParams, Compose, Plan, run_reference
 from ..transforms._target_plan import has_geometry
 from ..video._container import EncodedClip, as_nv12, decode_clip_nv12, decode_clip_rgb
 from ._classify import LoadedSample, split_item
+from ._decode import GrowOnlyBuffer
 from ._launch import KernelEvents, KernelLauncher
 from ._replace import Replacement, replace
-from ._decode import GrowOnlyBuffer
 from ._staging import Turns
 from ._tags import SampleTag, TaggedSample, batch_head, clip_uniforms
 from ._wire import RAW, PackedBatch, Skipped

@@ -426,7 +426,7 @@ def _failure(state: _ClipState, packets: Packets) -> ClipDecodeError:
     if what == _TD_BAD_INDEX:
         return ClipDecodeError(f"the parser gave picture index {state.detail}, outside NVDEC's surfaces")
     if what == _TD_NO_MEMORY:
-        return ClipDecodeError(f"no memory for a {state.detail}-byte packet")
+        return ClipDecodeError(f"no memory for the clip's packets re-framed ({state.detail} bytes)")
     return ClipDecodeError(f"NVDEC's clip failed ({what})")
 
 
